@@ -1,0 +1,288 @@
+//! Knowledge of the two message formats satchel speaks: where tool calls and tool results live.
+//!
+//! Messages stay `serde_json::Value`s end to end so that every field satchel does not manage
+//! (`cache_control`, `name`, reasoning fields, keys invented next year) survives untouched.
+//! This module only *locates* things inside them; it never rebuilds a message.
+
+use serde_json::Value;
+
+pub use satchel_protocol::MessageFormat;
+
+/// A tool call as the assistant made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The id a result answers (`tool_calls[].id` / `tool_use.id`).
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as JSON text (OpenAI sends a string; Anthropic's `input` object is serialised).
+    pub arguments: String,
+}
+
+/// A text inside a tool result that satchel may truncate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultText {
+    /// JSON pointer of the string inside the message (for `Value::pointer_mut`).
+    pub pointer: String,
+    /// The id of the call this result answers, when the message says.
+    pub call_id: Option<String>,
+}
+
+/// Detects the format from message shapes; `None` when nothing distinguishes them
+/// (plain text turns look the same in both).
+pub fn detect(messages: &[Value]) -> Option<MessageFormat> {
+    messages.iter().find_map(detect_one)
+}
+
+fn detect_one(message: &Value) -> Option<MessageFormat> {
+    if message.get("role").and_then(Value::as_str) == Some("tool")
+        || message.get("tool_calls").is_some()
+        || message.get("tool_call_id").is_some()
+    {
+        return Some(MessageFormat::Openai);
+    }
+    let blocks = message.get("content")?.as_array()?;
+    blocks.iter().find_map(|b| match b.get("type").and_then(Value::as_str) {
+        Some("tool_use" | "tool_result" | "thinking" | "redacted_thinking") => Some(MessageFormat::Anthropic),
+        Some("image_url" | "input_audio") => Some(MessageFormat::Openai),
+        _ => None,
+    })
+}
+
+fn role(message: &Value) -> Option<&str> {
+    message.get("role").and_then(Value::as_str)
+}
+
+/// Tool calls made by an assistant message.
+pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
+    if role(message) != Some("assistant") {
+        return Vec::new();
+    }
+    match format {
+        MessageFormat::Openai => message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|call| {
+                let function = call.get("function");
+                Some(ToolCall {
+                    id: call.get("id")?.as_str()?.to_owned(),
+                    name: function.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("").to_owned(),
+                    arguments: match function.and_then(|f| f.get("arguments")) {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(other) => other.to_string(),
+                        None => String::new(),
+                    },
+                })
+            })
+            .collect(),
+        MessageFormat::Anthropic => content_blocks(message)
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .filter_map(|b| {
+                Some(ToolCall {
+                    id: b.get("id")?.as_str()?.to_owned(),
+                    name: b.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
+                    arguments: b.get("input").map(Value::to_string).unwrap_or_default(),
+                })
+            })
+            .collect(),
+    }
+}
+
+fn content_blocks(message: &Value) -> impl Iterator<Item = &Value> {
+    message.get("content").and_then(Value::as_array).into_iter().flatten()
+}
+
+/// Ids of the tool results a message carries, in order.
+pub fn result_ids(message: &Value, format: MessageFormat) -> Vec<String> {
+    match format {
+        MessageFormat::Openai if role(message) == Some("tool") => {
+            vec![message.get("tool_call_id").and_then(Value::as_str).unwrap_or("").to_owned()]
+        }
+        MessageFormat::Openai => Vec::new(),
+        MessageFormat::Anthropic => content_blocks(message)
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            .map(|b| b.get("tool_use_id").and_then(Value::as_str).unwrap_or("").to_owned())
+            .collect(),
+    }
+}
+
+/// True when the message carries at least one tool result.
+pub fn has_tool_result(message: &Value, format: MessageFormat) -> bool {
+    match format {
+        MessageFormat::Openai => role(message) == Some("tool"),
+        MessageFormat::Anthropic => content_blocks(message)
+            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")),
+    }
+}
+
+/// The texts inside a message's tool results, each addressed by a JSON pointer.
+///
+/// A string result is one text; a list result yields each `text` block and leaves images
+/// and other blocks alone.
+pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
+    let mut out = Vec::new();
+    match format {
+        MessageFormat::Openai => {
+            if role(message) == Some("tool") {
+                let call_id = message.get("tool_call_id").and_then(Value::as_str).map(str::to_owned);
+                push_texts(message.get("content"), "/content", "text", &call_id, &mut out);
+            }
+        }
+        MessageFormat::Anthropic => {
+            for (i, block) in content_blocks(message).enumerate() {
+                if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                    let call_id = block.get("tool_use_id").and_then(Value::as_str).map(str::to_owned);
+                    push_texts(block.get("content"), &format!("/content/{i}/content"), "text", &call_id, &mut out);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn push_texts(content: Option<&Value>, base: &str, text_key: &str, call_id: &Option<String>, out: &mut Vec<ResultText>) {
+    match content {
+        Some(Value::String(_)) => out.push(ResultText { pointer: base.to_owned(), call_id: call_id.clone() }),
+        Some(Value::Array(parts)) => {
+            for (i, part) in parts.iter().enumerate() {
+                if part.get("type").and_then(Value::as_str) == Some("text") && part.get(text_key).is_some_and(Value::is_string) {
+                    out.push(ResultText { pointer: format!("{base}/{i}/{text_key}"), call_id: call_id.clone() });
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Finds the call a result answers, searching back from `before` (exclusive).
+///
+/// Results answer the nearest preceding assistant message, so the search stops at the first
+/// assistant message that makes the call; it is O(distance), which is a handful of messages.
+pub fn find_call(messages: &[Value], before: usize, call_id: &str, format: MessageFormat) -> Option<ToolCall> {
+    messages[..before.min(messages.len())]
+        .iter()
+        .rev()
+        .filter(|m| role(m) == Some("assistant"))
+        .find_map(|m| tool_calls(m, format).into_iter().find(|c| c.id == call_id))
+}
+
+/// Why a conversation breaks the tool-call pairing its API requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairViolation {
+    /// Index of the offending message.
+    pub index: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Checks that every tool result answers a call of the assistant message just before it
+/// (only other results may sit in between, for OpenAI) and that ids are not answered twice.
+///
+/// A call still unanswered at the end of the list is allowed: the client may be about to run it.
+pub fn check_pairs(messages: &[Value], format: MessageFormat) -> Result<(), PairViolation> {
+    let mut open: Vec<String> = Vec::new();
+    let mut last_assistant: Option<usize> = None;
+    for (index, message) in messages.iter().enumerate() {
+        let ids = result_ids(message, format);
+        for id in &ids {
+            match open.iter().position(|c| c == id) {
+                Some(pos) => {
+                    open.remove(pos);
+                }
+                None => {
+                    return Err(PairViolation {
+                        index,
+                        reason: format!("tool result {id:?} does not answer a call of the preceding assistant message"),
+                    });
+                }
+            }
+        }
+        // OpenAI answers with a run of `tool` messages; Anthropic answers all calls in the very
+        // next message. Anything else arriving while calls are open breaks the pairing.
+        let may_answer_later = format == MessageFormat::Openai && role(message) == Some("tool");
+        if !may_answer_later && !open.is_empty() {
+            return Err(PairViolation {
+                index,
+                reason: format!(
+                    "calls {open:?} of message {} are not answered before this message",
+                    last_assistant.unwrap_or(0)
+                ),
+            });
+        }
+        if role(message) == Some("assistant") {
+            open = tool_calls(message, format).into_iter().map(|c| c.id).collect();
+            last_assistant = Some(index);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn openai() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "list files"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"ls\"}"}},
+                {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"README.md\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "a\nb"}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "# hi"}]}),
+        ]
+    }
+
+    fn anthropic() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "list files"}),
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "ok"},
+                {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls"}}]}),
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "a\nb"}], "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "go on"}]}),
+        ]
+    }
+
+    #[test]
+    fn detects_both_formats() {
+        assert_eq!(detect(&openai()), Some(MessageFormat::Openai));
+        assert_eq!(detect(&anthropic()), Some(MessageFormat::Anthropic));
+        assert_eq!(detect(&[json!({"role": "user", "content": "hi"})]), None);
+    }
+
+    #[test]
+    fn locates_result_texts_and_their_calls() {
+        let m = openai();
+        let texts: Vec<_> = (0..m.len()).flat_map(|i| result_texts(&m[i], MessageFormat::Openai)).collect();
+        assert_eq!(texts.iter().map(|t| t.pointer.as_str()).collect::<Vec<_>>(), ["/content", "/content/0/text"]);
+        let call = find_call(&m, 3, "c2", MessageFormat::Openai).unwrap();
+        assert_eq!(call.name, "read_file");
+        assert!(call.arguments.contains("README.md"));
+
+        let a = anthropic();
+        let texts = result_texts(&a[2], MessageFormat::Anthropic);
+        assert_eq!(texts[0].pointer, "/content/0/content/0/text");
+        assert_eq!(a[2].pointer(&texts[0].pointer).and_then(Value::as_str), Some("a\nb"));
+        assert_eq!(find_call(&a, 2, "t1", MessageFormat::Anthropic).unwrap().arguments, r#"{"command":"ls"}"#);
+    }
+
+    #[test]
+    fn pair_check_accepts_valid_and_rejects_orphans() {
+        assert_eq!(check_pairs(&openai(), MessageFormat::Openai), Ok(()));
+        assert_eq!(check_pairs(&anthropic(), MessageFormat::Anthropic), Ok(()));
+        let mut broken = openai();
+        broken.swap(0, 2);
+        assert!(check_pairs(&broken, MessageFormat::Openai).is_err());
+        let mut unanswered = openai();
+        unanswered.truncate(3);
+        unanswered.push(json!({"role": "user", "content": "next"}));
+        assert_eq!(check_pairs(&unanswered, MessageFormat::Openai).unwrap_err().index, 3);
+        let mut pending = openai();
+        pending.truncate(2);
+        assert_eq!(check_pairs(&pending, MessageFormat::Openai), Ok(()));
+    }
+}

@@ -1,0 +1,12 @@
+//! Satchel's pure context-window logic.
+//!
+//! Everything here is a function of its inputs: messages, configuration, and (where time
+//! matters) a `now` passed in. No tokio, no file system, no clock — the daemon applies the
+//! decisions made here and `satchel-storage` persists them. CI proves the purity with
+//! `! cargo tree -p satchel-core -e normal -i tokio`.
+
+pub mod format;
+pub mod offload;
+pub mod slice;
+pub mod tokens;
+pub mod truncate;

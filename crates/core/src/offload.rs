@@ -1,0 +1,157 @@
+//! Tool-result offload policy (F4–F6): which results are offloaded, and which limit applies when.
+//!
+//! The daemon asks this module three questions per tool-result text: what kind of result is it
+//! (plain, Markdown, `read_file`-like), must its full text go to a file when it enters, and what
+//! byte limit applies in the message's current phase (recent or old).
+
+use satchel_protocol::{Config, MessageFormat, Phase};
+use serde_json::Value;
+
+use crate::format::{ToolCall, has_tool_result};
+use crate::truncate::ExcerptLimits;
+
+/// What a tool result is, for the purpose of choosing its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultKind {
+    /// Any other tool output.
+    Plain,
+    /// A skill, rule or `.md` file: structured knowledge, so higher limits.
+    Markdown,
+    /// Output of a `read_file`-like tool: whole while recent (the agent asked for that file),
+    /// truncated like the others once old; `markdown` picks which old limit.
+    ReadFile {
+        /// The file read is Markdown.
+        markdown: bool,
+    },
+}
+
+/// Classifies a result by the call that produced it (unknown call → plain).
+pub fn classify(call: Option<&ToolCall>, config: &Config) -> ResultKind {
+    let Some(call) = call else { return ResultKind::Plain };
+    let markdown = config.markdown_tool_names.iter().any(|n| n.eq_ignore_ascii_case(&call.name))
+        || names_markdown_file(&call.arguments, &config.markdown_file_extensions);
+    if config.read_file_tool_names.iter().any(|n| n.eq_ignore_ascii_case(&call.name)) {
+        ResultKind::ReadFile { markdown }
+    } else if markdown {
+        ResultKind::Markdown
+    } else {
+        ResultKind::Plain
+    }
+}
+
+/// True when some string argument is a path with one of `extensions`.
+fn names_markdown_file(arguments: &str, extensions: &[String]) -> bool {
+    let ends_with_ext = |s: &str| {
+        let s = s.trim().to_ascii_lowercase();
+        extensions.iter().any(|e| s.ends_with(&e.to_ascii_lowercase()))
+    };
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(value) => any_string(&value, &ends_with_ext),
+        Err(_) => arguments.split_whitespace().any(ends_with_ext),
+    }
+}
+
+fn any_string(value: &Value, pred: &dyn Fn(&str) -> bool) -> bool {
+    match value {
+        Value::String(s) => pred(s),
+        Value::Array(items) => items.iter().any(|v| any_string(v, pred)),
+        Value::Object(map) => map.values().any(|v| any_string(v, pred)),
+        _ => false,
+    }
+}
+
+/// Byte limit of a result of `kind` in `phase`; `None` means "never truncated".
+pub fn max_bytes(kind: ResultKind, phase: Phase, config: &Config) -> Option<usize> {
+    let markdown = matches!(kind, ResultKind::Markdown | ResultKind::ReadFile { markdown: true });
+    match (kind, phase) {
+        (ResultKind::ReadFile { .. }, Phase::Recent) => None,
+        (_, Phase::Recent) if markdown => Some(config.markdown_recent_msg_max_bytes),
+        (_, Phase::Recent) => Some(config.pruning_recent_msg_max_bytes),
+        (_, Phase::Old) if markdown => Some(config.markdown_old_msg_max_bytes),
+        (_, Phase::Old) => Some(config.pruning_old_msg_max_bytes),
+    }
+}
+
+/// The excerpt limits of a result in a phase, or `None` when it stays whole.
+pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &Config) -> Option<ExcerptLimits> {
+    if !config.pruning_enabled {
+        return None;
+    }
+    max_bytes(kind, phase, config).map(|max_bytes| ExcerptLimits {
+        max_bytes,
+        slack_bytes: config.pruning_slack_bytes,
+        tail_ratio: config.pruning_tail_ratio,
+    })
+}
+
+/// Whether a text must be saved to a file when it enters the session.
+///
+/// Everything that any phase may truncate is saved at once, not only what the first phase
+/// cuts: the file then exists before any excerpt can point at it, and a `read_file` result keeps
+/// exactly what the agent saw even if the file on disk changes later.
+pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> bool {
+    config.pruning_enabled
+        && [Phase::Recent, Phase::Old]
+            .into_iter()
+            .filter_map(|p| max_bytes(kind, p, config))
+            .any(|limit| text_bytes > limit + config.pruning_slack_bytes)
+}
+
+/// Index of the first message of the recent window: the last `recent_n` messages, widened to
+/// the whole trailing run of tool-result messages (parallel calls answered together stay
+/// recent together, as in the peer).
+pub fn recent_start(messages: &[Value], format: MessageFormat, recent_n: usize) -> usize {
+    let trailing_results = messages.iter().rev().take_while(|m| has_tool_result(m, format)).count();
+    messages.len().saturating_sub(trailing_results.max(recent_n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(name: &str, args: &str) -> ToolCall {
+        ToolCall { id: "c".into(), name: name.into(), arguments: args.into() }
+    }
+
+    #[test]
+    fn classifies_by_tool_and_path() {
+        let c = Config::default();
+        assert_eq!(classify(Some(&call("bash", r#"{"command":"ls"}"#)), &c), ResultKind::Plain);
+        assert_eq!(classify(Some(&call("cat", r#"{"path":"docs/SKILL.md"}"#)), &c), ResultKind::Markdown);
+        assert_eq!(classify(Some(&call("read_file", r#"{"path":"src/a.rs"}"#)), &c), ResultKind::ReadFile { markdown: false });
+        assert_eq!(classify(Some(&call("Read", r#"{"file_path":"R.MD"}"#)), &c), ResultKind::ReadFile { markdown: true });
+        assert_eq!(classify(Some(&call("load_skill", "{}")), &c), ResultKind::Markdown);
+        assert_eq!(classify(None, &c), ResultKind::Plain);
+    }
+
+    #[test]
+    fn limits_follow_kind_and_phase() {
+        let c = Config::default();
+        assert_eq!(max_bytes(ResultKind::Plain, Phase::Recent, &c), Some(50_000));
+        assert_eq!(max_bytes(ResultKind::Plain, Phase::Old, &c), Some(3_000));
+        assert_eq!(max_bytes(ResultKind::Markdown, Phase::Old, &c), Some(50_000));
+        assert_eq!(max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, &c), None);
+        assert_eq!(max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, &c), Some(3_000));
+        assert!(!must_offload(3_100, ResultKind::Plain, &c), "within the slack");
+        assert!(must_offload(3_101, ResultKind::Plain, &c));
+        let off = Config { pruning_enabled: false, ..Config::default() };
+        assert!(!must_offload(1_000_000, ResultKind::Plain, &off));
+        assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off).is_none());
+    }
+
+    #[test]
+    fn recent_window_covers_trailing_results() {
+        let f = MessageFormat::Openai;
+        let msgs = vec![
+            json!({"role": "user", "content": "a"}),
+            json!({"role": "assistant", "tool_calls": [{"id": "1"}, {"id": "2"}, {"id": "3"}]}),
+            json!({"role": "tool", "tool_call_id": "1", "content": "x"}),
+            json!({"role": "tool", "tool_call_id": "2", "content": "x"}),
+            json!({"role": "tool", "tool_call_id": "3", "content": "x"}),
+        ];
+        assert_eq!(recent_start(&msgs, f, 2), 2);
+        assert_eq!(recent_start(&msgs[..2], f, 2), 0);
+        assert_eq!(recent_start(&msgs[..1], f, 5), 0);
+    }
+}

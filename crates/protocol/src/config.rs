@@ -1,0 +1,175 @@
+//! The effective configuration, with the spec's key names and defaults (QwenPaw set, F9).
+//!
+//! It lives in the protocol crate because clients see it: `initialize` returns it and
+//! `context.prepare` accepts per-request overrides of any key. The daemon layers it as
+//! defaults → `<workspace>/config.json` → `SATCHEL_<KEY>` environment variables → request.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which tokenizer counts tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Tokenizer {
+    /// OpenAI's o200k_base (GPT-4o and later); exact.
+    O200kBase,
+    /// OpenAI's cl100k_base (GPT-4, GPT-3.5); exact.
+    Cl100kBase,
+    /// `bytes / token_count_estimate_divisor`: instant, roughly ±25 % depending on the text.
+    Estimate,
+}
+
+/// Every tunable of satchel. Unknown keys are rejected so that a typo is an error, not a no-op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Model context window size in tokens.
+    pub max_input_length: u64,
+    /// Compaction triggers at `max_input_length × compact_threshold_ratio` tokens.
+    pub compact_threshold_ratio: f64,
+    /// Compaction keeps `max_input_length × reserve_threshold_ratio` tokens of recent messages.
+    pub reserve_threshold_ratio: f64,
+    /// Divisor of the byte-based token estimate.
+    pub token_count_estimate_divisor: f64,
+    /// Tokenizer used for exact counts.
+    pub tokenizer: Tokenizer,
+    /// Dialog archive directory, relative to the workspace.
+    pub dialog_path: String,
+    /// Whether long tool results are offloaded and truncated at all.
+    pub pruning_enabled: bool,
+    /// How many of the newest messages count as recent (first-phase limit).
+    pub pruning_recent_n: usize,
+    /// Byte limit of a tool result once it has left the recent window (second phase).
+    pub pruning_old_msg_max_bytes: usize,
+    /// Byte limit of a recent tool result (first phase).
+    pub pruning_recent_msg_max_bytes: usize,
+    /// A result at most this many bytes over its limit is left whole (the spec's slack).
+    pub pruning_slack_bytes: usize,
+    /// Share of an excerpt's byte budget spent on the end of the output, so error tails stay visible.
+    pub pruning_tail_ratio: f64,
+    /// First-phase limit for Markdown results (skills, rules, `.md` reads).
+    pub markdown_recent_msg_max_bytes: usize,
+    /// Second-phase limit for Markdown results.
+    pub markdown_old_msg_max_bytes: usize,
+    /// Tools whose results are always Markdown (skill and rule loaders).
+    pub markdown_tool_names: Vec<String>,
+    /// File extensions that make a result Markdown when a tool argument names such a file.
+    pub markdown_file_extensions: Vec<String>,
+    /// `read_file`-like tools: never truncated while recent, and what the agent saw is saved
+    /// because the file on disk may change afterwards.
+    pub read_file_tool_names: Vec<String>,
+    /// Offloaded files older than this many days are swept, unless a session still refers to them.
+    pub offload_retention_days: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_input_length: 131_072,
+            compact_threshold_ratio: 0.8,
+            reserve_threshold_ratio: 0.1,
+            token_count_estimate_divisor: 4.0,
+            tokenizer: Tokenizer::O200kBase,
+            dialog_path: "dialog".into(),
+            pruning_enabled: true,
+            pruning_recent_n: 2,
+            pruning_old_msg_max_bytes: 3_000,
+            pruning_recent_msg_max_bytes: 50_000,
+            pruning_slack_bytes: 100,
+            pruning_tail_ratio: 0.2,
+            markdown_recent_msg_max_bytes: 100_000,
+            markdown_old_msg_max_bytes: 50_000,
+            markdown_tool_names: vec!["read_skill".into(), "load_skill".into(), "skill".into()],
+            markdown_file_extensions: vec![".md".into(), ".mdx".into(), ".markdown".into()],
+            read_file_tool_names: vec![
+                "read_file".into(),
+                "Read".into(),
+                "view_file".into(),
+                "read".into(),
+            ],
+            offload_retention_days: 5.0,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the values serde cannot: ranges and relations between keys.
+    ///
+    /// Returns the offending key and why, so the error can name the field.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let ratio = |v: f64| v > 0.0 && v <= 1.0;
+        if self.max_input_length < 1024 {
+            return Err(("max_input_length", "must be at least 1024".into()));
+        }
+        if !ratio(self.compact_threshold_ratio) {
+            return Err(("compact_threshold_ratio", "must be in (0, 1]".into()));
+        }
+        if !ratio(self.reserve_threshold_ratio) || self.reserve_threshold_ratio >= self.compact_threshold_ratio {
+            return Err((
+                "reserve_threshold_ratio",
+                "must be in (0, 1] and below compact_threshold_ratio".into(),
+            ));
+        }
+        if !(self.token_count_estimate_divisor >= 1.0 && self.token_count_estimate_divisor <= 10.0) {
+            return Err(("token_count_estimate_divisor", "must be in [1, 10]".into()));
+        }
+        if !(0.0..=0.5).contains(&self.pruning_tail_ratio) {
+            return Err(("pruning_tail_ratio", "must be in [0, 0.5]".into()));
+        }
+        if self.pruning_old_msg_max_bytes < 100 || self.markdown_old_msg_max_bytes < 100 {
+            return Err(("pruning_old_msg_max_bytes", "limits must be at least 100 bytes".into()));
+        }
+        if self.pruning_recent_msg_max_bytes < self.pruning_old_msg_max_bytes {
+            return Err((
+                "pruning_recent_msg_max_bytes",
+                "must not be below pruning_old_msg_max_bytes".into(),
+            ));
+        }
+        if self.markdown_recent_msg_max_bytes < self.markdown_old_msg_max_bytes {
+            return Err((
+                "markdown_recent_msg_max_bytes",
+                "must not be below markdown_old_msg_max_bytes".into(),
+            ));
+        }
+        if !(self.offload_retention_days > 0.0) {
+            return Err(("offload_retention_days", "must be positive".into()));
+        }
+        if self.dialog_path.is_empty() || self.dialog_path.contains("..") || self.dialog_path.starts_with('/') {
+            return Err(("dialog_path", "must be a relative path inside the workspace".into()));
+        }
+        Ok(())
+    }
+
+    /// The byte threshold at which compaction triggers.
+    pub fn compact_threshold_tokens(&self) -> u64 {
+        (self.max_input_length as f64 * self.compact_threshold_ratio) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_spec_defaults_and_valid() {
+        let c = Config::default();
+        assert_eq!(c.max_input_length, 131_072);
+        assert_eq!(c.compact_threshold_tokens(), 104_857);
+        assert_eq!(c.pruning_recent_n, 2);
+        assert_eq!((c.pruning_old_msg_max_bytes, c.pruning_recent_msg_max_bytes), (3000, 50_000));
+        assert_eq!(c.offload_retention_days, 5.0);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = serde_json::from_str::<Config>(r#"{"pruning_recent": 3}"#).unwrap_err();
+        assert!(err.to_string().contains("pruning_recent"), "{err}");
+    }
+
+    #[test]
+    fn inverted_limits_name_the_field() {
+        let c = Config { pruning_recent_msg_max_bytes: 10, ..Config::default() };
+        assert_eq!(c.validate().unwrap_err().0, "pruning_recent_msg_max_bytes");
+    }
+}

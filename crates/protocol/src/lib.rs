@@ -1,0 +1,35 @@
+//! The satchel wire protocol: every method, its params and result, and satchel's own error codes.
+//!
+//! This crate is the single source of truth for the protocol. It has no I/O; the daemon
+//! implements it and `protocol/openrpc.json` is generated from it (see `openrpc`), so the
+//! language-neutral spec can never drift from the code.
+//!
+//! Wire conventions: method names are dotted (`context.prepare`), field names are
+//! `snake_case` (the spec's configuration keys are snake_case, so everything is).
+
+pub mod config;
+pub mod errors;
+pub mod methods;
+pub mod openrpc;
+
+pub use config::Config;
+pub use errors::ErrorCode;
+pub use methods::*;
+
+/// Version of the wire protocol, bumped on incompatible changes; `initialize` reports it.
+pub const PROTOCOL_VERSION: &str = "0.1.0";
+
+/// A JSON-RPC method: its wire name and the types of its params and result.
+///
+/// Declaring each method once as a type (as rust-analyzer's `lsp/ext.rs` does) lets the daemon
+/// register handlers and the schema generator describe them from the same declaration.
+pub trait Method {
+    /// The wire name, e.g. `context.prepare`.
+    const NAME: &'static str;
+    /// One-line description, copied into the OpenRPC document.
+    const SUMMARY: &'static str;
+    /// The `params` object.
+    type Params: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema;
+    /// The `result` value.
+    type Result: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema;
+}

@@ -1,0 +1,252 @@
+//! Methods: each declared once as a type implementing [`Method`], with its params and result.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{Config, Method};
+
+/// `initialize`: the first call of an editor plugin; tells it who answers and how it is configured.
+pub enum Initialize {}
+
+impl Method for Initialize {
+    const NAME: &'static str = "initialize";
+    const SUMMARY: &'static str = "Server name, version, protocol version and effective configuration.";
+    type Params = InitializeParams;
+    type Result = InitializeResult;
+}
+
+/// Params of `initialize`. Everything is optional so LSP-style clients can send their usual object.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct InitializeParams {
+    /// Free-form client name and version, logged for diagnostics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_info: Option<Value>,
+}
+
+/// Result of `initialize`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct InitializeResult {
+    /// Always `satchel`.
+    pub server_name: String,
+    /// The daemon's version (Cargo package version).
+    pub server_version: String,
+    /// [`crate::PROTOCOL_VERSION`].
+    pub protocol_version: String,
+    /// Absolute path of the workspace directory holding all state.
+    pub workspace: String,
+    /// The effective configuration after file and environment overrides.
+    pub config: Config,
+    /// Methods this daemon serves.
+    pub methods: Vec<String>,
+}
+
+/// `context.prepare`: called before every model call; returns the conversation request-ready.
+pub enum ContextPrepare {}
+
+impl Method for ContextPrepare {
+    const NAME: &'static str = "context.prepare";
+    const SUMMARY: &'static str =
+        "Ingest new messages into a session and return the request-ready conversation in the same format.";
+    type Params = PrepareParams;
+    type Result = PrepareResult;
+}
+
+/// The message format of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageFormat {
+    /// OpenAI chat completions: `tool_calls` on assistant messages, results as role `tool`.
+    Openai,
+    /// Anthropic messages: `tool_use` blocks, results as `tool_result` blocks in user messages.
+    Anthropic,
+}
+
+/// The format a client declares, or `auto` to let satchel detect it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FormatHint {
+    /// Detect from the messages (and keep what the session already uses).
+    #[default]
+    Auto,
+    /// OpenAI chat format.
+    Openai,
+    /// Anthropic messages format.
+    Anthropic,
+}
+
+/// Params of `context.prepare`. Exactly one of `messages` and `append` is given.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareParams {
+    /// Session to use; created on first use with `messages`. 1–128 characters of `[A-Za-z0-9._-]`.
+    pub session_id: String,
+    /// The full conversation. Satchel reconciles it with what it holds: a known prefix is not
+    /// processed again, so sending the same list twice changes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Value>>,
+    /// Only the messages that are new since the last call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub append: Option<Vec<Value>>,
+    /// Declared format; `auto` (default) detects it.
+    #[serde(default)]
+    pub format: FormatHint,
+    /// System prompt sent beside the messages (Anthropic's top-level `system`); counted in the system zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<Value>,
+    /// Tool definitions sent with the request; counted in the tools zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Value>>,
+    /// Per-request overrides of any [`Config`] key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+}
+
+/// Result of `context.prepare`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PrepareResult {
+    /// Echo of the session id.
+    pub session_id: String,
+    /// The format of `messages` (as received).
+    pub format: MessageFormat,
+    /// The request-ready conversation, every field satchel does not manage preserved.
+    pub messages: Vec<Value>,
+    /// Token usage per zone.
+    pub tokens: TokenUsage,
+    /// What this call did.
+    pub actions: Vec<Action>,
+    /// How the received messages related to the session.
+    pub reconciliation: Reconciliation,
+}
+
+/// Tokens per zone of the request, counted with the configured tokenizer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TokenUsage {
+    /// The system prompt: `system` param plus system-role messages.
+    pub system: u64,
+    /// Tool definitions.
+    pub tools: u64,
+    /// All other messages, as returned.
+    pub messages: u64,
+    /// Sum of the zones.
+    pub total: u64,
+    /// `max_input_length`.
+    pub limit: u64,
+    /// `max_input_length × compact_threshold_ratio`.
+    pub threshold: u64,
+    /// Tokenizer that counted.
+    pub tokenizer: crate::config::Tokenizer,
+}
+
+/// Which phase of truncation a tool result is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Inside the recent window: first-phase (larger) limit.
+    Recent,
+    /// Outside the recent window: second-phase (smaller) limit.
+    Old,
+}
+
+/// One thing `context.prepare` did, for the client and for inspection.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    /// A tool result's full text was saved to a file when it entered the session.
+    Offloaded {
+        /// Index of the message in the returned list.
+        index: usize,
+        /// JSON pointer of the text inside the message.
+        pointer: String,
+        /// Workspace-relative file holding the full text.
+        file: String,
+        /// Size of the full text.
+        total_bytes: usize,
+        /// Lines of the full text.
+        total_lines: usize,
+        /// False when identical content was already stored (stored once).
+        newly_written: bool,
+    },
+    /// A tool result is returned as an excerpt whose limit changed in this call
+    /// (it entered truncated, or it left the recent window).
+    Truncated {
+        /// Index of the message in the returned list.
+        index: usize,
+        /// JSON pointer of the text inside the message.
+        pointer: String,
+        /// The phase whose limit applies.
+        phase: Phase,
+        /// Workspace-relative file holding the full text.
+        file: String,
+        /// Bytes of the original kept in the message (head and tail excerpts).
+        kept_bytes: usize,
+        /// Size of the full text.
+        total_bytes: usize,
+    },
+}
+
+/// How the received messages were matched against the session.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Reconciliation {
+    /// Messages in the session after this call.
+    pub session_messages: usize,
+    /// Received messages already held (not processed again).
+    pub reused: usize,
+    /// Received messages that were new and processed.
+    pub appended: usize,
+    /// Held messages that a `messages` list no longer contained and were replaced.
+    pub replaced: usize,
+}
+
+/// `context.read`: read a slice of an offloaded or archived file inside the workspace.
+pub enum ContextRead {}
+
+impl Method for ContextRead {
+    const NAME: &'static str = "context.read";
+    const SUMMARY: &'static str =
+        "Read a window of an offloaded tool result or archive file, by line or byte offset.";
+    type Params = ReadParams;
+    type Result = ReadResult;
+}
+
+/// Params of `context.read`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    /// Workspace-relative path, as printed in a truncation notice (e.g. `tool_result/<uuid>.txt`).
+    pub path: String,
+    /// 1-based line to start at (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_line: Option<usize>,
+    /// Byte offset to start at; wins over `start_line` (used to continue inside a very long line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_offset: Option<usize>,
+    /// At most this many bytes (default 50000); the slice ends on a whole line where one fits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<usize>,
+}
+
+/// Result of `context.read`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ReadResult {
+    /// Echo of the path.
+    pub path: String,
+    /// The slice (valid UTF-8, never a split character).
+    pub content: String,
+    /// Byte offset of `content` in the file.
+    pub byte_offset: usize,
+    /// Line `content` starts in.
+    pub start_line: usize,
+    /// Line `content` ends in.
+    pub end_line: usize,
+    /// Where to continue by line (absent at end of file or when the slice ends mid-line).
+    pub next_line: Option<usize>,
+    /// Where to continue by byte offset (absent at end of file).
+    pub next_byte_offset: Option<usize>,
+    /// True when `content` reaches the end of the file.
+    pub eof: bool,
+    /// Lines in the file.
+    pub total_lines: usize,
+    /// Bytes in the file.
+    pub total_bytes: usize,
+}

@@ -1,0 +1,95 @@
+//! Layering of the configuration: defaults → `<workspace>/config.json` → `SATCHEL_<KEY>`
+//! environment variables → per-request overrides.
+//!
+//! Layers are merged as JSON objects and deserialised once, so every layer gets the same
+//! validation and errors name the offending key.
+
+use std::path::Path;
+
+use satchel_protocol::Config;
+use serde_json::{Map, Value};
+
+/// Name of the configuration file inside the workspace.
+pub const CONFIG_FILE: &str = "config.json";
+
+/// Why a configuration layer was rejected: the key and the reason.
+pub type ConfigError = (String, String);
+
+/// The effective base configuration of a workspace.
+pub fn load(workspace: &Path, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+    let mut merged = to_map(&Config::default());
+    let path = workspace.join(CONFIG_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let file: Map<String, Value> =
+                serde_json::from_str(&text).map_err(|e| (path.display().to_string(), e.to_string()))?;
+            merged.extend(file);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err((path.display().to_string(), e.to_string())),
+    }
+    let keys: Vec<String> = merged.keys().cloned().collect();
+    let env: std::collections::HashMap<String, String> = env.collect();
+    for key in keys {
+        if let Some(raw) = env.get(&format!("SATCHEL_{}", key.to_ascii_uppercase())) {
+            // Numbers, booleans and lists are JSON; anything that does not parse is a string.
+            let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()));
+            merged.insert(key, value);
+        }
+    }
+    finish(merged)
+}
+
+/// `base` with a request's overrides applied.
+pub fn apply_overrides(base: &Config, overrides: &Map<String, Value>) -> Result<Config, ConfigError> {
+    let mut merged = to_map(base);
+    merged.extend(overrides.clone());
+    finish(merged)
+}
+
+fn to_map(config: &Config) -> Map<String, Value> {
+    match serde_json::to_value(config) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+fn finish(merged: Map<String, Value>) -> Result<Config, ConfigError> {
+    let config: Config = serde_json::from_value(Value::Object(merged)).map_err(|e| (field_of(&e.to_string()), e.to_string()))?;
+    config.validate().map_err(|(key, why)| (key.to_owned(), why))?;
+    Ok(config)
+}
+
+/// Best-effort extraction of the key serde complains about (it quotes it in backticks).
+fn field_of(message: &str) -> String {
+    message.split('`').nth(1).unwrap_or("config").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn layers_file_then_env() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), r#"{"pruning_recent_n": 4, "max_input_length": 32768}"#).unwrap();
+        let env = [("SATCHEL_PRUNING_RECENT_N".to_owned(), "6".to_owned()), ("SATCHEL_TOKENIZER".to_owned(), "estimate".to_owned())];
+        let c = load(dir.path(), env.into_iter()).unwrap();
+        assert_eq!((c.pruning_recent_n, c.max_input_length), (6, 32768));
+        assert_eq!(c.tokenizer, satchel_protocol::config::Tokenizer::Estimate);
+    }
+
+    #[test]
+    fn overrides_are_validated_and_errors_name_the_key() {
+        let base = Config::default();
+        let ok = apply_overrides(&base, json!({"pruning_old_msg_max_bytes": 500}).as_object().unwrap()).unwrap();
+        assert_eq!(ok.pruning_old_msg_max_bytes, 500);
+        let (key, _) = apply_overrides(&base, json!({"pruning_old": 1}).as_object().unwrap()).unwrap_err();
+        assert_eq!(key, "pruning_old");
+        let (key, _) = apply_overrides(&base, json!({"pruning_recent_n": "x"}).as_object().unwrap()).unwrap_err();
+        assert!(key.contains("invalid type") || key == "config" || key == "pruning_recent_n", "{key}");
+        let (key, _) = apply_overrides(&base, json!({"compact_threshold_ratio": 2.0}).as_object().unwrap()).unwrap_err();
+        assert_eq!(key, "compact_threshold_ratio");
+    }
+}

@@ -1,0 +1,121 @@
+//! `satchel`: the context-window daemon for AI agents.
+//!
+//! This file is thin glue: parse the command line, set up logging (never on stdout, which is
+//! the protocol channel), open the workspace, and hand stdin/stdout to the transport.
+
+mod config;
+mod daemon;
+mod demo;
+mod error;
+mod rpc;
+mod session;
+mod transport;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use satchel_storage::Workspace;
+
+/// How often expired offload files are swept while the daemon runs.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
+
+#[derive(Parser)]
+#[command(name = "satchel", version, about = "Keeps an AI agent's context window within budget without losing anything.")]
+struct Cli {
+    /// Workspace directory holding all state (default: $SATCHEL_HOME, else the platform data dir).
+    #[arg(long, global = true, env = "SATCHEL_HOME")]
+    workspace: Option<PathBuf>,
+    /// Write logs to this file instead of stderr.
+    #[arg(long, global = true)]
+    log_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve JSON-RPC 2.0 on stdin/stdout (NDJSON or Content-Length framing). The default.
+    Serve,
+    /// Run the bundled example conversation through a real `satchel serve` and show what it did.
+    Demo,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_file.as_deref())?;
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve(match cli.workspace {
+            Some(dir) => dir,
+            None => default_workspace()?,
+        }),
+        // The demo must not touch a real workspace unless asked to.
+        Command::Demo => demo::run(&match cli.workspace {
+            Some(dir) => dir,
+            None => std::env::temp_dir().join(format!("satchel-demo-{}", uuid::Uuid::new_v4().simple())),
+        }),
+    }
+}
+
+fn default_workspace() -> anyhow::Result<PathBuf> {
+    directories::ProjectDirs::from("", "", "satchel")
+        .map(|d| d.data_dir().to_path_buf())
+        .context("no home directory: pass --workspace or set SATCHEL_HOME")
+}
+
+fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SATCHEL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening log file {}", path.display()))?;
+            builder.with_ansi(false).with_writer(Arc::new(file)).init();
+        }
+        None => builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}
+
+fn serve(workspace_dir: PathBuf) -> anyhow::Result<()> {
+    let workspace = Workspace::open(&workspace_dir)
+        .with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
+    let config = config::load(workspace.root(), std::env::vars())
+        .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    let daemon = Arc::new(daemon::Daemon::new(workspace, config));
+    tracing::info!(workspace = %daemon.workspace().root().display(), "satchel serving on stdio");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
+        let methods = rpc::module(daemon)?.into();
+        let served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), methods, transport::TransportLimits::default()).await;
+        sweeper.abort();
+        served.context("stdio transport")
+    })?;
+    // tokio's stdin reader may sit in a blocking read; don't wait for it.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    tracing::info!("stdin closed; satchel exits");
+    Ok(())
+}
+
+/// Sweeps expired offload files at start-up and then every [`SWEEP_INTERVAL`].
+async fn sweep_periodically(daemon: Arc<daemon::Daemon>) {
+    let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let daemon = daemon.clone();
+        match tokio::task::spawn_blocking(move || daemon.sweep(SystemTime::now())).await {
+            Ok(Ok(report)) => tracing::info!(removed = report.removed, kept_referenced = report.kept_referenced, "offload sweep"),
+            Ok(Err(e)) => tracing::warn!("offload sweep failed: {e}"),
+            Err(e) => tracing::warn!("offload sweep panicked: {e}"),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Registers every protocol method on one jsonrpsee `RpcModule`, shared by all transports.
+//!
+//! Params are decoded here (not by jsonrpsee's `parse`) so an error names the field in its
+//! message; handlers run on the blocking pool because they do file I/O and token counting.
+
+use std::sync::Arc;
+
+use jsonrpsee::types::{ErrorObjectOwned, Params};
+use jsonrpsee::core::RegisterMethodError;
+use jsonrpsee::{Extensions, RpcModule};
+use satchel_protocol::{ContextPrepare, ContextRead, ErrorCode, Initialize, Method};
+use serde::de::DeserializeOwned;
+
+use crate::daemon::Daemon;
+use crate::error::RpcError;
+
+/// The module serving every method of [`satchel_protocol`].
+pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {
+    let mut module = RpcModule::from_arc(daemon);
+    register::<Initialize, _>(&mut module, |daemon, _| Ok(daemon.initialize(method_names())))?;
+    register::<ContextPrepare, _>(&mut module, |daemon, params| daemon.prepare(params))?;
+    register::<ContextRead, _>(&mut module, |daemon, params| daemon.read(params))?;
+    Ok(module)
+}
+
+/// Wire names of the methods served, for `initialize`.
+fn method_names() -> Vec<String> {
+    [Initialize::NAME, ContextPrepare::NAME, ContextRead::NAME].map(str::to_owned).to_vec()
+}
+
+fn register<M, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
+where
+    M: Method,
+    M::Params: Send,
+    F: Fn(&Daemon, M::Params) -> Result<M::Result, RpcError> + Clone + Send + Sync + 'static,
+{
+    module.register_blocking_method(M::NAME, move |params: Params, daemon: Arc<Daemon>, _: Extensions| {
+        let params = decode::<M::Params>(&params)?;
+        let result = handler(&daemon, params).map_err(ErrorObjectOwned::from)?;
+        serde_json::to_value(result).map_err(|e| ErrorObjectOwned::owned(ErrorCode::InternalError.code(), e.to_string(), None::<()>))
+    })?;
+    Ok(())
+}
+
+/// Decodes by-name params; absent params decode like `{}`, so a missing field is named.
+fn decode<T: DeserializeOwned>(params: &Params) -> Result<T, ErrorObjectOwned> {
+    let value: serde_json::Value = match params.as_str() {
+        Some(raw) => serde_json::from_str(raw).map_err(|e| RpcError::invalid_params("params", e))?,
+        None => serde_json::Value::Object(Default::default()),
+    };
+    if !value.is_object() {
+        return Err(RpcError::invalid_params("params", "params must be an object (by-name)").into());
+    }
+    serde_json::from_value(value).map_err(|e| {
+        let message = e.to_string();
+        let field = message.split('`').nth(1).unwrap_or("params").to_owned();
+        RpcError::invalid_params(&field, message).into()
+    })
+}

@@ -1,0 +1,305 @@
+//! Message framing on a byte stream: NDJSON lines and LSP-style `Content-Length` frames.
+//!
+//! Editors disagree on framing (LSP clients send `Content-Length` headers, scripts and
+//! agents prefer one JSON document per line), so the framing is detected per message and
+//! the reply is written in the framing its request came in. Sizes are checked before a
+//! body is buffered, so an oversized message costs no memory: it is read and discarded.
+
+use std::io;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+
+/// Longest header line accepted; real headers are a few dozen bytes.
+const MAX_HEADER_LINE: usize = 8 * 1024;
+
+/// How a message is delimited on the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// One JSON document per line.
+    Ndjson,
+    /// `Content-Length: N` headers, a blank line, then N bytes of body.
+    ContentLength,
+}
+
+/// What was read for one message.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Frame {
+    /// A complete message body.
+    Message(Vec<u8>),
+    /// The body was over the size limit and has been skipped.
+    TooBig,
+    /// The headers could not be understood; the text says why.
+    BadHeader(String),
+}
+
+/// One message read from the stream, with the framing it came in.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Incoming {
+    /// Framing to use for the reply.
+    pub framing: Framing,
+    /// The message, or why there is none.
+    pub frame: Frame,
+}
+
+/// A line read with a length cap.
+enum Line {
+    /// The line without its `\n` or `\r\n`.
+    Complete(Vec<u8>),
+    /// The line was longer than the cap; its bytes were discarded.
+    TooLong,
+}
+
+/// Reads framed messages from a buffered byte stream.
+pub(super) struct FrameReader<R> {
+    reader: R,
+    max_body: usize,
+}
+
+impl<R: AsyncBufRead + Unpin> FrameReader<R> {
+    /// Wraps `reader`; bodies longer than `max_body` bytes are skipped.
+    pub fn new(reader: R, max_body: usize) -> Self {
+        Self { reader, max_body }
+    }
+
+    /// Reads the next message; `None` at end of stream.
+    ///
+    /// A last line without `\n` still counts; a `Content-Length` frame cut short is dropped.
+    pub async fn next(&mut self) -> io::Result<Option<Incoming>> {
+        let too_big = || Ok(Some(incoming(Framing::Ndjson, Frame::TooBig)));
+        loop {
+            // Room for a header line even when the body limit is tiny.
+            let line = match self.read_line(self.max_body.max(MAX_HEADER_LINE)).await? {
+                None => return Ok(None),
+                Some(Line::TooLong) => return too_big(),
+                Some(Line::Complete(line)) => line,
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            if let Some(value) = header_value(&line, b"content-length") {
+                let length = parse_length(value);
+                return self.read_content_length_frame(length).await;
+            }
+            if line.len() > self.max_body {
+                return too_big();
+            }
+            return Ok(Some(incoming(Framing::Ndjson, Frame::Message(line))));
+        }
+    }
+
+    /// Reads the rest of a `Content-Length` frame whose first header gave `length`.
+    async fn read_content_length_frame(
+        &mut self,
+        mut length: Result<usize, String>,
+    ) -> io::Result<Option<Incoming>> {
+        loop {
+            match self.read_line(MAX_HEADER_LINE).await? {
+                None => {
+                    tracing::warn!("end of stream inside Content-Length headers");
+                    return Ok(None);
+                }
+                Some(Line::TooLong) => length = Err("header line too long".to_owned()),
+                Some(Line::Complete(line)) if line.is_empty() => break,
+                // Other headers (Content-Type) carry nothing we need.
+                Some(Line::Complete(_)) => {}
+            }
+        }
+        let length = match length {
+            Ok(length) => length,
+            Err(why) => {
+                return Ok(Some(incoming(
+                    Framing::ContentLength,
+                    Frame::BadHeader(why),
+                )));
+            }
+        };
+        if length > self.max_body {
+            let skipped = tokio::io::copy(
+                &mut (&mut self.reader).take(length as u64),
+                &mut tokio::io::sink(),
+            )
+            .await?;
+            if skipped < length as u64 {
+                tracing::warn!("end of stream inside an oversized Content-Length body");
+                return Ok(None);
+            }
+            return Ok(Some(incoming(Framing::ContentLength, Frame::TooBig)));
+        }
+        let mut body = vec![0; length];
+        match self.reader.read_exact(&mut body).await {
+            Ok(_) => Ok(Some(incoming(Framing::ContentLength, Frame::Message(body)))),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                tracing::warn!("end of stream inside a Content-Length body");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads one line, ending in `\n` or `\r\n` or at EOF, keeping at most `max` bytes of it.
+    ///
+    /// A longer line is consumed but not kept, so a huge line never sits in memory.
+    async fn read_line(&mut self, max: usize) -> io::Result<Option<Line>> {
+        let mut line = Vec::new();
+        let mut too_long = false;
+        let mut read_any = false;
+        loop {
+            let buf = self.reader.fill_buf().await?;
+            if buf.is_empty() {
+                break;
+            }
+            read_any = true;
+            let newline = buf.iter().position(|&b| b == b'\n');
+            let chunk = &buf[..newline.unwrap_or(buf.len())];
+            // One extra byte for the `\r` of a `\r\n` ending, which is stripped below.
+            if !too_long && line.len() + chunk.len() > max.saturating_add(1) {
+                too_long = true;
+                line = Vec::new();
+            }
+            if !too_long {
+                line.extend_from_slice(chunk);
+            }
+            let used = newline.map_or(buf.len(), |i| i + 1);
+            self.reader.consume(used);
+            if newline.is_some() {
+                break;
+            }
+        }
+        if !read_any {
+            return Ok(None);
+        }
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        if too_long || line.len() > max {
+            return Ok(Some(Line::TooLong));
+        }
+        Ok(Some(Line::Complete(line)))
+    }
+}
+
+fn incoming(framing: Framing, frame: Frame) -> Incoming {
+    Incoming { framing, frame }
+}
+
+/// The value of header line `line` if its name is `name` (ASCII case-insensitive).
+fn header_value<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let (head, rest) = line.split_at_checked(name.len())?;
+    let rest = rest.strip_prefix(b":")?;
+    head.eq_ignore_ascii_case(name).then_some(rest)
+}
+
+/// Parses a `Content-Length` header value into a byte count.
+fn parse_length(value: &[u8]) -> Result<usize, String> {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("bad Content-Length: {:?}", String::from_utf8_lossy(value)))
+}
+
+/// Frames a reply `body` for the wire.
+pub(super) fn encode(framing: Framing, body: &[u8]) -> Vec<u8> {
+    match framing {
+        Framing::Ndjson => {
+            let mut frame = Vec::with_capacity(body.len() + 1);
+            // A raw line break can only be insignificant whitespace in valid JSON (inside
+            // strings it must be escaped), so replacing it keeps the document and the framing.
+            frame.extend(
+                body.iter()
+                    .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
+            );
+            frame.push(b'\n');
+            frame
+        }
+        Framing::ContentLength => {
+            let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+            frame.extend_from_slice(body);
+            frame
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn read_all(input: &[u8], max_body: usize) -> Vec<Incoming> {
+        futures::executor::block_on(async {
+            let mut reader = FrameReader::new(input, max_body);
+            let mut out = Vec::new();
+            while let Some(msg) = reader.next().await.expect("in-memory reads cannot fail") {
+                out.push(msg);
+            }
+            out
+        })
+    }
+
+    fn message(framing: Framing, body: &str) -> Incoming {
+        incoming(framing, Frame::Message(body.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn detects_framing_per_message() {
+        let input = b"\n{\"a\":1}\r\n  \ncontent-LENGTH: 7\nContent-Type: x\n\n{\"b\":2}Content-Length:2\r\n\r\n{}[1]";
+        assert_eq!(
+            read_all(input, 100),
+            vec![
+                message(Framing::Ndjson, "{\"a\":1}"),
+                message(Framing::ContentLength, "{\"b\":2}"),
+                message(Framing::ContentLength, "{}"),
+                message(Framing::Ndjson, "[1]"),
+            ]
+        );
+    }
+
+    #[test]
+    fn skips_oversized_bodies_in_both_framings() {
+        let input = b"0123456789\nok\nContent-Length: 11\r\n\r\n01234567890ok\n";
+        assert_eq!(
+            read_all(input, 5),
+            vec![
+                incoming(Framing::Ndjson, Frame::TooBig),
+                message(Framing::Ndjson, "ok"),
+                incoming(Framing::ContentLength, Frame::TooBig),
+                message(Framing::Ndjson, "ok"),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_header_is_reported_and_reading_continues() {
+        let out = read_all(b"Content-Length: abc\r\n\r\n{}\n", 100);
+        assert!(matches!(out[0].frame, Frame::BadHeader(_)));
+        assert_eq!(out[1..], [message(Framing::Ndjson, "{}")]);
+    }
+
+    #[test]
+    fn truncated_body_at_eof_is_dropped() {
+        assert_eq!(read_all(b"Content-Length: 10\r\n\r\n{}", 100), vec![]);
+        assert_eq!(read_all(b"Content-Length: 10\r\n", 100), vec![]);
+    }
+
+    #[test]
+    fn ndjson_encoding_never_splits_a_document() {
+        assert_eq!(
+            encode(Framing::Ndjson, b"{\n\"a\":1\r\n}"),
+            b"{ \"a\":1  }\n"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips_json_strings(s in any::<String>(), t in any::<String>()) {
+            let bodies = [serde_json::to_vec(&s)?, serde_json::to_vec(&t)?];
+            for framing in [Framing::Ndjson, Framing::ContentLength] {
+                let wire: Vec<u8> = bodies.iter().flat_map(|b| encode(framing, b)).collect();
+                let expected: Vec<Incoming> = bodies
+                    .iter()
+                    .map(|b| incoming(framing, Frame::Message(b.clone())))
+                    .collect();
+                prop_assert_eq!(read_all(&wire, usize::MAX), expected);
+            }
+        }
+    }
+}

@@ -1,0 +1,562 @@
+//! JSON-RPC 2.0 over a byte stream (stdio, a Unix socket), the way LSP servers speak it.
+//!
+//! jsonrpsee has no stream transport, so this module adds one: [`framing`] cuts the stream
+//! into messages, [`shim`] hands each message to jsonrpsee in memory, and [`serve`] runs
+//! every message in its own task so a slow call never blocks a fast one. Replies go out in
+//! completion order through a single writer, so frames never interleave. LSP-style
+//! `$/cancelRequest` is handled here because jsonrpsee drops client notifications.
+
+mod framing;
+mod shim;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use jsonrpsee::MethodResponse;
+use jsonrpsee::Methods;
+use jsonrpsee::types::error::{ErrorCode, reject_too_big_request};
+use jsonrpsee::types::{ErrorObject, Id};
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use framing::{Frame, FrameReader, Framing, Incoming};
+use shim::Shim;
+
+/// LSP's error code for a request the client cancelled.
+const REQUEST_CANCELLED_CODE: i32 = -32800;
+
+/// Frames waiting for the writer; a full queue makes request tasks wait (backpressure).
+const WRITE_QUEUE: usize = 64;
+
+/// Size limits for one served stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportLimits {
+    /// Largest request body accepted; larger ones are skipped and answered with -32007.
+    pub max_request_bytes: u32,
+    /// Largest reply body jsonrpsee will produce; larger ones become -32008 errors.
+    pub max_response_bytes: u32,
+}
+
+impl Default for TransportLimits {
+    /// 64 MiB each: agents send whole conversations in one request.
+    fn default() -> Self {
+        Self {
+            max_request_bytes: 64 << 20,
+            max_response_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Serves JSON-RPC on one byte stream until `reader` hits EOF, then waits for the requests
+/// still in flight, writes their replies and returns.
+///
+/// Each message may be NDJSON or `Content-Length` framed; its reply uses the same framing.
+/// Returns early with the error if reading or writing the stream fails.
+pub async fn serve<R, W>(
+    reader: R,
+    writer: W,
+    methods: Methods,
+    limits: TransportLimits,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+    let mut writer_task = tokio::spawn(write_frames(writer, rx));
+    let mut conn = Connection {
+        shim: Arc::new(Shim::new(methods, limits)),
+        tx,
+        in_flight: Arc::default(),
+        next_seq: 0,
+    };
+    let mut frames = FrameReader::new(BufReader::new(reader), limits.max_request_bytes as usize);
+    loop {
+        let next = tokio::select! {
+            next = frames.next() => next?,
+            // The writer stops early only when writing failed: nobody reads the replies.
+            written = &mut writer_task => return joined(written),
+        };
+        let Some(Incoming { framing, frame }) = next else {
+            break;
+        };
+        match frame {
+            Frame::Message(body) => conn.dispatch(framing, body).await,
+            Frame::TooBig => {
+                tracing::warn!(
+                    limit = limits.max_request_bytes,
+                    "skipped an oversized message"
+                );
+                let reply = MethodResponse::error(
+                    Id::Null,
+                    reject_too_big_request(limits.max_request_bytes),
+                );
+                conn.send(framing, reply).await;
+            }
+            Frame::BadHeader(why) => {
+                tracing::warn!("{why}");
+                let reply = MethodResponse::error(Id::Null, ErrorCode::ParseError);
+                conn.send(framing, reply).await;
+            }
+        }
+    }
+    // Each request task holds a sender, so the writer drains and ends once all have finished.
+    drop(conn);
+    joined(writer_task.await)
+}
+
+/// Turns a finished writer task into the result of [`serve`].
+fn joined(result: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()> {
+    result.map_err(io::Error::other)?
+}
+
+/// Writes whole frames in the order they are queued, flushing each so the peer sees it now.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) -> io::Result<()> {
+    while let Some(frame) = rx.recv().await {
+        writer.write_all(&frame).await?;
+        writer.flush().await?;
+    }
+    Ok(())
+}
+
+/// The fields of a message needed to route it, borrowed from the message.
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(borrow)]
+    id: Option<Id<'a>>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// An LSP `$/cancelRequest` notification.
+#[derive(Deserialize)]
+struct Cancel<'a> {
+    #[serde(borrow)]
+    params: CancelParams<'a>,
+}
+
+#[derive(Deserialize)]
+struct CancelParams<'a> {
+    #[serde(borrow)]
+    id: Id<'a>,
+}
+
+/// A request that is running and can still be cancelled.
+struct InFlight {
+    /// Tells this request apart from a later one that reuses its id.
+    seq: u64,
+    framing: Framing,
+    abort: AbortHandle,
+}
+
+type InFlightMap = Arc<Mutex<HashMap<Id<'static>, InFlight>>>;
+
+/// State of one served stream, owned by the read loop.
+struct Connection {
+    shim: Arc<Shim>,
+    tx: mpsc::Sender<Vec<u8>>,
+    /// Requests that are running, by id. Whoever removes an entry (the request's task when
+    /// it finishes, or a cancel) is the one that replies, so a request gets exactly one reply.
+    in_flight: InFlightMap,
+    next_seq: u64,
+}
+
+impl Connection {
+    /// Starts processing one message in its own task, or handles it here if it is a cancel.
+    async fn dispatch(&mut self, framing: Framing, body: Vec<u8>) {
+        // A batch or malformed message does not peek; jsonrpsee answers it as a whole.
+        let peek = serde_json::from_slice::<Peek>(&body).ok();
+        let (id, method) = peek.map_or((None, None), |p| (p.id, p.method));
+        tracing::debug!(?method, ?id, ?framing, "message");
+        if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
+            return self.cancel(&body).await;
+        }
+        let id = id.map(Id::into_owned);
+
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let shim = Arc::clone(&self.shim);
+        let tx = self.tx.clone();
+        let in_flight = Arc::clone(&self.in_flight);
+        // Holding the lock while spawning means the task cannot finish and look for its
+        // entry before the entry exists.
+        let mut map = lock(&self.in_flight);
+        // Only the first of several running requests with the same id can be cancelled.
+        let tracked = id.filter(|id| !map.contains_key(id));
+        let key = tracked.clone();
+        let task = tokio::spawn(async move {
+            let reply = shim.call(body).await;
+            if let Some(id) = key {
+                let mut map = lock(&in_flight);
+                if map.get(&id).is_none_or(|entry| entry.seq != seq) {
+                    return; // cancelled, and the cancel has replied
+                }
+                map.remove(&id);
+            }
+            if let Some(reply) = reply {
+                // A closed channel means the writer failed; `serve` reports that.
+                let _ = tx.send(framing::encode(framing, &reply)).await;
+            }
+        });
+        if let Some(id) = tracked {
+            let abort = task.abort_handle();
+            map.insert(
+                id,
+                InFlight {
+                    seq,
+                    framing,
+                    abort,
+                },
+            );
+        }
+    }
+
+    /// Aborts the request named by a `$/cancelRequest` and replies -32800 for it.
+    async fn cancel(&self, body: &[u8]) {
+        let Ok(Cancel { params }) = serde_json::from_slice::<Cancel>(body) else {
+            tracing::warn!("$/cancelRequest without params.id");
+            return;
+        };
+        let id = params.id.into_owned();
+        let Some(entry) = lock(&self.in_flight).remove(&id) else {
+            return; // already answered, or never existed
+        };
+        entry.abort.abort();
+        let error = ErrorObject::borrowed(REQUEST_CANCELLED_CODE, "Request cancelled", None);
+        self.send(entry.framing, MethodResponse::error(id, error))
+            .await;
+    }
+
+    /// Queues a reply produced here rather than by jsonrpsee.
+    async fn send(&self, framing: Framing, reply: MethodResponse) {
+        let body = reply.into_json();
+        // A closed channel means the writer failed; `serve` reports that.
+        let _ = self
+            .tx
+            .send(framing::encode(framing, body.get().as_bytes()))
+            .await;
+    }
+}
+
+fn lock(map: &InFlightMap) -> std::sync::MutexGuard<'_, HashMap<Id<'static>, InFlight>> {
+    // Nothing panics while holding the lock, and the map stays consistent if it did.
+    map.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use jsonrpsee::RpcModule;
+    use jsonrpsee::types::ErrorObjectOwned;
+    use serde_json::{Value, json};
+    use tokio::io::DuplexStream;
+    use tokio::task::JoinHandle;
+
+    use super::*;
+
+    fn methods() -> Methods {
+        let mut module = RpcModule::new(());
+        module
+            .register_method("echo", |params, _, _| params.parse::<Value>())
+            .expect("fresh name");
+        module
+            .register_async_method("sleep", |params, _, _| async move {
+                let ms: u64 = params.one()?;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<_, ErrorObjectOwned>(ms)
+            })
+            .expect("fresh name");
+        module
+            .register_method("fail", |_, _, _| {
+                Err::<(), _>(ErrorObject::owned(4242, "boom", None::<()>))
+            })
+            .expect("fresh name");
+        module.into()
+    }
+
+    /// A peer talking to `serve` over in-memory pipes.
+    struct Client {
+        input: DuplexStream,
+        output: FrameReader<BufReader<DuplexStream>>,
+        server: JoinHandle<io::Result<()>>,
+    }
+
+    fn start(limits: TransportLimits) -> Client {
+        let (input, server_in) = tokio::io::duplex(1 << 16);
+        let (server_out, output) = tokio::io::duplex(1 << 16);
+        Client {
+            input,
+            output: FrameReader::new(BufReader::new(output), usize::MAX),
+            server: tokio::spawn(serve(server_in, server_out, methods(), limits)),
+        }
+    }
+
+    fn call(id: Value, method: &str, params: Value) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    }
+
+    fn notify(method: &str, params: Value) -> String {
+        json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
+    }
+
+    impl Client {
+        async fn send(&mut self, framing: Framing, body: &str) {
+            self.send_raw(&framing::encode(framing, body.as_bytes()))
+                .await;
+        }
+
+        async fn send_raw(&mut self, bytes: &[u8]) {
+            self.input.write_all(bytes).await.expect("pipe open");
+        }
+
+        async fn recv(&mut self) -> (Framing, Value) {
+            let next = tokio::time::timeout(Duration::from_secs(5), self.output.next());
+            let incoming = next.await.expect("reply in time").expect("pipe open");
+            parse(incoming.expect("a reply, not EOF"))
+        }
+
+        /// Closes the input and returns every reply written until `serve` returned.
+        async fn finish(mut self) -> Vec<(Framing, Value)> {
+            drop(self.input);
+            let mut replies = Vec::new();
+            while let Some(incoming) = self.output.next().await.expect("pipe open") {
+                replies.push(parse(incoming));
+            }
+            self.server.await.expect("no panic").expect("serve ok");
+            replies
+        }
+    }
+
+    fn parse(incoming: Incoming) -> (Framing, Value) {
+        let Frame::Message(body) = incoming.frame else {
+            panic!("bad frame {:?}", incoming.frame);
+        };
+        (
+            incoming.framing,
+            serde_json::from_slice(&body).expect("JSON reply"),
+        )
+    }
+
+    fn by_id(mut replies: Vec<(Framing, Value)>) -> Vec<(Framing, Value)> {
+        replies.sort_by_key(|(_, reply)| reply["id"].to_string());
+        replies
+    }
+
+    #[tokio::test]
+    async fn replies_in_the_framing_of_each_request() {
+        let mut client = start(TransportLimits::default());
+        client
+            .send(Framing::Ndjson, &call(json!(1), "echo", json!([1])))
+            .await;
+        client.send_raw(b"\r\n\n").await;
+        let second = call(json!(2), "echo", json!({"a": "b"}));
+        client.send(Framing::ContentLength, &second).await;
+        let third = call(json!(3), "echo", json!(["x\ny"]));
+        client.send_raw(format!("{third}\r\n").as_bytes()).await;
+        let replies = by_id(client.finish().await);
+        assert_eq!(
+            replies,
+            vec![
+                (
+                    Framing::Ndjson,
+                    json!({"jsonrpc": "2.0", "id": 1, "result": [1]})
+                ),
+                (
+                    Framing::ContentLength,
+                    json!({"jsonrpc": "2.0", "id": 2, "result": {"a": "b"}})
+                ),
+                (
+                    Framing::Ndjson,
+                    json!({"jsonrpc": "2.0", "id": 3, "result": ["x\ny"]})
+                ),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn batch_gets_an_array_and_notifications_get_nothing() {
+        let mut client = start(TransportLimits::default());
+        let batch = format!(
+            "[{},{},{}]",
+            call(json!(1), "echo", json!([1])),
+            call(json!(2), "nope", json!([])),
+            notify("echo", json!([3])),
+        );
+        client.send(Framing::ContentLength, &batch).await;
+        for method in ["initialized", "$/setTrace", "exit", "echo"] {
+            client
+                .send(Framing::Ndjson, &notify(method, json!({})))
+                .await;
+        }
+        client
+            .send(Framing::Ndjson, &call(json!(4), "echo", json!([4])))
+            .await;
+        let replies = by_id(client.finish().await);
+        assert_eq!(replies.len(), 2, "{replies:?}");
+        let (framing, array) = &replies[1];
+        assert_eq!(*framing, Framing::ContentLength);
+        assert_eq!(array[0]["result"], json!([1]));
+        assert_eq!(array[1]["error"]["code"], json!(-32601));
+        assert_eq!(replies[0].1["id"], json!(4));
+    }
+
+    #[tokio::test]
+    async fn invalid_messages_get_json_rpc_errors() {
+        let mut client = start(TransportLimits::default());
+        client.send(Framing::Ndjson, "{bad json").await;
+        client.send(Framing::Ndjson, r#"{"foo":1,"id":6}"#).await;
+        client
+            .send(Framing::Ndjson, &call(json!(7), "nope", json!([])))
+            .await;
+        client
+            .send(Framing::Ndjson, &call(json!(8), "fail", json!([])))
+            .await;
+        client
+            .send(Framing::Ndjson, &call(json!(9), "sleep", json!(["x"])))
+            .await;
+        client.send_raw(b"Content-Length: abc\r\n\r\n").await;
+        client
+            .send(Framing::ContentLength, &call(json!(10), "echo", json!([])))
+            .await;
+        let replies = client.finish().await;
+        let codes: Vec<(Value, Value)> = by_id(replies)
+            .into_iter()
+            .map(|(_, r)| (r["id"].clone(), r["error"]["code"].clone()))
+            .collect();
+        assert_eq!(
+            codes,
+            vec![
+                (json!(10), Value::Null),
+                (json!(6), json!(-32600)),
+                (json!(7), json!(-32601)),
+                (json!(8), json!(4242)),
+                (json!(9), json!(-32602)),
+                (Value::Null, json!(-32700)),
+                (Value::Null, json!(-32700)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn fast_reply_overtakes_slow_one() {
+        let mut client = start(TransportLimits::default());
+        client
+            .send(Framing::Ndjson, &call(json!(1), "sleep", json!([300])))
+            .await;
+        client
+            .send(Framing::Ndjson, &call(json!(2), "sleep", json!([10])))
+            .await;
+        assert_eq!(client.recv().await.1["id"], json!(2));
+        assert_eq!(client.recv().await.1["id"], json!(1));
+    }
+
+    #[tokio::test]
+    async fn cancel_request_aborts_the_call() {
+        let mut client = start(TransportLimits::default());
+        client
+            .send(
+                Framing::ContentLength,
+                &call(json!("a"), "sleep", json!([5000])),
+            )
+            .await;
+        client
+            .send(Framing::Ndjson, &call(json!(7), "sleep", json!([5000])))
+            .await;
+        let started = Instant::now();
+        for id in [json!(99), json!("a"), json!(7)] {
+            let cancel = notify("$/cancelRequest", json!({"id": id}));
+            client.send(Framing::Ndjson, &cancel).await;
+        }
+        let cancelled = by_id(vec![client.recv().await, client.recv().await]);
+        let error = json!({"code": -32800, "message": "Request cancelled"});
+        assert_eq!(
+            cancelled,
+            vec![
+                (
+                    Framing::ContentLength,
+                    json!({"jsonrpc": "2.0", "id": "a", "error": error})
+                ),
+                (
+                    Framing::Ndjson,
+                    json!({"jsonrpc": "2.0", "id": 7, "error": error})
+                ),
+            ]
+        );
+        client
+            .send(Framing::Ndjson, &call(json!(8), "echo", json!([])))
+            .await;
+        let rest = client.finish().await;
+        assert_eq!(rest.len(), 1, "{rest:?}");
+        assert_eq!(rest[0].1["id"], json!(8));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn eof_waits_for_requests_in_flight() {
+        let mut client = start(TransportLimits::default());
+        client
+            .send(Framing::Ndjson, &call(json!(1), "sleep", json!([200])))
+            .await;
+        let replies = client.finish().await;
+        assert_eq!(
+            replies,
+            vec![(
+                Framing::Ndjson,
+                json!({"jsonrpc": "2.0", "id": 1, "result": 200})
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn oversized_messages_are_skipped_in_both_framings() {
+        let mut client = start(TransportLimits {
+            max_request_bytes: 1024,
+            max_response_bytes: 512,
+        });
+        let big = call(json!(1), "echo", json!(["x".repeat(2000)]));
+        let too_big = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32007, "message": "Request is too big", "data": "Exceeded max limit of 1024"},
+        });
+        for framing in [Framing::Ndjson, Framing::ContentLength] {
+            client.send(framing, &big).await;
+            assert_eq!(client.recv().await, (framing, too_big.clone()));
+            client
+                .send(framing, &call(json!(2), "echo", json!([2])))
+                .await;
+            assert_eq!(
+                client.recv().await,
+                (framing, json!({"jsonrpc": "2.0", "id": 2, "result": [2]}))
+            );
+        }
+        let long_reply = call(json!(3), "echo", json!(["x".repeat(800)]));
+        client.send(Framing::Ndjson, &long_reply).await;
+        assert_eq!(client.recv().await.1["error"]["code"], json!(-32008));
+    }
+    #[tokio::test]
+    async fn write_failure_ends_serve_with_the_error() {
+        let Client {
+            mut input,
+            output,
+            server,
+        } = start(TransportLimits::default());
+        drop(output);
+        let request = call(json!(1), "echo", json!([]));
+        let frame = framing::encode(Framing::Ndjson, request.as_bytes());
+        input.write_all(&frame).await.expect("pipe open");
+        let result = tokio::time::timeout(Duration::from_secs(5), server).await;
+        let error = result
+            .expect("serve returns")
+            .expect("no panic")
+            .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe);
+    }
+}

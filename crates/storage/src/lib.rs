@@ -1,0 +1,22 @@
+//! Satchel's durable state, and the only crate besides the binary that touches the disk.
+//!
+//! Everything lives under one workspace directory:
+//! - `tool_result/<uuid>.txt`: full texts of offloaded tool results, content-addressed so
+//!   identical content is stored once, swept after `offload_retention_days` unless referenced;
+//! - `sessions/<id>.jsonl`: one append-only log per session, so a restart (even after
+//!   `kill -9`) loses no session;
+//! - `config.json`: optional configuration file.
+//!
+//! Files are written atomically (temp + rename) and appends are fsync'd before a call returns.
+
+mod durable;
+mod error;
+mod offload;
+mod sessions;
+mod workspace;
+
+pub use durable::{append_durable, write_atomic};
+pub use error::StorageError;
+pub use offload::{OffloadStore, SavedText, SweepReport};
+pub use sessions::{SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload};
+pub use workspace::Workspace;

@@ -1,0 +1,132 @@
+//! Offloaded tool results: content-addressed text files with a reference-aware TTL sweep.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::durable::write_atomic;
+use crate::error::{StorageError, io};
+use crate::workspace::{TOOL_RESULT_DIR, Workspace};
+
+/// Fixed namespace of the v5 uuids naming offload files; changing it would orphan every file.
+const OFFLOAD_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x5a7c_4e1b_0f3d_4c2a_9e8b_71d6_3f20_a1c9);
+
+/// Where a text was saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedText {
+    /// Workspace-relative path, as shown to the agent (`tool_result/<uuid>.txt`).
+    pub rel_path: String,
+    /// False when identical content was already stored.
+    pub newly_written: bool,
+}
+
+/// What a sweep removed and kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Expired files deleted.
+    pub removed: usize,
+    /// Expired files kept because a session refers to them.
+    pub kept_referenced: usize,
+}
+
+/// The `tool_result/` directory.
+#[derive(Debug, Clone)]
+pub struct OffloadStore {
+    dir: PathBuf,
+}
+
+impl OffloadStore {
+    /// The offload store of a workspace.
+    pub fn new(workspace: &Workspace) -> Self {
+        OffloadStore { dir: workspace.root().join(TOOL_RESULT_DIR) }
+    }
+
+    /// Saves a full text and returns its path. The name is a v5 uuid of the content, so the
+    /// same output offloaded twice (or by two sessions) is one file. An existing file gets its
+    /// mtime refreshed, so the retention clock restarts for content that is in use again.
+    pub fn save(&self, text: &str) -> Result<SavedText, StorageError> {
+        let name = format!("{}.txt", uuid::Uuid::new_v5(&OFFLOAD_NAMESPACE, text.as_bytes()).simple());
+        let path = self.dir.join(&name);
+        let rel_path = format!("{TOOL_RESULT_DIR}/{name}");
+        if let Ok(meta) = fs::metadata(&path)
+            && meta.len() == text.len() as u64
+        {
+            let _ = fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(SystemTime::now()));
+            return Ok(SavedText { rel_path, newly_written: false });
+        }
+        write_atomic(&path, text.as_bytes())?;
+        Ok(SavedText { rel_path, newly_written: true })
+    }
+
+    /// Reads a stored text back by its workspace-relative path.
+    pub fn load(&self, rel_path: &str) -> Result<String, StorageError> {
+        let name = rel_path.strip_prefix(&format!("{TOOL_RESULT_DIR}/")).unwrap_or(rel_path);
+        let path = self.dir.join(name);
+        fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => StorageError::NotFound(rel_path.to_owned()),
+            _ => StorageError::Io { op: "read", path: path.clone(), source: e },
+        })
+    }
+
+    /// Removes files last written more than `retention` before `now`, except those in
+    /// `referenced` (workspace-relative paths still quoted by a session). `now` is injected so
+    /// tests need no sleeping.
+    pub fn sweep(&self, now: SystemTime, retention: Duration, referenced: &HashSet<String>) -> Result<SweepReport, StorageError> {
+        let mut report = SweepReport::default();
+        let cutoff = now.checked_sub(retention).unwrap_or(SystemTime::UNIX_EPOCH);
+        for entry in fs::read_dir(&self.dir).map_err(io("read dir", &self.dir))? {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".txt") {
+                continue;
+            }
+            let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else { continue };
+            if modified >= cutoff {
+                continue;
+            }
+            if referenced.contains(&format!("{TOOL_RESULT_DIR}/{name}")) {
+                report.kept_referenced += 1;
+            } else if fs::remove_file(entry.path()).is_ok() {
+                report.removed += 1;
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_content_is_stored_once_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffloadStore::new(&Workspace::open(dir.path()).unwrap());
+        let a = store.save("héllo\nworld").unwrap();
+        let b = store.save("héllo\nworld").unwrap();
+        assert!(a.newly_written && !b.newly_written);
+        assert_eq!(a.rel_path, b.rel_path);
+        assert_ne!(store.save("other").unwrap().rel_path, a.rel_path);
+        assert_eq!(store.load(&a.rel_path).unwrap(), "héllo\nworld");
+    }
+
+    #[test]
+    fn sweep_removes_only_expired_unreferenced_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OffloadStore::new(&Workspace::open(dir.path()).unwrap());
+        let kept = store.save("referenced").unwrap().rel_path;
+        let gone = store.save("unreferenced").unwrap().rel_path;
+        let day = Duration::from_secs(86_400);
+        let referenced = HashSet::from([kept.clone()]);
+
+        let fresh = store.sweep(SystemTime::now(), 5 * day, &referenced).unwrap();
+        assert_eq!(fresh, SweepReport::default());
+
+        let later = SystemTime::now() + 6 * day;
+        let report = store.sweep(later, 5 * day, &referenced).unwrap();
+        assert_eq!(report, SweepReport { removed: 1, kept_referenced: 1 });
+        assert!(store.load(&kept).is_ok());
+        assert!(matches!(store.load(&gone), Err(StorageError::NotFound(_))));
+    }
+}

@@ -1,0 +1,229 @@
+//! Session logs: one append-only JSONL file per session, replayed on load.
+//!
+//! Appending is the only write, so an acknowledged `context.prepare` is on disk before its
+//! reply and `kill -9` at any point leaves a prefix of whole records (a torn last line is
+//! dropped on load). Even a client that rewrites its history only appends a `truncate`
+//! record: replaced messages stay in the log.
+
+use std::collections::HashSet;
+use std::fs::{self, OpenOptions};
+use std::path::PathBuf;
+
+use satchel_protocol::MessageFormat;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::durable::append_durable;
+use crate::error::{StorageError, io};
+use crate::workspace::{SESSIONS_DIR, Workspace};
+
+/// A tool-result text whose full content lives in an offload file; in the stored message the
+/// string at `pointer` is emptied to keep the log small.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredOffload {
+    /// JSON pointer of the text inside the message.
+    pub pointer: String,
+    /// Workspace-relative offload file.
+    pub file: String,
+    /// Size of the full text.
+    pub total_bytes: usize,
+    /// Lines of the full text.
+    pub total_lines: usize,
+}
+
+/// One message of a session as persisted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    /// Hash of the message as the client sent it, to recognise it when sent again.
+    pub hash: String,
+    /// The message, with offloaded texts emptied.
+    pub message: Value,
+    /// The offloaded texts of this message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offloads: Vec<StoredOffload>,
+}
+
+/// One line of a session log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+pub enum SessionRecord {
+    /// The session's message format became known.
+    Format {
+        /// The format.
+        format: MessageFormat,
+    },
+    /// A message entered the session.
+    Message(StoredMessage),
+    /// The client's history diverged: only the first `keep` messages remain in the session.
+    Truncate {
+        /// Messages kept.
+        keep: usize,
+    },
+}
+
+/// A session as replayed from its log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionLog {
+    /// Format, once detected or declared.
+    pub format: Option<MessageFormat>,
+    /// Current messages, in order.
+    pub messages: Vec<StoredMessage>,
+}
+
+/// The `sessions/` directory.
+#[derive(Debug, Clone)]
+pub struct SessionStore {
+    dir: PathBuf,
+}
+
+impl SessionStore {
+    /// The session store of a workspace.
+    pub fn new(workspace: &Workspace) -> Self {
+        SessionStore { dir: workspace.root().join(SESSIONS_DIR) }
+    }
+
+    /// Checks that a client-supplied id is a safe, portable file name.
+    pub fn validate_id(id: &str) -> Result<(), StorageError> {
+        let ok = (1..=128).contains(&id.len())
+            && !id.starts_with('.')
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if ok { Ok(()) } else { Err(StorageError::InvalidSessionId(id.to_owned())) }
+    }
+
+    fn path(&self, id: &str) -> Result<PathBuf, StorageError> {
+        Self::validate_id(id)?;
+        Ok(self.dir.join(format!("{id}.jsonl")))
+    }
+
+    /// Replays a session's log; `None` when the session does not exist.
+    pub fn load(&self, id: &str) -> Result<Option<SessionLog>, StorageError> {
+        let path = self.path(id)?;
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StorageError::Io { op: "read", path, source: e }),
+        };
+        let (records, whole_len) = parse_records(&bytes).map_err(|message| StorageError::Corrupt { path: path.clone(), message })?;
+        if whole_len < bytes.len() {
+            // A crash tore the last append; it was never acknowledged, so dropping it is exact.
+            tracing::warn!(path = %path.display(), dropped = bytes.len() - whole_len, "dropping torn tail of session log");
+            let file = OpenOptions::new().write(true).open(&path).map_err(io("open", &path))?;
+            file.set_len(whole_len as u64).map_err(io("truncate", &path))?;
+            file.sync_all().map_err(io("fsync", &path))?;
+        }
+        let mut log = SessionLog::default();
+        for record in records {
+            match record {
+                SessionRecord::Format { format } => log.format = Some(format),
+                SessionRecord::Message(m) => log.messages.push(m),
+                SessionRecord::Truncate { keep } => log.messages.truncate(keep),
+            }
+        }
+        Ok(Some(log))
+    }
+
+    /// Appends records with one write and one fsync.
+    pub fn append(&self, id: &str, records: &[SessionRecord]) -> Result<(), StorageError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let path = self.path(id)?;
+        let mut buf = Vec::new();
+        for record in records {
+            serde_json::to_writer(&mut buf, record).map_err(|e| StorageError::Corrupt { path: path.clone(), message: e.to_string() })?;
+            buf.push(b'\n');
+        }
+        append_durable(&path, &buf)
+    }
+
+    /// Ids of all stored sessions.
+    pub fn list(&self) -> Result<Vec<String>, StorageError> {
+        let mut ids: Vec<String> = fs::read_dir(&self.dir)
+            .map_err(io("read dir", &self.dir))?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".jsonl").map(str::to_owned))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Every offload file any session log refers to, including messages a client later
+    /// replaced: the TTL sweep must never delete what a log still points at.
+    pub fn referenced_files(&self) -> Result<HashSet<String>, StorageError> {
+        let mut files = HashSet::new();
+        for id in self.list()? {
+            let path = self.path(&id)?;
+            let bytes = fs::read(&path).map_err(io("read", &path))?;
+            let (records, _) = parse_records(&bytes).map_err(|message| StorageError::Corrupt { path, message })?;
+            for record in records {
+                if let SessionRecord::Message(m) = record {
+                    files.extend(m.offloads.into_iter().map(|o| o.file));
+                }
+            }
+        }
+        Ok(files)
+    }
+}
+
+/// Parses whole lines; returns the records and the byte length of the well-formed prefix.
+/// Only the final line may be torn (no trailing newline); anything else malformed is corruption.
+fn parse_records(bytes: &[u8]) -> Result<(Vec<SessionRecord>, usize), String> {
+    let mut records = Vec::new();
+    let mut offset = 0;
+    while offset < bytes.len() {
+        let Some(len) = bytes[offset..].iter().position(|&b| b == b'\n') else {
+            break; // torn tail
+        };
+        let line = &bytes[offset..offset + len];
+        if !line.is_empty() {
+            let record = serde_json::from_slice(line).map_err(|e| format!("line at byte {offset}: {e}"))?;
+            records.push(record);
+        }
+        offset += len + 1;
+    }
+    Ok((records, offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn msg(text: &str) -> SessionRecord {
+        SessionRecord::Message(StoredMessage { hash: text.into(), message: json!({"role": "user", "content": text}), offloads: vec![] })
+    }
+
+    #[test]
+    fn replays_appends_and_truncations() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        assert_eq!(store.load("s1").unwrap(), None);
+        store.append("s1", &[SessionRecord::Format { format: MessageFormat::Anthropic }, msg("a"), msg("b")]).unwrap();
+        store.append("s1", &[SessionRecord::Truncate { keep: 1 }, msg("c")]).unwrap();
+        let log = store.load("s1").unwrap().unwrap();
+        assert_eq!(log.format, Some(MessageFormat::Anthropic));
+        assert_eq!(log.messages.iter().map(|m| m.hash.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(store.list().unwrap(), ["s1"]);
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_and_log_stays_appendable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        store.append("s", &[msg("a")]).unwrap();
+        let path = dir.path().join("sessions/s.jsonl");
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"{\"record\":\"message\",\"ha");
+        fs::write(&path, bytes).unwrap();
+        assert_eq!(store.load("s").unwrap().unwrap().messages.len(), 1);
+        store.append("s", &[msg("b")]).unwrap();
+        assert_eq!(store.load("s").unwrap().unwrap().messages.len(), 2);
+    }
+
+    #[test]
+    fn rejects_ids_that_are_not_plain_file_names() {
+        for bad in ["", "../x", "a/b", ".hidden", &"x".repeat(129)] {
+            assert!(SessionStore::validate_id(bad).is_err(), "{bad}");
+        }
+        assert!(SessionStore::validate_id("editor-1.session_A").is_ok());
+    }
+}
