@@ -7,6 +7,7 @@
 
 pub mod format;
 pub mod offload;
+pub mod render;
 pub mod slice;
 pub mod tokens;
 pub mod truncate;

@@ -4,6 +4,8 @@
 //! (plain, Markdown, `read_file`-like), must its full text go to a file when it enters, and what
 //! byte limit applies in the message's current phase (recent or old).
 
+use std::borrow::Borrow;
+
 use satchel_protocol::{Config, MessageFormat, Phase};
 use serde_json::Value;
 
@@ -100,8 +102,8 @@ pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> boo
 /// Index of the first message of the recent window: the last `recent_n` messages, widened to
 /// the whole trailing run of tool-result messages (parallel calls answered together stay
 /// recent together, as in the peer).
-pub fn recent_start(messages: &[Value], format: MessageFormat, recent_n: usize) -> usize {
-    let trailing_results = messages.iter().rev().take_while(|m| has_tool_result(m, format)).count();
+pub fn recent_start<M: Borrow<Value>>(messages: &[M], format: MessageFormat, recent_n: usize) -> usize {
+    let trailing_results = messages.iter().rev().take_while(|m| has_tool_result((*m).borrow(), format)).count();
     messages.len().saturating_sub(trailing_results.max(recent_n))
 }
 

@@ -114,7 +114,11 @@ pub fn render_excerpt(
     file: &FileRef<'_>,
 ) -> Option<Excerpt> {
     // Only the O(1) part of the stats can be checked without defeating their purpose.
-    debug_assert_eq!(stats.total_bytes, text.len(), "stats belong to another text");
+    debug_assert_eq!(
+        stats.total_bytes,
+        text.len(),
+        "stats belong to another text"
+    );
     // Slicing decisions use `text.len()` so that stale stats can only skew the notice.
     let len = text.len();
     if len <= limits.max_bytes.saturating_add(limits.slack_bytes) {

@@ -110,7 +110,7 @@ impl Config {
                 "must be in (0, 1] and below compact_threshold_ratio".into(),
             ));
         }
-        if !(self.token_count_estimate_divisor >= 1.0 && self.token_count_estimate_divisor <= 10.0) {
+        if !(1.0..=10.0).contains(&self.token_count_estimate_divisor) {
             return Err(("token_count_estimate_divisor", "must be in [1, 10]".into()));
         }
         if !(0.0..=0.5).contains(&self.pruning_tail_ratio) {
@@ -131,7 +131,7 @@ impl Config {
                 "must not be below markdown_old_msg_max_bytes".into(),
             ));
         }
-        if !(self.offload_retention_days > 0.0) {
+        if self.offload_retention_days.is_nan() || self.offload_retention_days <= 0.0 {
             return Err(("offload_retention_days", "must be positive".into()));
         }
         if self.dialog_path.is_empty() || self.dialog_path.contains("..") || self.dialog_path.starts_with('/') {

@@ -23,7 +23,9 @@ use serde_json::Value;
 
 use crate::config::apply_overrides;
 use crate::error::RpcError;
-use crate::session::{Entry, OffloadedText, Session, format_or_default, message_hash};
+use satchel_core::render::OffloadedText;
+
+use crate::session::{Entry, Session, format_or_default, message_hash};
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;

@@ -6,27 +6,14 @@
 //! original and the message's position, so the second truncation phase is just a smaller
 //! limit applied to the same original: nothing is ever cut from what satchel keeps.
 
-use satchel_core::format::{self, MessageFormat, ToolCall};
-use satchel_core::offload::{self, ResultKind};
+use satchel_core::format::MessageFormat;
+use satchel_core::offload::recent_start;
+use satchel_core::render::{OffloadedText, RenderedText, render_message};
 use satchel_core::tokens::TokenCounter;
-use satchel_core::truncate::{FileRef, TextStats, render_excerpt};
 use satchel_protocol::{Config, Phase};
 use satchel_storage::{StoredMessage, StoredOffload};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-/// A tool-result text whose full content is in an offload file.
-#[derive(Debug, Clone)]
-pub struct OffloadedText {
-    /// JSON pointer of the text inside the message.
-    pub pointer: String,
-    /// Workspace-relative offload file.
-    pub file: String,
-    /// Size and line count of the full text, for O(limit) rendering.
-    pub stats: TextStats,
-    /// The call that produced the result, to classify it under the config in force.
-    pub call: Option<ToolCall>,
-}
 
 /// One message of a session.
 #[derive(Debug, Clone)]
@@ -72,19 +59,6 @@ impl Entry {
     }
 }
 
-/// How one offloaded text is shown in a given phase.
-#[derive(Debug, Clone)]
-pub struct RenderedText {
-    /// JSON pointer inside the message.
-    pub pointer: String,
-    /// Offload file.
-    pub file: String,
-    /// Bytes of the original kept, when truncated.
-    pub kept_bytes: Option<usize>,
-    /// Size of the full text.
-    pub total_bytes: usize,
-}
-
 /// The messages of one session.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -127,7 +101,7 @@ impl Session {
                     || (!entry.offloaded.is_empty()
                         && [Phase::Recent, Phase::Old]
                             .into_iter()
-                            .any(|phase| &render_message(entry, phase, config).0 == *message))
+                            .any(|phase| &render_message(&entry.message, &entry.offloaded, phase, config).0 == *message))
             })
             .count()
     }
@@ -136,12 +110,12 @@ impl Session {
     pub fn render(&self, config: &Config) -> (Vec<Value>, Vec<(usize, Phase, Vec<RenderedText>)>) {
         let format = format_or_default(self.format);
         let values: Vec<&Value> = self.messages().collect();
-        let recent_start = recent_start_of(&values, format, config.pruning_recent_n);
+        let recent_start = recent_start(&values, format, config.pruning_recent_n);
         let mut out = Vec::with_capacity(self.entries.len());
         let mut truncated = Vec::new();
         for (index, entry) in self.entries.iter().enumerate() {
             let phase = if index >= recent_start { Phase::Recent } else { Phase::Old };
-            let (message, texts) = render_message(entry, phase, config);
+            let (message, texts) = render_message(&entry.message, &entry.offloaded, phase, config);
             if texts.iter().any(|t| t.kept_bytes.is_some()) {
                 truncated.push((index, phase, texts));
             }
@@ -168,7 +142,7 @@ impl Session {
         }
         let format = format_or_default(self.format);
         let values: Vec<&Value> = self.messages().collect();
-        let recent_start = recent_start_of(&values, format, config.pruning_recent_n);
+        let recent_start = recent_start(&values, format, config.pruning_recent_n);
         self.entries
             .iter_mut()
             .zip(rendered)
@@ -180,44 +154,4 @@ impl Session {
             })
             .collect()
     }
-}
-
-fn recent_start_of(messages: &[&Value], format: MessageFormat, recent_n: usize) -> usize {
-    let trailing = messages.iter().rev().take_while(|m| format::has_tool_result(m, format)).count();
-    messages.len().saturating_sub(trailing.max(recent_n))
-}
-
-/// Classifies an offloaded text under `config`.
-pub fn kind_of(text: &OffloadedText, config: &Config) -> ResultKind {
-    offload::classify(text.call.as_ref(), config)
-}
-
-/// Renders one message in `phase`: offloaded texts become excerpts where their limit requires.
-pub fn render_message(entry: &Entry, phase: Phase, config: &Config) -> (Value, Vec<RenderedText>) {
-    if entry.offloaded.is_empty() {
-        return (entry.message.clone(), Vec::new());
-    }
-    let mut message = entry.message.clone();
-    let mut texts = Vec::with_capacity(entry.offloaded.len());
-    for text in &entry.offloaded {
-        let limits = offload::excerpt_limits(kind_of(text, config), phase, config);
-        let slot = message.pointer_mut(&text.pointer);
-        let excerpt = match (limits, slot) {
-            (Some(limits), Some(Value::String(full))) => {
-                render_excerpt(full, &text.stats, &limits, &FileRef { path: &text.file }).map(|excerpt| {
-                    let kept = excerpt.head_bytes + excerpt.tail.map_or(0, |t| t.bytes);
-                    *full = excerpt.text;
-                    kept
-                })
-            }
-            _ => None,
-        };
-        texts.push(RenderedText {
-            pointer: text.pointer.clone(),
-            file: text.file.clone(),
-            kept_bytes: excerpt,
-            total_bytes: text.stats.total_bytes,
-        });
-    }
-    (message, texts)
 }

@@ -1,0 +1,204 @@
+//! Rendering a message request-ready: its offloaded texts become excerpts sized for the
+//! phase the message is in.
+//!
+//! Rendering always starts from the original message, so it is idempotent and the second
+//! phase is just a smaller limit applied to the same original. Only the strings at the
+//! offloaded pointers change; every other field, and the order and number of messages, is
+//! untouched, which is why tool calls stay paired with their results.
+
+use satchel_protocol::{Config, Phase};
+use serde_json::Value;
+
+use crate::format::ToolCall;
+use crate::offload::{self, ResultKind};
+use crate::truncate::{FileRef, TextStats, render_excerpt};
+
+/// A tool-result text whose full content is in an offload file.
+#[derive(Debug, Clone)]
+pub struct OffloadedText {
+    /// JSON pointer of the text inside the message.
+    pub pointer: String,
+    /// Workspace-relative offload file.
+    pub file: String,
+    /// Size and line count of the full text, for O(limit) rendering.
+    pub stats: TextStats,
+    /// The call that produced the result, to classify it under the config in force.
+    pub call: Option<ToolCall>,
+}
+
+/// How one offloaded text is shown in a given phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedText {
+    /// JSON pointer inside the message.
+    pub pointer: String,
+    /// Offload file.
+    pub file: String,
+    /// Bytes of the original kept, when truncated.
+    pub kept_bytes: Option<usize>,
+    /// Size of the full text.
+    pub total_bytes: usize,
+}
+
+/// Classifies an offloaded text under `config`.
+pub fn kind_of(text: &OffloadedText, config: &Config) -> ResultKind {
+    offload::classify(text.call.as_ref(), config)
+}
+
+/// Renders one message in `phase`: offloaded texts become excerpts where their limit requires.
+pub fn render_message(original: &Value, offloaded: &[OffloadedText], phase: Phase, config: &Config) -> (Value, Vec<RenderedText>) {
+    let mut message = original.clone();
+    let mut texts = Vec::with_capacity(offloaded.len());
+    for text in offloaded {
+        let limits = offload::excerpt_limits(kind_of(text, config), phase, config);
+        let slot = message.pointer_mut(&text.pointer);
+        let excerpt = match (limits, slot) {
+            (Some(limits), Some(Value::String(full))) => {
+                render_excerpt(full, &text.stats, &limits, &FileRef { path: &text.file }).map(|excerpt| {
+                    let kept = excerpt.head_bytes + excerpt.tail.map_or(0, |t| t.bytes);
+                    *full = excerpt.text;
+                    kept
+                })
+            }
+            _ => None,
+        };
+        texts.push(RenderedText {
+            pointer: text.pointer.clone(),
+            file: text.file.clone(),
+            kept_bytes: excerpt,
+            total_bytes: text.stats.total_bytes,
+        });
+    }
+    (message, texts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{self, MessageFormat, check_pairs, result_texts};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// A random conversation: user turns, assistant turns with 0-3 parallel calls (some to
+    /// `read_file` of `.md`/`.rs` files), results of random sizes with multi-byte text.
+    fn conversation(format: MessageFormat) -> impl Strategy<Value = Vec<Value>> {
+        let turn = (0usize..4, prop::collection::vec((0usize..3, 0usize..12_000, any::<bool>()), 0..4));
+        prop::collection::vec(turn, 1..8).prop_map(move |turns| {
+            let mut messages = vec![json!({"role": "user", "content": "start", "x-client": 1})];
+            let mut next_id = 0;
+            for (seed, calls) in turns {
+                let made: Vec<(String, &str, String, String)> = calls
+                    .iter()
+                    .map(|(tool, size, lines)| {
+                        next_id += 1;
+                        let (name, arg) = [("bash", "make test"), ("read_file", "docs/GUIDE.md"), ("read_file", "src/main.rs")][*tool];
+                        let unit = if *lines { "log línea ✓ 日本\n" } else { "x€" };
+                        let text: String = unit.repeat(size / unit.len() + seed);
+                        (format!("call_{next_id}"), name, arg.to_owned(), text)
+                    })
+                    .collect();
+                match format {
+                    MessageFormat::Openai => {
+                        let tool_calls: Vec<Value> = made.iter().map(|(id, name, arg, _)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": json!({"path": arg}).to_string()}})).collect();
+                        messages.push(json!({"role": "assistant", "content": "thinking", "tool_calls": tool_calls, "reasoning": "r"}));
+                        for (id, _, _, text) in &made {
+                            messages.push(json!({"role": "tool", "tool_call_id": id, "content": text, "name": "kept"}));
+                        }
+                    }
+                    MessageFormat::Anthropic => {
+                        let mut blocks = vec![json!({"type": "text", "text": "thinking"})];
+                        blocks.extend(made.iter().map(|(id, name, arg, _)| json!({"type": "tool_use", "id": id, "name": name, "input": {"path": arg}})));
+                        messages.push(json!({"role": "assistant", "content": blocks}));
+                        if !made.is_empty() {
+                            let results: Vec<Value> = made.iter().map(|(id, _, _, text)| json!({"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": text}], "cache_control": {"type": "ephemeral"}})).collect();
+                            messages.push(json!({"role": "user", "content": results}));
+                        }
+                    }
+                }
+                messages.push(json!({"role": "user", "content": format!("turn {seed}")}));
+            }
+            messages
+        })
+    }
+
+    /// What the daemon does on entry: every text that may need cutting is offloaded.
+    fn offload_all(messages: &[Value], format: MessageFormat, config: &Config) -> Vec<Vec<OffloadedText>> {
+        messages
+            .iter()
+            .enumerate()
+            .map(|(index, message)| {
+                result_texts(message, format)
+                    .into_iter()
+                    .filter_map(|t| {
+                        let full = message.pointer(&t.pointer)?.as_str()?;
+                        let call = t.call_id.as_deref().and_then(|id| format::find_call(messages, index, id, format));
+                        offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config).then(|| OffloadedText {
+                            file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
+                            stats: TextStats::of(full),
+                            pointer: t.pointer,
+                            call,
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn check(messages: Vec<Value>, format: MessageFormat, recent_n: usize) -> Result<(), TestCaseError> {
+        let config = Config { pruning_recent_n: recent_n, pruning_recent_msg_max_bytes: 6_000, pruning_old_msg_max_bytes: 1_000, markdown_recent_msg_max_bytes: 9_000, markdown_old_msg_max_bytes: 4_000, ..Config::default() };
+        prop_assert_eq!(check_pairs(&messages, format), Ok(()));
+        let offloaded = offload_all(&messages, format, &config);
+        let recent_start = offload::recent_start(&messages, format, recent_n);
+        let render = || -> Vec<(Value, Vec<RenderedText>)> {
+            messages.iter().zip(&offloaded).enumerate().map(|(i, (m, o))| {
+                render_message(m, o, if i >= recent_start { Phase::Recent } else { Phase::Old }, &config)
+            }).collect()
+        };
+        let rendered = render();
+        prop_assert_eq!(&rendered, &render(), "rendering is deterministic");
+        let values: Vec<Value> = rendered.iter().map(|(m, _)| m.clone()).collect();
+        prop_assert_eq!(values.len(), messages.len());
+        prop_assert_eq!(check_pairs(&values, format), Ok(()), "pairs survive rendering");
+        for (index, ((original, offloads), (shown, texts))) in messages.iter().zip(&offloaded).zip(&rendered).enumerate() {
+            // Outside the offloaded strings, the message is byte-identical.
+            let mut masked_original = original.clone();
+            let mut masked_shown = shown.clone();
+            for o in offloads {
+                *masked_original.pointer_mut(&o.pointer).unwrap() = Value::Null;
+                *masked_shown.pointer_mut(&o.pointer).unwrap() = Value::Null;
+            }
+            prop_assert_eq!(masked_original, masked_shown);
+            for (o, t) in offloads.iter().zip(texts) {
+                let full = original.pointer(&o.pointer).unwrap().as_str().unwrap();
+                let seen = shown.pointer(&o.pointer).unwrap().as_str().unwrap();
+                let phase = if index >= recent_start { Phase::Recent } else { Phase::Old };
+                let limit = offload::max_bytes(offload::classify(o.call.as_ref(), &config), phase, &config);
+                match t.kept_bytes {
+                    None => prop_assert_eq!(seen, full, "an untruncated text is the original"),
+                    Some(kept) => {
+                        prop_assert!(kept <= limit.unwrap());
+                        prop_assert!(seen.contains(&o.file), "the notice names the file");
+                        // The excerpt starts with a prefix of the original that the file completes.
+                        let head = crate::truncate::render_excerpt(full, &o.stats, &offload::excerpt_limits(offload::classify(o.call.as_ref(), &config), phase, &config).unwrap(), &FileRef { path: &o.file }).unwrap();
+                        prop_assert!(seen.starts_with(&full[..head.head_bytes]));
+                        prop_assert_eq!(format!("{}{}", &full[..head.head_bytes], &full[head.next_byte_offset..]), full);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn openai_rendering_keeps_pairs_fields_and_limits(messages in conversation(MessageFormat::Openai), recent_n in 0usize..4) {
+            check(messages, MessageFormat::Openai, recent_n)?;
+        }
+
+        #[test]
+        fn anthropic_rendering_keeps_pairs_fields_and_limits(messages in conversation(MessageFormat::Anthropic), recent_n in 0usize..4) {
+            check(messages, MessageFormat::Anthropic, recent_n)?;
+        }
+    }
+}
