@@ -156,14 +156,18 @@ fn push_texts(content: Option<&Value>, base: &str, text_key: &str, call_id: &Opt
     }
 }
 
-/// Finds the call a result answers, searching back from `before` (exclusive).
+/// Finds the call a result answers in `earlier`, the messages before it, newest first.
 ///
 /// Results answer the nearest preceding assistant message, so the search stops at the first
-/// assistant message that makes the call; it is O(distance), which is a handful of messages.
-pub fn find_call(messages: &[Value], before: usize, call_id: &str, format: MessageFormat) -> Option<ToolCall> {
-    messages[..before.min(messages.len())]
-        .iter()
-        .rev()
+/// assistant message that makes the call: O(distance), a handful of messages. Taking an
+/// iterator lets callers search history that is split across containers without copying it.
+pub fn find_call<'a>(
+    earlier: impl IntoIterator<Item = &'a Value>,
+    call_id: &str,
+    format: MessageFormat,
+) -> Option<ToolCall> {
+    earlier
+        .into_iter()
         .filter(|m| role(m) == Some("assistant"))
         .find_map(|m| tool_calls(m, format).into_iter().find(|c| c.id == call_id))
 }
@@ -259,7 +263,7 @@ mod tests {
         let m = openai();
         let texts: Vec<_> = (0..m.len()).flat_map(|i| result_texts(&m[i], MessageFormat::Openai)).collect();
         assert_eq!(texts.iter().map(|t| t.pointer.as_str()).collect::<Vec<_>>(), ["/content", "/content/0/text"]);
-        let call = find_call(&m, 3, "c2", MessageFormat::Openai).unwrap();
+        let call = find_call(m[..3].iter().rev(), "c2", MessageFormat::Openai).unwrap();
         assert_eq!(call.name, "read_file");
         assert!(call.arguments.contains("README.md"));
 
@@ -267,7 +271,7 @@ mod tests {
         let texts = result_texts(&a[2], MessageFormat::Anthropic);
         assert_eq!(texts[0].pointer, "/content/0/content/0/text");
         assert_eq!(a[2].pointer(&texts[0].pointer).and_then(Value::as_str), Some("a\nb"));
-        assert_eq!(find_call(&a, 2, "t1", MessageFormat::Anthropic).unwrap().arguments, r#"{"command":"ls"}"#);
+        assert_eq!(find_call(a[..2].iter().rev(), "t1", MessageFormat::Anthropic).unwrap().arguments, r#"{"command":"ls"}"#);
     }
 
     #[test]

@@ -130,7 +130,7 @@ mod tests {
                     .into_iter()
                     .filter_map(|t| {
                         let full = message.pointer(&t.pointer)?.as_str()?;
-                        let call = t.call_id.as_deref().and_then(|id| format::find_call(messages, index, id, format));
+                        let call = t.call_id.as_deref().and_then(|id| format::find_call(messages[..index].iter().rev(), id, format));
                         offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config).then(|| OffloadedText {
                             file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
                             stats: TextStats::of(full),

@@ -143,15 +143,15 @@ impl Daemon {
             records.push(SessionRecord::Truncate { keep });
         }
         let processing_format = format_or_default(format);
-        let mut history: Vec<Value> = session.entries[..keep].iter().map(|e| e.message.clone()).collect();
         let mut new_entries = Vec::with_capacity(new_messages.len());
         let mut actions = Vec::new();
-        for (message, hash) in new_messages.iter().zip(new_hashes) {
-            let index = history.len();
+        for (position, (message, hash)) in new_messages.iter().zip(new_hashes).enumerate() {
+            let index = keep + position;
+            let earlier = || new_messages[..position].iter().rev().chain(session.entries[..keep].iter().rev().map(|e| &e.message));
             let mut offloaded = Vec::new();
             for text in format::result_texts(message, processing_format) {
                 let Some(Value::String(full)) = message.pointer(&text.pointer) else { continue };
-                let call = text.call_id.as_deref().and_then(|id| format::find_call(&history, index, id, processing_format));
+                let call = text.call_id.as_deref().and_then(|id| format::find_call(earlier(), id, processing_format));
                 if !offload::must_offload(full.len(), offload::classify(call.as_ref(), &config), &config) {
                     continue;
                 }
@@ -169,13 +169,15 @@ impl Daemon {
             }
             let entry = Entry::new(hash.clone(), message.clone(), offloaded);
             records.push(SessionRecord::Message(entry.to_stored()));
-            history.push(message.clone());
             new_entries.push(entry);
         }
         self.sessions.append(&params.session_id, &records).map_err(RpcError::Storage)?;
 
         // Durable: now the session may change.
-        let recent_start_before = offload::recent_start(&history[..keep], processing_format, config.pruning_recent_n);
+        let recent_start_before = {
+            let held: Vec<&Value> = session.entries[..keep].iter().map(|e| &e.message).collect();
+            offload::recent_start(&held, processing_format, config.pruning_recent_n)
+        };
         session.entries.truncate(keep);
         session.entries.extend(new_entries);
         session.format = format;
@@ -237,7 +239,6 @@ impl Daemon {
         let format = format_or_default(log.format);
         let mut session = Session::default();
         session.format = log.format;
-        let mut history: Vec<Value> = Vec::with_capacity(log.messages.len());
         for stored in log.messages {
             let mut message = stored.message;
             let mut offloaded = Vec::with_capacity(stored.offloads.len());
@@ -254,10 +255,9 @@ impl Daemon {
                     .into_iter()
                     .find(|t| t.pointer == o.pointer)
                     .and_then(|t| t.call_id);
-                let call = call_id.and_then(|cid| format::find_call(&history, history.len(), &cid, format));
+                let call = call_id.and_then(|cid| format::find_call(session.entries.iter().rev().map(|e| &e.message), &cid, format));
                 offloaded.push(OffloadedText { pointer: o.pointer, file: o.file, stats, call });
             }
-            history.push(message.clone());
             session.entries.push(Entry::new(stored.hash, message, offloaded));
         }
         tracing::info!(session = id, messages = session.entries.len(), "session restored from its log");
