@@ -25,7 +25,7 @@ use crate::config::apply_overrides;
 use crate::error::RpcError;
 use satchel_core::render::OffloadedText;
 
-use crate::session::{Entry, Session, format_or_default, message_hash};
+use crate::session::{Entry, Session, TruncatedMessage, format_or_default, message_hash};
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;
@@ -183,7 +183,7 @@ impl Daemon {
         session.format = format;
 
         let (rendered, truncated) = session.render(&config);
-        for (index, phase, texts) in truncated {
+        for TruncatedMessage { index, phase, texts } in truncated {
             let changed = index >= keep || (phase == Phase::Old && index >= recent_start_before);
             if !changed {
                 continue;

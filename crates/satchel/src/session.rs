@@ -59,6 +59,17 @@ impl Entry {
     }
 }
 
+/// A rendered message with at least one truncated text.
+#[derive(Debug)]
+pub struct TruncatedMessage {
+    /// Position in the session.
+    pub index: usize,
+    /// The phase it was rendered in.
+    pub phase: Phase,
+    /// Its offloaded texts as rendered.
+    pub texts: Vec<RenderedText>,
+}
+
 /// The messages of one session.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -106,8 +117,9 @@ impl Session {
             .count()
     }
 
-    /// Renders every message request-ready, with the phase given by its position.
-    pub fn render(&self, config: &Config) -> (Vec<Value>, Vec<(usize, Phase, Vec<RenderedText>)>) {
+    /// Renders every message request-ready, with the phase given by its position; also
+    /// returns which messages carry truncated texts.
+    pub fn render(&self, config: &Config) -> (Vec<Value>, Vec<TruncatedMessage>) {
         let format = format_or_default(self.format);
         let values: Vec<&Value> = self.messages().collect();
         let recent_start = recent_start(&values, format, config.pruning_recent_n);
@@ -117,7 +129,7 @@ impl Session {
             let phase = if index >= recent_start { Phase::Recent } else { Phase::Old };
             let (message, texts) = render_message(&entry.message, &entry.offloaded, phase, config);
             if texts.iter().any(|t| t.kept_bytes.is_some()) {
-                truncated.push((index, phase, texts));
+                truncated.push(TruncatedMessage { index, phase, texts });
             }
             out.push(message);
         }

@@ -88,10 +88,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     }
 
     /// Reads the rest of a `Content-Length` frame whose first header gave `length`.
-    async fn read_content_length_frame(
-        &mut self,
-        mut length: Result<usize, String>,
-    ) -> io::Result<Option<Incoming>> {
+    async fn read_content_length_frame(&mut self, mut length: Result<usize, String>) -> io::Result<Option<Incoming>> {
         loop {
             match self.read_line(MAX_HEADER_LINE).await? {
                 None => {
@@ -107,18 +104,11 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let length = match length {
             Ok(length) => length,
             Err(why) => {
-                return Ok(Some(incoming(
-                    Framing::ContentLength,
-                    Frame::BadHeader(why),
-                )));
+                return Ok(Some(incoming(Framing::ContentLength, Frame::BadHeader(why))));
             }
         };
         if length > self.max_body {
-            let skipped = tokio::io::copy(
-                &mut (&mut self.reader).take(length as u64),
-                &mut tokio::io::sink(),
-            )
-            .await?;
+            let skipped = tokio::io::copy(&mut (&mut self.reader).take(length as u64), &mut tokio::io::sink()).await?;
             if skipped < length as u64 {
                 tracing::warn!("end of stream inside an oversized Content-Length body");
                 return Ok(None);
@@ -204,10 +194,7 @@ pub(super) fn encode(framing: Framing, body: &[u8]) -> Vec<u8> {
             let mut frame = Vec::with_capacity(body.len() + 1);
             // A raw line break can only be insignificant whitespace in valid JSON (inside
             // strings it must be escaped), so replacing it keeps the document and the framing.
-            frame.extend(
-                body.iter()
-                    .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
-            );
+            frame.extend(body.iter().map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
             frame.push(b'\n');
             frame
         }
@@ -282,10 +269,7 @@ mod tests {
 
     #[test]
     fn ndjson_encoding_never_splits_a_document() {
-        assert_eq!(
-            encode(Framing::Ndjson, b"{\n\"a\":1\r\n}"),
-            b"{ \"a\":1  }\n"
-        );
+        assert_eq!(encode(Framing::Ndjson, b"{\n\"a\":1\r\n}"), b"{ \"a\":1  }\n");
     }
 
     proptest! {

@@ -55,12 +55,7 @@ impl Default for TransportLimits {
 ///
 /// Each message may be NDJSON or `Content-Length` framed; its reply uses the same framing.
 /// Returns early with the error if reading or writing the stream fails.
-pub async fn serve<R, W>(
-    reader: R,
-    writer: W,
-    methods: Methods,
-    limits: TransportLimits,
-) -> io::Result<()>
+pub async fn serve<R, W>(reader: R, writer: W, methods: Methods, limits: TransportLimits) -> io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -86,14 +81,8 @@ where
         match frame {
             Frame::Message(body) => conn.dispatch(framing, body).await,
             Frame::TooBig => {
-                tracing::warn!(
-                    limit = limits.max_request_bytes,
-                    "skipped an oversized message"
-                );
-                let reply = MethodResponse::error(
-                    Id::Null,
-                    reject_too_big_request(limits.max_request_bytes),
-                );
+                tracing::warn!(limit = limits.max_request_bytes, "skipped an oversized message");
+                let reply = MethodResponse::error(Id::Null, reject_too_big_request(limits.max_request_bytes));
                 conn.send(framing, reply).await;
             }
             Frame::BadHeader(why) => {
@@ -114,10 +103,7 @@ fn joined(result: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<
 }
 
 /// Writes whole frames in the order they are queued, flushing each so the peer sees it now.
-async fn write_frames<W: AsyncWrite + Unpin>(
-    mut writer: W,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-) -> io::Result<()> {
+async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver<Vec<u8>>) -> io::Result<()> {
     while let Some(frame) = rx.recv().await {
         writer.write_all(&frame).await?;
         writer.flush().await?;
@@ -206,14 +192,7 @@ impl Connection {
         });
         if let Some(id) = tracked {
             let abort = task.abort_handle();
-            map.insert(
-                id,
-                InFlight {
-                    seq,
-                    framing,
-                    abort,
-                },
-            );
+            map.insert(id, InFlight { seq, framing, abort });
         }
     }
 
@@ -229,18 +208,14 @@ impl Connection {
         };
         entry.abort.abort();
         let error = ErrorObject::borrowed(REQUEST_CANCELLED_CODE, "Request cancelled", None);
-        self.send(entry.framing, MethodResponse::error(id, error))
-            .await;
+        self.send(entry.framing, MethodResponse::error(id, error)).await;
     }
 
     /// Queues a reply produced here rather than by jsonrpsee.
     async fn send(&self, framing: Framing, reply: MethodResponse) {
         let body = reply.into_json();
         // A closed channel means the writer failed; `serve` reports that.
-        let _ = self
-            .tx
-            .send(framing::encode(framing, body.get().as_bytes()))
-            .await;
+        let _ = self.tx.send(framing::encode(framing, body.get().as_bytes())).await;
     }
 }
 
@@ -308,8 +283,7 @@ mod tests {
 
     impl Client {
         async fn send(&mut self, framing: Framing, body: &str) {
-            self.send_raw(&framing::encode(framing, body.as_bytes()))
-                .await;
+            self.send_raw(&framing::encode(framing, body.as_bytes())).await;
         }
 
         async fn send_raw(&mut self, bytes: &[u8]) {
@@ -338,10 +312,7 @@ mod tests {
         let Frame::Message(body) = incoming.frame else {
             panic!("bad frame {:?}", incoming.frame);
         };
-        (
-            incoming.framing,
-            serde_json::from_slice(&body).expect("JSON reply"),
-        )
+        (incoming.framing, serde_json::from_slice(&body).expect("JSON reply"))
     }
 
     fn by_id(mut replies: Vec<(Framing, Value)>) -> Vec<(Framing, Value)> {
@@ -352,9 +323,7 @@ mod tests {
     #[tokio::test]
     async fn replies_in_the_framing_of_each_request() {
         let mut client = start(TransportLimits::default());
-        client
-            .send(Framing::Ndjson, &call(json!(1), "echo", json!([1])))
-            .await;
+        client.send(Framing::Ndjson, &call(json!(1), "echo", json!([1]))).await;
         client.send_raw(b"\r\n\n").await;
         let second = call(json!(2), "echo", json!({"a": "b"}));
         client.send(Framing::ContentLength, &second).await;
@@ -364,18 +333,12 @@ mod tests {
         assert_eq!(
             replies,
             vec![
-                (
-                    Framing::Ndjson,
-                    json!({"jsonrpc": "2.0", "id": 1, "result": [1]})
-                ),
+                (Framing::Ndjson, json!({"jsonrpc": "2.0", "id": 1, "result": [1]})),
                 (
                     Framing::ContentLength,
                     json!({"jsonrpc": "2.0", "id": 2, "result": {"a": "b"}})
                 ),
-                (
-                    Framing::Ndjson,
-                    json!({"jsonrpc": "2.0", "id": 3, "result": ["x\ny"]})
-                ),
+                (Framing::Ndjson, json!({"jsonrpc": "2.0", "id": 3, "result": ["x\ny"]})),
             ]
         );
     }
@@ -391,13 +354,9 @@ mod tests {
         );
         client.send(Framing::ContentLength, &batch).await;
         for method in ["initialized", "$/setTrace", "exit", "echo"] {
-            client
-                .send(Framing::Ndjson, &notify(method, json!({})))
-                .await;
+            client.send(Framing::Ndjson, &notify(method, json!({}))).await;
         }
-        client
-            .send(Framing::Ndjson, &call(json!(4), "echo", json!([4])))
-            .await;
+        client.send(Framing::Ndjson, &call(json!(4), "echo", json!([4]))).await;
         let replies = by_id(client.finish().await);
         assert_eq!(replies.len(), 2, "{replies:?}");
         let (framing, array) = &replies[1];
@@ -412,12 +371,8 @@ mod tests {
         let mut client = start(TransportLimits::default());
         client.send(Framing::Ndjson, "{bad json").await;
         client.send(Framing::Ndjson, r#"{"foo":1,"id":6}"#).await;
-        client
-            .send(Framing::Ndjson, &call(json!(7), "nope", json!([])))
-            .await;
-        client
-            .send(Framing::Ndjson, &call(json!(8), "fail", json!([])))
-            .await;
+        client.send(Framing::Ndjson, &call(json!(7), "nope", json!([]))).await;
+        client.send(Framing::Ndjson, &call(json!(8), "fail", json!([]))).await;
         client
             .send(Framing::Ndjson, &call(json!(9), "sleep", json!(["x"])))
             .await;
@@ -461,10 +416,7 @@ mod tests {
     async fn cancel_request_aborts_the_call() {
         let mut client = start(TransportLimits::default());
         client
-            .send(
-                Framing::ContentLength,
-                &call(json!("a"), "sleep", json!([5000])),
-            )
+            .send(Framing::ContentLength, &call(json!("a"), "sleep", json!([5000])))
             .await;
         client
             .send(Framing::Ndjson, &call(json!(7), "sleep", json!([5000])))
@@ -483,15 +435,10 @@ mod tests {
                     Framing::ContentLength,
                     json!({"jsonrpc": "2.0", "id": "a", "error": error})
                 ),
-                (
-                    Framing::Ndjson,
-                    json!({"jsonrpc": "2.0", "id": 7, "error": error})
-                ),
+                (Framing::Ndjson, json!({"jsonrpc": "2.0", "id": 7, "error": error})),
             ]
         );
-        client
-            .send(Framing::Ndjson, &call(json!(8), "echo", json!([])))
-            .await;
+        client.send(Framing::Ndjson, &call(json!(8), "echo", json!([]))).await;
         let rest = client.finish().await;
         assert_eq!(rest.len(), 1, "{rest:?}");
         assert_eq!(rest[0].1["id"], json!(8));
@@ -507,10 +454,7 @@ mod tests {
         let replies = client.finish().await;
         assert_eq!(
             replies,
-            vec![(
-                Framing::Ndjson,
-                json!({"jsonrpc": "2.0", "id": 1, "result": 200})
-            )]
+            vec![(Framing::Ndjson, json!({"jsonrpc": "2.0", "id": 1, "result": 200}))]
         );
     }
 
@@ -529,9 +473,7 @@ mod tests {
         for framing in [Framing::Ndjson, Framing::ContentLength] {
             client.send(framing, &big).await;
             assert_eq!(client.recv().await, (framing, too_big.clone()));
-            client
-                .send(framing, &call(json!(2), "echo", json!([2])))
-                .await;
+            client.send(framing, &call(json!(2), "echo", json!([2]))).await;
             assert_eq!(
                 client.recv().await,
                 (framing, json!({"jsonrpc": "2.0", "id": 2, "result": [2]}))
@@ -553,10 +495,7 @@ mod tests {
         let frame = framing::encode(Framing::Ndjson, request.as_bytes());
         input.write_all(&frame).await.expect("pipe open");
         let result = tokio::time::timeout(Duration::from_secs(5), server).await;
-        let error = result
-            .expect("serve returns")
-            .expect("no panic")
-            .unwrap_err();
+        let error = result.expect("serve returns").expect("no panic").unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::BrokenPipe);
     }
 }

@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use http_body_util::BodyExt;
 use jsonrpsee::Methods;
 use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
-use jsonrpsee::server::{
-    ConnectionState, HttpBody, HttpRequest, ServerConfig, ServerHandle, stop_channel,
-};
+use jsonrpsee::server::{ConnectionState, HttpBody, HttpRequest, ServerConfig, ServerHandle, stop_channel};
 use tokio::sync::Semaphore;
 
 use super::TransportLimits;
