@@ -1,0 +1,967 @@
+//! Acceptance check of the foundation: replays every trajectory of the shared development data
+//! (`../shared/data/trajectories/` in OpenAI format, `trajectories_anthropic/` in Anthropic
+//! format) through `context.prepare`, one message at a time, and checks after every call that
+//!
+//! * the returned list has one message per message sent, in the same order, with the same
+//!   roles, tool-call ids and tool-result ids, and keeps every tool call with its result;
+//! * every message is returned unchanged except for tool-result texts replaced by an excerpt
+//!   carrying a truncation notice;
+//! * every offloaded file holds the exact original bytes, and the excerpt's head followed by
+//!   `context.read` from where it stops gives back the original text.
+//!
+//! Each folder is replayed twice: with the default configuration, and with per-request limits
+//! small enough that most tool results are cut (the data's outputs are mostly below 50 KB).
+//!
+//! The data is not part of the repository; without it the test prints why and passes.
+//! `SATCHEL_SHARED_DATA` points at another copy.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Daemon, number_after, quoted_after, reconstruct};
+
+/// First line of every truncation notice.
+const MARKER: &str = "<<<TRUNCATED>>>";
+/// How a notice starts, right after the kept head.
+const NOTICE_START: &str = "<<<TRUNCATED>>>\nThe output above was truncated.\n\
+                            The full content is saved to the file and contains ";
+/// Separates the notice from the kept tail.
+const TAIL_MARKER: &str = "<<<TAIL>>>";
+/// At most this many failures are kept per replay job (the first ones matter).
+const MAX_FAILURES: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Openai,
+    Anthropic,
+}
+
+impl Format {
+    fn wire_name(self) -> &'static str {
+        match self {
+            Format::Openai => "openai",
+            Format::Anthropic => "anthropic",
+        }
+    }
+}
+
+struct Trajectory {
+    name: String,
+    session_id: String,
+    format: Format,
+    system: Option<Value>,
+    messages: Vec<Value>,
+}
+
+/// One configuration the trajectories are replayed under.
+struct Pass {
+    label: &'static str,
+    config: Option<Value>,
+}
+
+#[derive(Default)]
+struct Stats {
+    files: usize,
+    messages: usize,
+    prepares: usize,
+    /// Excerpts verified (file bytes, notice numbers, head, tail, reconstruction).
+    excerpt_checks: usize,
+    /// Distinct tool-result texts seen truncated.
+    truncated_results: usize,
+    /// Of those, checked in the final list.
+    final_checks: usize,
+    /// Offloaded actions whose file was compared with the original.
+    offload_actions: usize,
+    /// Distinct offload files in the workspace.
+    offload_files: usize,
+    /// Truncated actions cross-checked against the returned list.
+    truncated_actions: usize,
+    /// Excerpts whose kept head itself contains notice-like text (parsed the robust way).
+    notice_like_originals: usize,
+    /// Sent prefixes that already broke the pairing (a property of the data, not of satchel).
+    unpaired_inputs: usize,
+    prepare_time: Duration,
+    elapsed: Duration,
+    failures: Vec<String>,
+}
+
+impl Stats {
+    fn add(&mut self, other: &Stats) {
+        self.files += other.files;
+        self.messages += other.messages;
+        self.prepares += other.prepares;
+        self.excerpt_checks += other.excerpt_checks;
+        self.truncated_results += other.truncated_results;
+        self.final_checks += other.final_checks;
+        self.offload_actions += other.offload_actions;
+        self.offload_files += other.offload_files;
+        self.truncated_actions += other.truncated_actions;
+        self.notice_like_originals += other.notice_like_originals;
+        self.unpaired_inputs += other.unpaired_inputs;
+        self.prepare_time += other.prepare_time;
+        self.failures.extend(other.failures.iter().cloned());
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} files, {} messages, {} prepare calls ({:.1?} waiting on prepare), {} truncated results \
+             ({} excerpts verified and reconstructed, {} of them in final lists), {} offload files \
+             ({} offloaded actions checked), {} truncated actions checked, {} notice-like originals, \
+             {} unpaired input prefixes",
+            self.files,
+            self.messages,
+            self.prepares,
+            self.prepare_time,
+            self.truncated_results,
+            self.excerpt_checks,
+            self.final_checks,
+            self.offload_files,
+            self.offload_actions,
+            self.truncated_actions,
+            self.notice_like_originals,
+            self.unpaired_inputs,
+        )
+    }
+}
+
+fn data_dir() -> PathBuf {
+    match std::env::var_os("SATCHEL_SHARED_DATA") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
+    }
+}
+
+/// `[A-Za-z0-9._-]`, prefixed with the file's position so two names cannot collide.
+fn session_id(position: usize, stem: &str) -> String {
+    let clean: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut id = format!("{position:03}-{clean}");
+    id.truncate(128);
+    id
+}
+
+fn load_folder(dir: &Path, format: Format) -> Vec<Trajectory> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .map(|e| e.expect("read data dir").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .enumerate()
+        .map(|(position, path)| {
+            let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+            let doc: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+            let messages = doc["messages"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{} has no `messages` list", path.display()))
+                .clone();
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            Trajectory {
+                name: format!("{}/{}", dir.file_name().unwrap().to_string_lossy(), stem),
+                session_id: session_id(position, &stem),
+                format,
+                system: doc.get("system").filter(|s| !s.is_null()).cloned(),
+                messages,
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Format knowledge, written independently of satchel's crates.
+
+fn role(message: &Value) -> &str {
+    message.get("role").and_then(Value::as_str).unwrap_or("")
+}
+
+fn blocks(message: &Value) -> impl Iterator<Item = &Value> {
+    message.get("content").and_then(Value::as_array).into_iter().flatten()
+}
+
+fn block_type(block: &Value) -> &str {
+    block.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+fn str_field(value: &Value, key: &str) -> String {
+    value.get(key).and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+fn call_ids(message: &Value, format: Format) -> Vec<String> {
+    if role(message) != "assistant" {
+        return Vec::new();
+    }
+    match format {
+        Format::Openai => message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| str_field(c, "id"))
+            .collect(),
+        Format::Anthropic => blocks(message)
+            .filter(|b| block_type(b) == "tool_use")
+            .map(|b| str_field(b, "id"))
+            .collect(),
+    }
+}
+
+fn result_ids(message: &Value, format: Format) -> Vec<String> {
+    match format {
+        Format::Openai if role(message) == "tool" => vec![str_field(message, "tool_call_id")],
+        Format::Openai => Vec::new(),
+        Format::Anthropic => blocks(message)
+            .filter(|b| block_type(b) == "tool_result")
+            .map(|b| str_field(b, "tool_use_id"))
+            .collect(),
+    }
+}
+
+fn has_tool_call(message: &Value) -> bool {
+    !call_ids(message, Format::Openai).is_empty() || !call_ids(message, Format::Anthropic).is_empty()
+}
+
+/// JSON pointers of the texts of a message's tool results (the only strings satchel may cut).
+fn result_text_pointers(message: &Value, format: Format) -> HashSet<String> {
+    fn push(content: Option<&Value>, base: String, out: &mut HashSet<String>) {
+        match content {
+            Some(Value::String(_)) => {
+                out.insert(base);
+            }
+            Some(Value::Array(parts)) => {
+                for (i, part) in parts.iter().enumerate() {
+                    if block_type(part) == "text" && part.get("text").is_some_and(Value::is_string) {
+                        out.insert(format!("{base}/{i}/text"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = HashSet::new();
+    match format {
+        Format::Openai if role(message) == "tool" => push(message.get("content"), "/content".into(), &mut out),
+        Format::Openai => {}
+        Format::Anthropic => {
+            for (i, block) in blocks(message).enumerate() {
+                if block_type(block) == "tool_result" {
+                    push(block.get("content"), format!("/content/{i}/content"), &mut out);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The API's pairing rule: every result answers an open call of the nearest preceding assistant
+/// message, with only other results in between (OpenAI) or in the very next message
+/// (Anthropic), each call answered once; calls still open at the end of the list are allowed.
+fn check_pairing(messages: &[Value], format: Format) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    let mut last_assistant: Option<usize> = None;
+    for (index, message) in messages.iter().enumerate() {
+        for id in result_ids(message, format) {
+            match open.iter().position(|c| *c == id) {
+                Some(pos) => {
+                    open.remove(pos);
+                }
+                None => {
+                    return Err(format!(
+                        "message {index}: tool result {id:?} answers no open call of the preceding assistant \
+                         message ({last_assistant:?})"
+                    ));
+                }
+            }
+        }
+        let may_answer_later = format == Format::Openai && role(message) == "tool";
+        if !may_answer_later && !open.is_empty() {
+            return Err(format!(
+                "message {index}: calls {open:?} of message {last_assistant:?} are not answered before it"
+            ));
+        }
+        if role(message) == "assistant" {
+            open = call_ids(message, format);
+            last_assistant = Some(index);
+        }
+    }
+    Ok(())
+}
+
+type Shape = (String, Vec<String>, Vec<String>);
+
+fn shape(message: &Value, format: Format) -> Shape {
+    (
+        role(message).to_owned(),
+        call_ids(message, format),
+        result_ids(message, format),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparing a returned message with the one sent.
+
+fn escape_pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Walks both values together: any difference other than between two strings is an error;
+/// differing strings are collected with their pointer.
+fn diff_strings<'a>(
+    sent: &'a Value,
+    got: &'a Value,
+    pointer: &mut String,
+    out: &mut Vec<(String, &'a str, &'a str)>,
+) -> Result<(), String> {
+    match (sent, got) {
+        (Value::String(a), Value::String(b)) => {
+            if a != b {
+                out.push((pointer.clone(), a, b));
+            }
+            Ok(())
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            if a.len() != b.len() {
+                return Err(format!(
+                    "array at {pointer:?} has {} items, {} were sent",
+                    b.len(),
+                    a.len()
+                ));
+            }
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                let len = pointer.len();
+                pointer.push_str(&format!("/{i}"));
+                diff_strings(x, y, pointer, out)?;
+                pointer.truncate(len);
+            }
+            Ok(())
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            if a.len() != b.len() || a.keys().any(|k| !b.contains_key(k)) {
+                let sent_keys: Vec<_> = a.keys().collect();
+                let got_keys: Vec<_> = b.keys().collect();
+                return Err(format!(
+                    "object at {pointer:?} has keys {got_keys:?}, {sent_keys:?} were sent"
+                ));
+            }
+            for (k, x) in a {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&escape_pointer_token(k));
+                diff_strings(x, &b[k], pointer, out)?;
+                pointer.truncate(len);
+            }
+            Ok(())
+        }
+        _ if sent == got => Ok(()),
+        _ => Err(format!("value at {pointer:?} is {got}, {sent} was sent")),
+    }
+}
+
+/// A tool-result text returned as an excerpt.
+struct Cut<'a> {
+    index: usize,
+    pointer: String,
+    original: &'a str,
+    excerpt: &'a str,
+}
+
+/// Checks (a), (b) and (c) of the acceptance criterion on one returned list and returns its
+/// excerpts.
+fn check_list<'a>(sent: &'a [Value], returned: &'a [Value], format: Format) -> Result<Vec<Cut<'a>>, String> {
+    if returned.len() != sent.len() {
+        return Err(format!(
+            "returned {} messages, {} were sent",
+            returned.len(),
+            sent.len()
+        ));
+    }
+    let sent_shapes: Vec<Shape> = sent.iter().map(|m| shape(m, format)).collect();
+    for (index, m) in returned.iter().enumerate() {
+        let got = shape(m, format);
+        if got != sent_shapes[index] {
+            return Err(format!(
+                "message {index}: (role, calls, results) is {got:?}, {:?} was sent",
+                sent_shapes[index]
+            ));
+        }
+    }
+    if let Err(why) = check_pairing(returned, format) {
+        // The shapes are identical, so a list the client sent unpaired comes back unpaired.
+        if check_pairing(sent, format).is_ok() {
+            return Err(format!("pairing broken in the returned list: {why}"));
+        }
+    }
+
+    let mut cuts = Vec::new();
+    for (index, (s, r)) in sent.iter().zip(returned).enumerate() {
+        if s == r {
+            continue;
+        }
+        let mut diffs = Vec::new();
+        diff_strings(s, r, &mut String::new(), &mut diffs).map_err(|e| format!("message {index}: {e}"))?;
+        let allowed = result_text_pointers(s, format);
+        for (pointer, original, excerpt) in diffs {
+            if !allowed.contains(&pointer) {
+                return Err(format!(
+                    "message {index}: {pointer} is not a tool-result text but was changed"
+                ));
+            }
+            if !excerpt.contains(MARKER) {
+                return Err(format!(
+                    "message {index}: {pointer} was changed without a truncation notice"
+                ));
+            }
+            cuts.push(Cut {
+                index,
+                pointer,
+                original,
+                excerpt,
+            });
+        }
+    }
+    Ok(cuts)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking one excerpt against the original, the file and `context.read`.
+
+/// The numbers of a notice, located robustly: the head is `original[..head_bytes]`, so the
+/// notice is the occurrence of [`NOTICE_START`] right after such a head (an original may itself
+/// contain notice-like text).
+struct Notice {
+    head_bytes: usize,
+    /// Where the notice starts in the excerpt.
+    start: usize,
+    path: String,
+    total_lines: usize,
+    total_bytes: usize,
+}
+
+fn parse_notice(excerpt: &str, original: &str) -> Option<Notice> {
+    excerpt.match_indices(NOTICE_START).find_map(|(start, _)| {
+        let notice = &excerpt[start..];
+        let head_bytes = number_after(notice, "covers the next ")?;
+        let head = original.get(..head_bytes)?;
+        let separator = usize::from(!head.is_empty() && !head.ends_with('\n'));
+        if head_bytes + separator != start || !excerpt.starts_with(head) {
+            return None;
+        }
+        Some(Notice {
+            head_bytes,
+            start,
+            path: quoted_after(notice, "file_path=")?,
+            total_lines: number_after(notice, "and contains ")?,
+            total_bytes: number_after(notice, "lines in total (")?,
+        })
+    })
+}
+
+fn line_count(text: &str) -> usize {
+    text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.is_empty() && !text.ends_with('\n'))
+}
+
+/// Head + `context.read` by byte offset until the end of the file.
+fn read_from(daemon: &mut Daemon, head: &str, path: &str) -> String {
+    let mut text = head.to_owned();
+    let mut offset = head.len();
+    loop {
+        let slice = daemon.call("context.read", json!({"path": path, "byte_offset": offset}));
+        text.push_str(slice["content"].as_str().unwrap());
+        match slice["next_byte_offset"].as_u64() {
+            Some(next) if !slice["eof"].as_bool().unwrap() => offset = next as usize,
+            _ => return text,
+        }
+    }
+}
+
+fn verify_excerpt(daemon: &mut Daemon, workspace: &Path, cut: &Cut<'_>, stats: &mut Stats) -> Result<(), String> {
+    let (original, excerpt) = (cut.original, cut.excerpt);
+    let notice = parse_notice(excerpt, original).ok_or("no notice that follows a head of the original")?;
+    if notice.total_bytes != original.len() || notice.total_lines != line_count(original) {
+        return Err(format!(
+            "notice says {} lines / {} bytes, the original has {} / {}",
+            notice.total_lines,
+            notice.total_bytes,
+            line_count(original),
+            original.len()
+        ));
+    }
+    if notice.head_bytes >= original.len() {
+        return Err(format!(
+            "keeps a head of {} of {} bytes",
+            notice.head_bytes,
+            original.len()
+        ));
+    }
+
+    // The continuation the notice offers points right after the head.
+    let text = &excerpt[notice.start..];
+    let head = &original[..notice.head_bytes];
+    let newlines = head.bytes().filter(|&b| b == b'\n').count();
+    if head.ends_with('\n') {
+        let (end, next) = (
+            number_after(text, "bytes (lines 1-"),
+            number_after(text, "\"start_line\": "),
+        );
+        if end != Some(newlines) || next != Some(newlines + 1) {
+            return Err(format!(
+                "head of {newlines} lines, notice says lines 1-{end:?} then {next:?}"
+            ));
+        }
+    } else if number_after(text, "\"byte_offset\": ") != Some(notice.head_bytes) {
+        return Err(format!(
+            "head ends mid-line at {} but the notice continues elsewhere",
+            notice.head_bytes
+        ));
+    }
+
+    // The tail, when there is one, is the end of the original.
+    let tail_intro = text.find(&format!(", after {TAIL_MARKER}, so the end"));
+    match tail_intro {
+        Some(at) => {
+            let tail_bytes = number_after(&text[..at], "The last ").ok_or("tail without its size")?;
+            let tail = original
+                .get(original.len() - tail_bytes..)
+                .ok_or("tail not on a char boundary")?;
+            if !excerpt.ends_with(&format!("\n{TAIL_MARKER}\n{tail}")) {
+                return Err(format!(
+                    "the excerpt does not end with the last {tail_bytes} bytes of the original"
+                ));
+            }
+            if original.len() - tail_bytes <= notice.head_bytes {
+                return Err("head and tail overlap".into());
+            }
+        }
+        None if text.contains(TAIL_MARKER) => return Err("tail marker without its introduction".into()),
+        None => {}
+    }
+
+    // The file holds the exact original bytes.
+    let on_disk = std::fs::read(workspace.join(&notice.path)).map_err(|e| format!("read {}: {e}", notice.path))?;
+    if on_disk != original.as_bytes() {
+        return Err(format!(
+            "{} holds {} bytes that differ from the {}-byte original",
+            notice.path,
+            on_disk.len(),
+            original.len()
+        ));
+    }
+
+    // Head + context.read gives the original back; through the shared harness when its simple
+    // parse (first occurrence of each phrase) finds the same notice.
+    let simple = number_after(excerpt, "covers the next ") == Some(notice.head_bytes)
+        && quoted_after(excerpt, "file_path=").as_deref() == Some(notice.path.as_str());
+    let rebuilt = if simple {
+        reconstruct(daemon, excerpt)
+    } else {
+        stats.notice_like_originals += 1;
+        read_from(daemon, head, &notice.path)
+    };
+    if rebuilt != original {
+        return Err(format!(
+            "head + context.read gives {} bytes that differ from the {}-byte original",
+            rebuilt.len(),
+            original.len()
+        ));
+    }
+    stats.excerpt_checks += 1;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay.
+
+/// Checks what `actions` claims: offloaded files hold the original, truncated texts are cut.
+fn check_actions(
+    actions: &[Value],
+    sent: &[Value],
+    returned: &[Value],
+    workspace: &Path,
+    files: &mut HashSet<String>,
+    stats: &mut Stats,
+) -> Result<HashSet<(usize, String)>, String> {
+    let mut truncated = HashSet::new();
+    for action in actions {
+        let index = action["index"]
+            .as_u64()
+            .ok_or_else(|| format!("action without index: {action}"))? as usize;
+        let pointer = str_field(action, "pointer");
+        let file = str_field(action, "file");
+        let original = sent
+            .get(index)
+            .and_then(|m| m.pointer(&pointer))
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("action names no sent text: {action}"))?;
+        if action["total_bytes"].as_u64() != Some(original.len() as u64) {
+            return Err(format!(
+                "action states another size than the original's {}: {action}",
+                original.len()
+            ));
+        }
+        match action["kind"].as_str() {
+            Some("offloaded") => {
+                let on_disk = std::fs::read(workspace.join(&file)).map_err(|e| format!("read {file}: {e}"))?;
+                if on_disk != original.as_bytes() {
+                    return Err(format!("offloaded file {file} differs from the original ({action})"));
+                }
+                if action["total_lines"].as_u64() != Some(line_count(original) as u64) {
+                    return Err(format!("offloaded action states the wrong line count: {action}"));
+                }
+                files.insert(file);
+                stats.offload_actions += 1;
+            }
+            Some("truncated") => {
+                let shown = returned[index].pointer(&pointer).and_then(Value::as_str).unwrap_or("");
+                let names_file = shown.contains(&format!("file_path={}", Value::from(file.as_str())));
+                if shown == original || !names_file {
+                    return Err(format!(
+                        "truncated action for a text not cut into an excerpt of {file}: {action}"
+                    ));
+                }
+                truncated.insert((index, pointer));
+                stats.truncated_actions += 1;
+            }
+            other => return Err(format!("unknown action kind {other:?}: {action}")),
+        }
+    }
+    Ok(truncated)
+}
+
+fn replay(
+    daemon: &mut Daemon,
+    workspace: &Path,
+    t: &Trajectory,
+    pass: &Pass,
+    files: &mut HashSet<String>,
+    stats: &mut Stats,
+) -> Result<(), String> {
+    let mut previous: Vec<Value> = Vec::new();
+    // Excerpts already verified, per (message index, pointer).
+    let mut verified: HashMap<(usize, String), String> = HashMap::new();
+    let mut saw_call = false;
+    for i in 0..t.messages.len() {
+        let sent = &t.messages[..=i];
+        let mut params = json!({"session_id": t.session_id});
+        params[if i == 0 { "messages" } else { "append" }] = json!([t.messages[i]]);
+        if let Some(system) = &t.system {
+            params["system"] = system.clone();
+        }
+        if let Some(config) = &pass.config {
+            params["config"] = config.clone();
+        }
+        let started = Instant::now();
+        let reply = daemon.call_raw("context.prepare", params);
+        stats.prepare_time += started.elapsed();
+        stats.prepares += 1;
+        let at = |why: String| format!("after message {i}: {why}");
+        if let Some(error) = reply.get("error") {
+            return Err(at(format!("context.prepare failed: {error}")));
+        }
+        let result = reply["result"].clone();
+        let returned = result["messages"]
+            .as_array()
+            .ok_or_else(|| at("no `messages` list".into()))?;
+
+        // (a) one returned message per message sent.
+        let reconciliation = &result["reconciliation"];
+        if reconciliation["session_messages"] != json!(i + 1) || reconciliation["appended"] != json!(1) {
+            return Err(at(format!(
+                "reconciliation {reconciliation} after sending {} messages",
+                i + 1
+            )));
+        }
+        saw_call |= has_tool_call(&t.messages[i]);
+        if saw_call && result["format"] != json!(t.format.wire_name()) {
+            return Err(at(format!(
+                "format {} for a {:?} trajectory",
+                result["format"], t.format
+            )));
+        }
+        if check_pairing(sent, t.format).is_err() {
+            stats.unpaired_inputs += 1;
+        }
+
+        // (b) and (c).
+        let cuts = check_list(sent, returned, t.format).map_err(at)?;
+        let actions = result["actions"]
+            .as_array()
+            .ok_or_else(|| at("no `actions` list".into()))?;
+        let announced = check_actions(actions, sent, returned, workspace, files, stats).map_err(at)?;
+
+        // Every excerpt the first time it is returned, and again whenever it changes (it leaves
+        // the recent window); a changed excerpt must be announced by a `truncated` action.
+        for cut in &cuts {
+            let key = (cut.index, cut.pointer.clone());
+            if verified.get(&key).is_some_and(|e| e == cut.excerpt) {
+                continue;
+            }
+            let changed = previous
+                .get(cut.index)
+                .and_then(|m| m.pointer(&cut.pointer))
+                .and_then(Value::as_str)
+                != Some(cut.excerpt);
+            if changed && !announced.contains(&key) {
+                return Err(at(format!(
+                    "message {} {} became an excerpt without a truncated action",
+                    key.0, key.1
+                )));
+            }
+            if !verified.contains_key(&key) {
+                stats.truncated_results += 1;
+            }
+            verify_excerpt(daemon, workspace, cut, stats)
+                .map_err(|e| at(format!("message {} {}: {e}", cut.index, cut.pointer)))?;
+            verified.insert(key, cut.excerpt.to_owned());
+        }
+        previous = returned.clone();
+    }
+
+    // The final list, where most results are old: every excerpt once more.
+    let cuts = check_list(&t.messages, &previous, t.format).map_err(|e| format!("final list: {e}"))?;
+    for cut in &cuts {
+        verify_excerpt(daemon, workspace, cut, stats)
+            .map_err(|e| format!("final list, message {} {}: {e}", cut.index, cut.pointer))?;
+        stats.final_checks += 1;
+    }
+    stats.files += 1;
+    stats.messages += t.messages.len();
+    Ok(())
+}
+
+/// Replays one folder under one pass, on a daemon of its own.
+fn replay_job(trajectories: &[Trajectory], pass: &Pass) -> Stats {
+    let started = Instant::now();
+    let workspace = tempfile::tempdir().expect("temp workspace");
+    let mut daemon = Daemon::start(workspace.path(), &[]);
+    let mut stats = Stats::default();
+    let mut files = HashSet::new();
+    for t in trajectories {
+        if let Err(why) = replay(&mut daemon, workspace.path(), t, pass, &mut files, &mut stats)
+            && stats.failures.len() < MAX_FAILURES
+        {
+            stats
+                .failures
+                .push(format!("[{} pass] {} ({}): {why}", pass.label, t.name, t.session_id));
+        }
+    }
+    daemon.shutdown();
+
+    // Every file in the offload directory was announced, so none escapes the checks above.
+    let dir = workspace.path().join("tool_result");
+    let on_disk: HashSet<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| format!("tool_result/{}", e.file_name().to_string_lossy()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let unannounced: Vec<_> = on_disk.difference(&files).filter(|f| !f.contains(".tmp")).collect();
+    if !unannounced.is_empty() {
+        stats.failures.push(format!(
+            "[{} pass] files never announced by an offloaded action: {unannounced:?}",
+            pass.label
+        ));
+    }
+    stats.offload_files = files.len();
+    stats.elapsed = started.elapsed();
+    stats
+}
+
+#[test]
+fn replaying_the_shared_trajectories_keeps_pairs_and_loses_no_byte() {
+    let dir = data_dir();
+    if !dir.is_dir() {
+        eprintln!("SKIPPED: no shared data at {} (set SATCHEL_SHARED_DATA)", dir.display());
+        return;
+    }
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let started = Instant::now();
+    let folders = [
+        ("trajectories", load_folder(&dir.join("trajectories"), Format::Openai)),
+        (
+            "trajectories_anthropic",
+            load_folder(&dir.join("trajectories_anthropic"), Format::Anthropic),
+        ),
+    ];
+    let total_files: usize = folders.iter().map(|(_, t)| t.len()).sum();
+    assert!(
+        total_files > 0,
+        "{} exists but holds no trajectories/*.json nor trajectories_anthropic/*.json",
+        dir.display()
+    );
+
+    let passes = [
+        Pass {
+            label: "default",
+            config: None,
+        },
+        Pass {
+            label: "forced-offload",
+            config: Some(json!({
+                "pruning_recent_msg_max_bytes": 2000,
+                "pruning_old_msg_max_bytes": 500,
+                "markdown_recent_msg_max_bytes": 4000,
+                "markdown_old_msg_max_bytes": 1000,
+            })),
+        },
+        // The smallest limits the config accepts, no slack and the largest tail: nearly every
+        // result is cut, mostly mid-line, with tails inside CRLF and non-ASCII text.
+        Pass {
+            label: "minimal",
+            config: Some(json!({
+                "pruning_recent_msg_max_bytes": 100,
+                "pruning_old_msg_max_bytes": 100,
+                "markdown_recent_msg_max_bytes": 100,
+                "markdown_old_msg_max_bytes": 100,
+                "pruning_slack_bytes": 0,
+                "pruning_tail_ratio": 0.5,
+            })),
+        },
+    ];
+
+    // One daemon per (folder, pass), all in parallel.
+    let results: Vec<(String, Stats)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = folders
+            .iter()
+            .filter(|(_, trajectories)| !trajectories.is_empty())
+            .flat_map(|(folder, trajectories)| {
+                passes.iter().map(move |pass| {
+                    let label = format!("{folder} / {}", pass.label);
+                    (label, scope.spawn(move || replay_job(trajectories, pass)))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(label, h)| (label, h.join().expect("replay job panicked")))
+            .collect()
+    });
+
+    let mut total = Stats::default();
+    for (label, stats) in &results {
+        eprintln!("replay [{label}] {:.1?}: {}", stats.elapsed, stats.summary());
+        total.add(stats);
+    }
+    eprintln!(
+        "replay total in {:.1?} (jobs in parallel; data at {}): {}",
+        started.elapsed(),
+        dir.display(),
+        total.summary()
+    );
+    if !total.failures.is_empty() {
+        panic!(
+            "{} replay failures:\n{}",
+            total.failures.len(),
+            total.failures.join("\n")
+        );
+    }
+    assert!(
+        total.truncated_results > 0,
+        "the replay checked no truncated result at all"
+    );
+    assert!(total.final_checks > 0, "no truncated result in any final list");
+}
+
+/// The checkers themselves, on synthetic lists, so a lenient checker cannot pass silently.
+#[test]
+fn the_checkers_reject_what_they_must() {
+    let openai = vec![
+        json!({"role": "user", "content": "list files"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": "a\nb"}),
+        json!({"role": "tool", "tool_call_id": "c2", "content": "c"}),
+        json!({"role": "user", "content": "thanks"}),
+    ];
+    assert_eq!(check_pairing(&openai, Format::Openai), Ok(()));
+    assert_eq!(
+        check_pairing(&openai[..3], Format::Openai),
+        Ok(()),
+        "calls may still be open at the end"
+    );
+    let mut swapped = openai.clone();
+    swapped.swap(1, 2);
+    assert!(check_pairing(&swapped, Format::Openai).is_err());
+    let mut between = openai.clone();
+    between.insert(3, json!({"role": "user", "content": "hm"}));
+    assert!(check_pairing(&between, Format::Openai).is_err());
+    let mut unanswered = openai.clone();
+    unanswered.remove(3);
+    assert!(check_pairing(&unanswered, Format::Openai).is_err());
+
+    let anthropic = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "go"}]}),
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "out"}]}),
+    ];
+    assert_eq!(check_pairing(&anthropic, Format::Anthropic), Ok(()));
+    let mut late = anthropic.clone();
+    late.insert(
+        2,
+        json!({"role": "user", "content": [{"type": "text", "text": "wait"}]}),
+    );
+    assert!(check_pairing(&late, Format::Anthropic).is_err());
+
+    // check_list: reordering, a changed non-result field, a result changed without a notice.
+    assert_eq!(check_list(&openai, &openai, Format::Openai).map(|c| c.len()), Ok(0));
+    assert!(check_list(&openai, &swapped, Format::Openai).is_err());
+    assert!(check_list(&openai, &openai[..4], Format::Openai).is_err());
+    let mut renamed = openai.clone();
+    renamed[1]["tool_calls"][0]["function"]["name"] = json!("sh");
+    assert!(check_list(&openai, &renamed, Format::Openai).is_err());
+    let mut extra = openai.clone();
+    extra[2]["name"] = json!("bash");
+    assert!(check_list(&openai, &extra, Format::Openai).is_err());
+    let mut silent = openai.clone();
+    silent[2]["content"] = json!("a");
+    assert!(check_list(&openai, &silent, Format::Openai).is_err());
+    let mut cut = openai.clone();
+    cut[2]["content"] = json!(format!("a\n{MARKER}\n..."));
+    let cuts = check_list(&openai, &cut, Format::Openai).unwrap();
+    assert_eq!(
+        (cuts.len(), cuts[0].index, cuts[0].pointer.as_str(), cuts[0].original),
+        (1, 2, "/content", "a\nb")
+    );
+
+    // parse_notice finds the real notice after an original that quotes one.
+    let quoted =
+        format!("{NOTICE_START}9 lines in total (9 bytes).\nThis excerpt starts at line 1 and covers the next 3");
+    let original = format!("{quoted}\n{}", "x\n".repeat(500));
+    let head = &original[..quoted.len() + 1];
+    let excerpt = format!(
+        "{head}{NOTICE_START}{} lines in total ({} bytes).\nThis excerpt starts at line 1 and covers the next {} \
+         bytes (lines 1-3).\nIf the current content is not enough, call `read_file` with \
+         file_path=\"tool_result/f.txt\" start_line=4 to read more.",
+        line_count(&original),
+        original.len(),
+        head.len()
+    );
+    let notice = parse_notice(&excerpt, &original).expect("the real notice");
+    assert_eq!(
+        (notice.head_bytes, notice.start, notice.path.as_str()),
+        (head.len(), head.len(), "tool_result/f.txt")
+    );
+    assert_ne!(
+        number_after(&excerpt, "covers the next "),
+        Some(head.len()),
+        "the harness's simple parse is fooled"
+    );
+}

@@ -1,0 +1,213 @@
+//! Shared harness of the black-box tests: spawns the real `satchel` binary on a temporary
+//! workspace and speaks JSON-RPC to it over stdio, in either framing.
+#![allow(dead_code, reason = "each test binary uses a different part of the harness")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// How long a test waits for one reply before failing (generous: CI machines are shared).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of the binary under test.
+pub fn satchel_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_satchel"))
+}
+
+/// Framing of outgoing requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One JSON document per line.
+    Ndjson,
+    /// LSP `Content-Length:` headers.
+    ContentLength,
+}
+
+/// A running `satchel serve` and a reader thread collecting its frames.
+pub struct Daemon {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    frames: mpsc::Receiver<(Framing, Value)>,
+    next_id: u64,
+    /// Framing used by `call`/`request`.
+    pub framing: Framing,
+}
+
+impl Daemon {
+    /// Starts `satchel serve` on `workspace` with extra environment variables.
+    pub fn start(workspace: &Path, env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(satchel_bin());
+        cmd.arg("--workspace")
+            .arg(workspace)
+            .arg("serve")
+            .env("SATCHEL_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn satchel");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || read_frames(stdout, tx));
+        Daemon {
+            stdin: child.stdin.take(),
+            child,
+            frames: rx,
+            next_id: 1000,
+            framing: Framing::Ndjson,
+        }
+    }
+
+    /// Writes raw bytes to the daemon's stdin.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends one JSON value in `framing`.
+    pub fn send(&mut self, value: &Value, framing: Framing) {
+        let body = value.to_string();
+        match framing {
+            Framing::Ndjson => self.send_raw(format!("{body}\n").as_bytes()),
+            Framing::ContentLength => self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes()),
+        }
+    }
+
+    /// Sends a request and returns its id.
+    pub fn request(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let framing = self.framing;
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            framing,
+        );
+        id
+    }
+
+    /// Next frame from the daemon, with the framing it came in.
+    pub fn next_frame(&mut self) -> (Framing, Value) {
+        self.frames
+            .recv_timeout(REPLY_TIMEOUT)
+            .expect("no reply from satchel in time")
+    }
+
+    /// Sends a request and waits for its reply (the whole response object).
+    pub fn call_raw(&mut self, method: &str, params: Value) -> Value {
+        let id = self.request(method, params);
+        loop {
+            let (_, frame) = self.next_frame();
+            if frame["id"] == json!(id) {
+                return frame;
+            }
+        }
+    }
+
+    /// Calls a method that must succeed; returns its result.
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.call_raw(method, params);
+        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
+        reply["result"].clone()
+    }
+
+    /// Calls a method that must fail; returns the error object.
+    pub fn call_err(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.call_raw(method, params);
+        assert!(
+            reply.get("result").is_none(),
+            "{method} unexpectedly succeeded: {reply}"
+        );
+        reply["error"].clone()
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    pub fn shutdown(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "satchel exited with {status}");
+    }
+
+    /// Kills the process without warning (`kill -9`).
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parses stdout into frames, detecting the framing of each; anything else fails the test.
+fn read_frames(stdout: ChildStdout, tx: mpsc::Sender<(Framing, Value)>) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let (framing, body) = if let Some(len) = line.strip_prefix("Content-Length: ") {
+            let len: usize = len.trim().parse().expect("Content-Length value");
+            let mut blank = String::new();
+            reader.read_line(&mut blank).unwrap();
+            assert_eq!(blank, "\r\n", "header block must end with a blank line");
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            (Framing::ContentLength, body)
+        } else {
+            (Framing::Ndjson, line.trim_end().as_bytes().to_vec())
+        };
+        let value: Value = serde_json::from_slice(&body).unwrap_or_else(|e| {
+            panic!(
+                "stdout carried a non-JSON frame ({e}): {}",
+                String::from_utf8_lossy(&body)
+            )
+        });
+        if tx.send((framing, value)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads back the full text of a truncated result: the head the notice says it keeps,
+/// then `context.read` by byte offset until the end of the file.
+pub fn reconstruct(daemon: &mut Daemon, excerpt: &str) -> String {
+    let head_bytes = number_after(excerpt, "covers the next ").expect("notice states its byte count");
+    let path = quoted_after(excerpt, "file_path=").expect("notice names a file");
+    let mut text = excerpt[..head_bytes].to_owned();
+    let mut offset = head_bytes;
+    loop {
+        let slice = daemon.call("context.read", json!({"path": path, "byte_offset": offset}));
+        text.push_str(slice["content"].as_str().unwrap());
+        match slice["next_byte_offset"].as_u64() {
+            Some(next) if !slice["eof"].as_bool().unwrap() => offset = next as usize,
+            _ => return text,
+        }
+    }
+}
+
+/// The number right after `prefix`.
+pub fn number_after(text: &str, prefix: &str) -> Option<usize> {
+    let start = text.find(prefix)? + prefix.len();
+    text[start..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// The JSON string right after `prefix` (e.g. `file_path="a b.txt"`).
+pub fn quoted_after(text: &str, prefix: &str) -> Option<String> {
+    let start = text.find(prefix)? + prefix.len();
+    let mut de = serde_json::Deserializer::from_str(&text[start..]).into_iter::<String>();
+    de.next()?.ok()
+}
