@@ -96,9 +96,14 @@ impl Daemon {
 
     /// Next frame from the daemon, with the framing it came in.
     pub fn next_frame(&mut self) -> (Framing, Value) {
-        self.frames
-            .recv_timeout(REPLY_TIMEOUT)
-            .expect("no reply from satchel in time")
+        match self.frames.recv_timeout(REPLY_TIMEOUT) {
+            Ok(frame) => frame,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("no reply from satchel within {REPLY_TIMEOUT:?}"),
+            // The reader thread stops at EOF or after panicking on a bad frame (its panic is above).
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("satchel's stdout ended or carried something other than a JSON frame")
+            }
+        }
     }
 
     /// Sends a request and waits for its reply (the whole response object).
@@ -156,7 +161,8 @@ fn read_frames(stdout: ChildStdout, tx: mpsc::Sender<(Framing, Value)>) {
     let mut line = String::new();
     loop {
         line.clear();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        // Invalid UTF-8 on stdout is a failure, not an end of stream.
+        if reader.read_line(&mut line).expect("satchel's stdout is UTF-8") == 0 {
             return;
         }
         let (framing, body) = if let Some(len) = line.strip_prefix("Content-Length: ") {

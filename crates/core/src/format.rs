@@ -68,7 +68,11 @@ pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
                 let function = call.get("function");
                 Some(ToolCall {
                     id: call.get("id")?.as_str()?.to_owned(),
-                    name: function.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("").to_owned(),
+                    name: function
+                        .and_then(|f| f.get("name"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
                     arguments: match function.and_then(|f| f.get("arguments")) {
                         Some(Value::String(s)) => s.clone(),
                         Some(other) => other.to_string(),
@@ -98,7 +102,13 @@ fn content_blocks(message: &Value) -> impl Iterator<Item = &Value> {
 pub fn result_ids(message: &Value, format: MessageFormat) -> Vec<String> {
     match format {
         MessageFormat::Openai if role(message) == Some("tool") => {
-            vec![message.get("tool_call_id").and_then(Value::as_str).unwrap_or("").to_owned()]
+            vec![
+                message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+            ]
         }
         MessageFormat::Openai => Vec::new(),
         MessageFormat::Anthropic => content_blocks(message)
@@ -112,8 +122,9 @@ pub fn result_ids(message: &Value, format: MessageFormat) -> Vec<String> {
 pub fn has_tool_result(message: &Value, format: MessageFormat) -> bool {
     match format {
         MessageFormat::Openai => role(message) == Some("tool"),
-        MessageFormat::Anthropic => content_blocks(message)
-            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")),
+        MessageFormat::Anthropic => {
+            content_blocks(message).any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        }
     }
 }
 
@@ -134,7 +145,13 @@ pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
             for (i, block) in content_blocks(message).enumerate() {
                 if block.get("type").and_then(Value::as_str) == Some("tool_result") {
                     let call_id = block.get("tool_use_id").and_then(Value::as_str).map(str::to_owned);
-                    push_texts(block.get("content"), &format!("/content/{i}/content"), "text", &call_id, &mut out);
+                    push_texts(
+                        block.get("content"),
+                        &format!("/content/{i}/content"),
+                        "text",
+                        &call_id,
+                        &mut out,
+                    );
                 }
             }
         }
@@ -142,13 +159,27 @@ pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
     out
 }
 
-fn push_texts(content: Option<&Value>, base: &str, text_key: &str, call_id: &Option<String>, out: &mut Vec<ResultText>) {
+fn push_texts(
+    content: Option<&Value>,
+    base: &str,
+    text_key: &str,
+    call_id: &Option<String>,
+    out: &mut Vec<ResultText>,
+) {
     match content {
-        Some(Value::String(_)) => out.push(ResultText { pointer: base.to_owned(), call_id: call_id.clone() }),
+        Some(Value::String(_)) => out.push(ResultText {
+            pointer: base.to_owned(),
+            call_id: call_id.clone(),
+        }),
         Some(Value::Array(parts)) => {
             for (i, part) in parts.iter().enumerate() {
-                if part.get("type").and_then(Value::as_str) == Some("text") && part.get(text_key).is_some_and(Value::is_string) {
-                    out.push(ResultText { pointer: format!("{base}/{i}/{text_key}"), call_id: call_id.clone() });
+                if part.get("type").and_then(Value::as_str) == Some("text")
+                    && part.get(text_key).is_some_and(Value::is_string)
+                {
+                    out.push(ResultText {
+                        pointer: format!("{base}/{i}/{text_key}"),
+                        call_id: call_id.clone(),
+                    });
                 }
             }
         }
@@ -261,8 +292,13 @@ mod tests {
     #[test]
     fn locates_result_texts_and_their_calls() {
         let m = openai();
-        let texts: Vec<_> = (0..m.len()).flat_map(|i| result_texts(&m[i], MessageFormat::Openai)).collect();
-        assert_eq!(texts.iter().map(|t| t.pointer.as_str()).collect::<Vec<_>>(), ["/content", "/content/0/text"]);
+        let texts: Vec<_> = (0..m.len())
+            .flat_map(|i| result_texts(&m[i], MessageFormat::Openai))
+            .collect();
+        assert_eq!(
+            texts.iter().map(|t| t.pointer.as_str()).collect::<Vec<_>>(),
+            ["/content", "/content/0/text"]
+        );
         let call = find_call(m[..3].iter().rev(), "c2", MessageFormat::Openai).unwrap();
         assert_eq!(call.name, "read_file");
         assert!(call.arguments.contains("README.md"));
@@ -271,7 +307,12 @@ mod tests {
         let texts = result_texts(&a[2], MessageFormat::Anthropic);
         assert_eq!(texts[0].pointer, "/content/0/content/0/text");
         assert_eq!(a[2].pointer(&texts[0].pointer).and_then(Value::as_str), Some("a\nb"));
-        assert_eq!(find_call(a[..2].iter().rev(), "t1", MessageFormat::Anthropic).unwrap().arguments, r#"{"command":"ls"}"#);
+        assert_eq!(
+            find_call(a[..2].iter().rev(), "t1", MessageFormat::Anthropic)
+                .unwrap()
+                .arguments,
+            r#"{"command":"ls"}"#
+        );
     }
 
     #[test]

@@ -30,9 +30,16 @@ pub enum ResultKind {
 /// Classifies a result by the call that produced it (unknown call → plain).
 pub fn classify(call: Option<&ToolCall>, config: &Config) -> ResultKind {
     let Some(call) = call else { return ResultKind::Plain };
-    let markdown = config.markdown_tool_names.iter().any(|n| n.eq_ignore_ascii_case(&call.name))
+    let markdown = config
+        .markdown_tool_names
+        .iter()
+        .any(|n| n.eq_ignore_ascii_case(&call.name))
         || names_markdown_file(&call.arguments, &config.markdown_file_extensions);
-    if config.read_file_tool_names.iter().any(|n| n.eq_ignore_ascii_case(&call.name)) {
+    if config
+        .read_file_tool_names
+        .iter()
+        .any(|n| n.eq_ignore_ascii_case(&call.name))
+    {
         ResultKind::ReadFile { markdown }
     } else if markdown {
         ResultKind::Markdown
@@ -103,7 +110,11 @@ pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> boo
 /// the whole trailing run of tool-result messages (parallel calls answered together stay
 /// recent together, as in the peer).
 pub fn recent_start<M: Borrow<Value>>(messages: &[M], format: MessageFormat, recent_n: usize) -> usize {
-    let trailing_results = messages.iter().rev().take_while(|m| has_tool_result((*m).borrow(), format)).count();
+    let trailing_results = messages
+        .iter()
+        .rev()
+        .take_while(|m| has_tool_result((*m).borrow(), format))
+        .count();
     messages.len().saturating_sub(trailing_results.max(recent_n))
 }
 
@@ -113,16 +124,32 @@ mod tests {
     use serde_json::json;
 
     fn call(name: &str, args: &str) -> ToolCall {
-        ToolCall { id: "c".into(), name: name.into(), arguments: args.into() }
+        ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: args.into(),
+        }
     }
 
     #[test]
     fn classifies_by_tool_and_path() {
         let c = Config::default();
-        assert_eq!(classify(Some(&call("bash", r#"{"command":"ls"}"#)), &c), ResultKind::Plain);
-        assert_eq!(classify(Some(&call("cat", r#"{"path":"docs/SKILL.md"}"#)), &c), ResultKind::Markdown);
-        assert_eq!(classify(Some(&call("read_file", r#"{"path":"src/a.rs"}"#)), &c), ResultKind::ReadFile { markdown: false });
-        assert_eq!(classify(Some(&call("Read", r#"{"file_path":"R.MD"}"#)), &c), ResultKind::ReadFile { markdown: true });
+        assert_eq!(
+            classify(Some(&call("bash", r#"{"command":"ls"}"#)), &c),
+            ResultKind::Plain
+        );
+        assert_eq!(
+            classify(Some(&call("cat", r#"{"path":"docs/SKILL.md"}"#)), &c),
+            ResultKind::Markdown
+        );
+        assert_eq!(
+            classify(Some(&call("read_file", r#"{"path":"src/a.rs"}"#)), &c),
+            ResultKind::ReadFile { markdown: false }
+        );
+        assert_eq!(
+            classify(Some(&call("Read", r#"{"file_path":"R.MD"}"#)), &c),
+            ResultKind::ReadFile { markdown: true }
+        );
         assert_eq!(classify(Some(&call("load_skill", "{}")), &c), ResultKind::Markdown);
         assert_eq!(classify(None, &c), ResultKind::Plain);
     }
@@ -133,11 +160,20 @@ mod tests {
         assert_eq!(max_bytes(ResultKind::Plain, Phase::Recent, &c), Some(50_000));
         assert_eq!(max_bytes(ResultKind::Plain, Phase::Old, &c), Some(3_000));
         assert_eq!(max_bytes(ResultKind::Markdown, Phase::Old, &c), Some(50_000));
-        assert_eq!(max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, &c), None);
-        assert_eq!(max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, &c), Some(3_000));
+        assert_eq!(
+            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, &c),
+            None
+        );
+        assert_eq!(
+            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, &c),
+            Some(3_000)
+        );
         assert!(!must_offload(3_100, ResultKind::Plain, &c), "within the slack");
         assert!(must_offload(3_101, ResultKind::Plain, &c));
-        let off = Config { pruning_enabled: false, ..Config::default() };
+        let off = Config {
+            pruning_enabled: false,
+            ..Config::default()
+        };
         assert!(!must_offload(1_000_000, ResultKind::Plain, &off));
         assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off).is_none());
     }

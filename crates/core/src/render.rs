@@ -45,7 +45,12 @@ pub fn kind_of(text: &OffloadedText, config: &Config) -> ResultKind {
 }
 
 /// Renders one message in `phase`: offloaded texts become excerpts where their limit requires.
-pub fn render_message(original: &Value, offloaded: &[OffloadedText], phase: Phase, config: &Config) -> (Value, Vec<RenderedText>) {
+pub fn render_message(
+    original: &Value,
+    offloaded: &[OffloadedText],
+    phase: Phase,
+    config: &Config,
+) -> (Value, Vec<RenderedText>) {
     let mut message = original.clone();
     let mut texts = Vec::with_capacity(offloaded.len());
     for text in offloaded {
@@ -81,7 +86,10 @@ mod tests {
     /// A random conversation: user turns, assistant turns with 0-3 parallel calls (some to
     /// `read_file` of `.md`/`.rs` files), results of random sizes with multi-byte text.
     fn conversation(format: MessageFormat) -> impl Strategy<Value = Vec<Value>> {
-        let turn = (0usize..4, prop::collection::vec((0usize..3, 0usize..12_000, any::<bool>()), 0..4));
+        let turn = (
+            0usize..4,
+            prop::collection::vec((0usize..3, 0usize..12_000, any::<bool>()), 0..4),
+        );
         prop::collection::vec(turn, 1..8).prop_map(move |turns| {
             let mut messages = vec![json!({"role": "user", "content": "start", "x-client": 1})];
             let mut next_id = 0;
@@ -130,12 +138,17 @@ mod tests {
                     .into_iter()
                     .filter_map(|t| {
                         let full = message.pointer(&t.pointer)?.as_str()?;
-                        let call = t.call_id.as_deref().and_then(|id| format::find_call(messages[..index].iter().rev(), id, format));
-                        offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config).then(|| OffloadedText {
-                            file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
-                            stats: TextStats::of(full),
-                            pointer: t.pointer,
-                            call,
+                        let call = t
+                            .call_id
+                            .as_deref()
+                            .and_then(|id| format::find_call(messages[..index].iter().rev(), id, format));
+                        offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config).then(|| {
+                            OffloadedText {
+                                file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
+                                stats: TextStats::of(full),
+                                pointer: t.pointer,
+                                call,
+                            }
                         })
                     })
                     .collect()
@@ -144,21 +157,40 @@ mod tests {
     }
 
     fn check(messages: Vec<Value>, format: MessageFormat, recent_n: usize) -> Result<(), TestCaseError> {
-        let config = Config { pruning_recent_n: recent_n, pruning_recent_msg_max_bytes: 6_000, pruning_old_msg_max_bytes: 1_000, markdown_recent_msg_max_bytes: 9_000, markdown_old_msg_max_bytes: 4_000, ..Config::default() };
+        let config = Config {
+            pruning_recent_n: recent_n,
+            pruning_recent_msg_max_bytes: 6_000,
+            pruning_old_msg_max_bytes: 1_000,
+            markdown_recent_msg_max_bytes: 9_000,
+            markdown_old_msg_max_bytes: 4_000,
+            ..Config::default()
+        };
         prop_assert_eq!(check_pairs(&messages, format), Ok(()));
         let offloaded = offload_all(&messages, format, &config);
         let recent_start = offload::recent_start(&messages, format, recent_n);
         let render = || -> Vec<(Value, Vec<RenderedText>)> {
-            messages.iter().zip(&offloaded).enumerate().map(|(i, (m, o))| {
-                render_message(m, o, if i >= recent_start { Phase::Recent } else { Phase::Old }, &config)
-            }).collect()
+            messages
+                .iter()
+                .zip(&offloaded)
+                .enumerate()
+                .map(|(i, (m, o))| {
+                    render_message(
+                        m,
+                        o,
+                        if i >= recent_start { Phase::Recent } else { Phase::Old },
+                        &config,
+                    )
+                })
+                .collect()
         };
         let rendered = render();
         prop_assert_eq!(&rendered, &render(), "rendering is deterministic");
         let values: Vec<Value> = rendered.iter().map(|(m, _)| m.clone()).collect();
         prop_assert_eq!(values.len(), messages.len());
         prop_assert_eq!(check_pairs(&values, format), Ok(()), "pairs survive rendering");
-        for (index, ((original, offloads), (shown, texts))) in messages.iter().zip(&offloaded).zip(&rendered).enumerate() {
+        for (index, ((original, offloads), (shown, texts))) in
+            messages.iter().zip(&offloaded).zip(&rendered).enumerate()
+        {
             // Outside the offloaded strings, the message is byte-identical.
             let mut masked_original = original.clone();
             let mut masked_shown = shown.clone();
@@ -170,7 +202,11 @@ mod tests {
             for (o, t) in offloads.iter().zip(texts) {
                 let full = original.pointer(&o.pointer).unwrap().as_str().unwrap();
                 let seen = shown.pointer(&o.pointer).unwrap().as_str().unwrap();
-                let phase = if index >= recent_start { Phase::Recent } else { Phase::Old };
+                let phase = if index >= recent_start {
+                    Phase::Recent
+                } else {
+                    Phase::Old
+                };
                 let limit = offload::max_bytes(offload::classify(o.call.as_ref(), &config), phase, &config);
                 match t.kept_bytes {
                     None => prop_assert_eq!(seen, full, "an untruncated text is the original"),
@@ -178,9 +214,19 @@ mod tests {
                         prop_assert!(kept <= limit.unwrap());
                         prop_assert!(seen.contains(&o.file), "the notice names the file");
                         // The excerpt starts with a prefix of the original that the file completes.
-                        let head = crate::truncate::render_excerpt(full, &o.stats, &offload::excerpt_limits(offload::classify(o.call.as_ref(), &config), phase, &config).unwrap(), &FileRef { path: &o.file }).unwrap();
+                        let head = crate::truncate::render_excerpt(
+                            full,
+                            &o.stats,
+                            &offload::excerpt_limits(offload::classify(o.call.as_ref(), &config), phase, &config)
+                                .unwrap(),
+                            &FileRef { path: &o.file },
+                        )
+                        .unwrap();
                         prop_assert!(seen.starts_with(&full[..head.head_bytes]));
-                        prop_assert_eq!(format!("{}{}", &full[..head.head_bytes], &full[head.next_byte_offset..]), full);
+                        prop_assert_eq!(
+                            format!("{}{}", &full[..head.head_bytes], &full[head.next_byte_offset..]),
+                            full
+                        );
                     }
                 }
             }

@@ -134,9 +134,7 @@ pub fn slice_text<'a>(text: &'a str, req: &SliceRequest) -> Result<Slice<'a>, Sl
             return Err(out_of_range(Position::ByteOffset(offset)));
         }
         (Some(offset), _) if !text.is_char_boundary(offset) => {
-            return Err(SliceError::NotCharBoundary {
-                byte_offset: offset,
-            });
+            return Err(SliceError::NotCharBoundary { byte_offset: offset });
         }
         (Some(offset), _) => (offset, 1 + count_newlines(&text[..offset])),
         (None, line) if line == 0 || line > total_lines + 1 => {
@@ -191,11 +189,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn req(
-        start_line: Option<usize>,
-        byte_offset: Option<usize>,
-        max_bytes: usize,
-    ) -> SliceRequest {
+    fn req(start_line: Option<usize>, byte_offset: Option<usize>, max_bytes: usize) -> SliceRequest {
         SliceRequest {
             start_line,
             byte_offset,
@@ -245,10 +239,7 @@ mod tests {
         let text = "你好世界\nx";
         let s = slice_text(text, &req(None, None, 7)).unwrap();
         assert_eq!(s.content, "你好");
-        assert_eq!(
-            (s.end_line, s.next_byte_offset, s.next_line),
-            (1, Some(6), Some(1))
-        );
+        assert_eq!((s.end_line, s.next_byte_offset, s.next_line), (1, Some(6), Some(1)));
         let s = slice_text(text, &req(None, Some(6), 7)).unwrap();
         assert_eq!(s.content, "世界\n");
     }
@@ -262,10 +253,7 @@ mod tests {
     #[test]
     fn end_of_text_positions_are_empty_slices() {
         let s = slice_text("", &req(None, None, 5)).unwrap();
-        assert_eq!(
-            (s.content, s.start_line, s.end_line, s.eof),
-            ("", 1, 0, true)
-        );
+        assert_eq!((s.content, s.start_line, s.end_line, s.eof), ("", 1, 0, true));
         let s = slice_text("a\n", &req(Some(2), None, 5)).unwrap();
         assert_eq!((s.content, s.byte_offset, s.eof), ("", 2, true));
         let s = slice_text(TEXT, &req(Some(5), None, 5)).unwrap();
@@ -328,10 +316,7 @@ mod tests {
         assert_eq!(s.start_line, 1 + count_newlines(&text[..s.byte_offset]));
         assert_eq!(s.eof, end == text.len());
         assert_eq!(s.next_byte_offset, (!s.eof).then_some(end));
-        assert_eq!(
-            s.next_line,
-            (!s.eof).then(|| 1 + count_newlines(&text[..end]))
-        );
+        assert_eq!(s.next_line, (!s.eof).then(|| 1 + count_newlines(&text[..end])));
         let touched = s.content.strip_suffix('\n').unwrap_or(s.content);
         let end_line = s.start_line + count_newlines(touched);
         assert_eq!(
@@ -343,9 +328,7 @@ mod tests {
             }
         );
         // Whole lines whenever the first one fits.
-        let first_line_fits = text[s.byte_offset..]
-            .find('\n')
-            .is_some_and(|nl| nl < max_bytes);
+        let first_line_fits = text[s.byte_offset..].find('\n').is_some_and(|nl| nl < max_bytes);
         if first_line_fits && !s.eof {
             assert!(s.content.ends_with('\n'));
         }

@@ -107,18 +107,9 @@ pub struct TailInfo {
 ///
 /// `stats` must be [`TextStats::of`] this `text`; it is taken precomputed so the cost of a
 /// call depends on the budget, not on the size of the text.
-pub fn render_excerpt(
-    text: &str,
-    stats: &TextStats,
-    limits: &ExcerptLimits,
-    file: &FileRef<'_>,
-) -> Option<Excerpt> {
+pub fn render_excerpt(text: &str, stats: &TextStats, limits: &ExcerptLimits, file: &FileRef<'_>) -> Option<Excerpt> {
     // Only the O(1) part of the stats can be checked without defeating their purpose.
-    debug_assert_eq!(
-        stats.total_bytes,
-        text.len(),
-        "stats belong to another text"
-    );
+    debug_assert_eq!(stats.total_bytes, text.len(), "stats belong to another text");
     // Slicing decisions use `text.len()` so that stale stats can only skew the notice.
     let len = text.len();
     if len <= limits.max_bytes.saturating_add(limits.slack_bytes) {
@@ -340,12 +331,7 @@ mod tests {
              `context.read` with {\"path\": \"tool_result/a b.txt\", \"start_line\": 3}."
         );
         assert_eq!(
-            (
-                e.head_bytes,
-                e.head_end_line,
-                e.next_line,
-                e.next_byte_offset
-            ),
+            (e.head_bytes, e.head_end_line, e.next_line, e.next_byte_offset),
             (12, 2, 3, 12)
         );
         assert_eq!(e.tail, None);
@@ -383,12 +369,7 @@ mod tests {
              to continue exactly where this excerpt stops."
         );
         assert_eq!(
-            (
-                e.head_bytes,
-                e.head_end_line,
-                e.next_line,
-                e.next_byte_offset
-            ),
+            (e.head_bytes, e.head_end_line, e.next_line, e.next_byte_offset),
             (6, 1, 1, 6)
         );
     }
@@ -405,10 +386,7 @@ mod tests {
 
         let lines = "测试数据\n".repeat(500);
         let e = render(&lines, &limits(3000, 0.0)).unwrap();
-        assert_eq!(
-            (e.head_bytes, e.head_end_line, e.next_line),
-            (2990, 230, 231)
-        );
+        assert_eq!((e.head_bytes, e.head_end_line, e.next_line), (2990, 230, 231));
         let claim = "contains 500 lines in total (6500 bytes).\n\
                      This excerpt starts at line 1 and covers the next 2990 bytes (lines 1-230).";
         assert!(e.text.contains(claim));
@@ -531,8 +509,7 @@ mod tests {
 
     /// The number right after `label` in `notice`.
     fn number_after(notice: &str, label: &str) -> usize {
-        let rest =
-            &notice[notice.find(label).unwrap_or_else(|| panic!("{label:?}")) + label.len()..];
+        let rest = &notice[notice.find(label).unwrap_or_else(|| panic!("{label:?}")) + label.len()..];
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         rest[..digits].parse().unwrap()
     }
@@ -563,9 +540,7 @@ mod tests {
         if first_line_fits {
             assert_eq!(e.next_line, e.head_end_line + 1);
             // As many whole lines as fit.
-            let next_nl = text[e.head_bytes..]
-                .find('\n')
-                .map(|p| e.head_bytes + p + 1);
+            let next_nl = text[e.head_bytes..].find('\n').map(|p| e.head_bytes + p + 1);
             assert!(next_nl.is_none_or(|end| end > head_budget));
         } else {
             assert_eq!(e.head_end_line, usize::from(e.head_bytes > 0));
@@ -592,15 +567,11 @@ mod tests {
                     assert!(text.len() - last_line > tail_budget);
                 }
             }
-            None => assert!(
-                tail_budget == 0 || text.ceil_char_boundary(text.len() - tail_budget) == text.len()
-            ),
+            None => assert!(tail_budget == 0 || text.ceil_char_boundary(text.len() - tail_budget) == text.len()),
         }
 
         let notice = &e.text[notice_start..notice_end];
-        assert!(notice.starts_with(&format!(
-            "{TRUNCATION_MARKER}\nThe output above was truncated.\n"
-        )));
+        assert!(notice.starts_with(&format!("{TRUNCATION_MARKER}\nThe output above was truncated.\n")));
         assert_eq!(number_after(notice, "contains "), stats.total_lines);
         assert_eq!(number_after(notice, "lines in total ("), text.len());
         assert_eq!(number_after(notice, "covers the next "), e.head_bytes);

@@ -81,12 +81,7 @@ impl Default for Config {
             markdown_old_msg_max_bytes: 50_000,
             markdown_tool_names: vec!["read_skill".into(), "load_skill".into(), "skill".into()],
             markdown_file_extensions: vec![".md".into(), ".mdx".into(), ".markdown".into()],
-            read_file_tool_names: vec![
-                "read_file".into(),
-                "Read".into(),
-                "view_file".into(),
-                "read".into(),
-            ],
+            read_file_tool_names: vec!["read_file".into(), "Read".into(), "view_file".into(), "read".into()],
             offload_retention_days: 5.0,
         }
     }
@@ -156,7 +151,10 @@ mod tests {
         assert_eq!(c.max_input_length, 131_072);
         assert_eq!(c.compact_threshold_tokens(), 104_857);
         assert_eq!(c.pruning_recent_n, 2);
-        assert_eq!((c.pruning_old_msg_max_bytes, c.pruning_recent_msg_max_bytes), (3000, 50_000));
+        assert_eq!(
+            (c.pruning_old_msg_max_bytes, c.pruning_recent_msg_max_bytes),
+            (3000, 50_000)
+        );
         assert_eq!(c.offload_retention_days, 5.0);
         assert_eq!(c.validate(), Ok(()));
     }
@@ -169,7 +167,10 @@ mod tests {
 
     #[test]
     fn inverted_limits_name_the_field() {
-        let c = Config { pruning_recent_msg_max_bytes: 10, ..Config::default() };
+        let c = Config {
+            pruning_recent_msg_max_bytes: 10,
+            ..Config::default()
+        };
         assert_eq!(c.validate().unwrap_err().0, "pruning_recent_msg_max_bytes");
     }
 }

@@ -90,14 +90,10 @@ impl ErrorCode {
             ErrorCode::ParseError => "The message is not valid JSON.",
             ErrorCode::InvalidRequest => "Valid JSON, but not a JSON-RPC 2.0 request object.",
             ErrorCode::MethodNotFound => "No method of that name.",
-            ErrorCode::InvalidParams => {
-                "Params do not match the method; the message and `data` name the field."
-            }
+            ErrorCode::InvalidParams => "Params do not match the method; the message and `data` name the field.",
             ErrorCode::InternalError => "Unexpected failure inside satchel; the daemon keeps serving.",
             ErrorCode::RequestCancelled => "The request was cancelled by `$/cancelRequest`.",
-            ErrorCode::UnknownSession => {
-                "The session id is not known (e.g. `append` before any `messages`)."
-            }
+            ErrorCode::UnknownSession => "The session id is not known (e.g. `append` before any `messages`).",
             ErrorCode::PathOutsideWorkspace => {
                 "A path is absolute, contains `..`, or resolves (through a symlink) outside the workspace."
             }

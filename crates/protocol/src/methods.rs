@@ -203,8 +203,7 @@ pub enum ContextRead {}
 
 impl Method for ContextRead {
     const NAME: &'static str = "context.read";
-    const SUMMARY: &'static str =
-        "Read a window of an offloaded tool result or archive file, by line or byte offset.";
+    const SUMMARY: &'static str = "Read a window of an offloaded tool result or archive file, by line or byte offset.";
     type Params = ReadParams;
     type Result = ReadResult;
 }

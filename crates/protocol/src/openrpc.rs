@@ -66,7 +66,10 @@ mod tests {
     fn committed_protocol_matches_the_types() {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../protocol");
         let files = [
-            ("openrpc.json", serde_json::to_string_pretty(&super::document()).unwrap() + "\n"),
+            (
+                "openrpc.json",
+                serde_json::to_string_pretty(&super::document()).unwrap() + "\n",
+            ),
             ("errors.md", super::errors_markdown()),
         ];
         for (name, fresh) in files {

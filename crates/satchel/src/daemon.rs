@@ -82,20 +82,32 @@ impl Daemon {
     pub fn prepare(&self, params: PrepareParams) -> Result<PrepareResult, RpcError> {
         SessionStore::validate_id(&params.session_id).map_err(|e| RpcError::invalid_params("session_id", e))?;
         let config = match &params.config {
-            Some(overrides) => apply_overrides(&self.config, overrides).map_err(|(field, why)| {
-                RpcError::invalid_params(&format!("config.{field}"), why)
-            })?,
+            Some(overrides) => apply_overrides(&self.config, overrides)
+                .map_err(|(field, why)| RpcError::invalid_params(&format!("config.{field}"), why))?,
             None => self.config.clone(),
         };
         let (incoming, is_full_list) = match (params.messages, params.append) {
             (Some(m), None) => (m, true),
             (None, Some(a)) => (a, false),
-            (Some(_), Some(_)) => return Err(RpcError::invalid_params("append", "give either `messages` or `append`, not both")),
-            (None, None) => return Err(RpcError::invalid_params("messages", "one of `messages` or `append` is required")),
+            (Some(_), Some(_)) => {
+                return Err(RpcError::invalid_params(
+                    "append",
+                    "give either `messages` or `append`, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(RpcError::invalid_params(
+                    "messages",
+                    "one of `messages` or `append` is required",
+                ));
+            }
         };
         if let Some(index) = incoming.iter().position(|m| !m.is_object()) {
             let field = if is_full_list { "messages" } else { "append" };
-            return Err(RpcError::invalid_params(&format!("{field}[{index}]"), "each message must be a JSON object"));
+            return Err(RpcError::invalid_params(
+                &format!("{field}[{index}]"),
+                "each message must be a JSON object",
+            ));
         }
 
         let slot = self.slot(&params.session_id);
@@ -116,7 +128,10 @@ impl Daemon {
         if let (Some(declared), Some(held)) = (declared, session.format)
             && declared != held
         {
-            return Err(RpcError::invalid_params("format", format!("session {} is in {held:?} format", params.session_id)));
+            return Err(RpcError::invalid_params(
+                "format",
+                format!("session {} is in {held:?} format", params.session_id),
+            ));
         }
 
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
@@ -137,7 +152,9 @@ impl Daemon {
         // storage failure leaves it exactly as it was.
         let mut records = Vec::new();
         if format.is_some() && session.format.is_none() {
-            records.push(SessionRecord::Format { format: format_or_default(format) });
+            records.push(SessionRecord::Format {
+                format: format_or_default(format),
+            });
         }
         if replaced > 0 {
             records.push(SessionRecord::Truncate { keep });
@@ -147,11 +164,21 @@ impl Daemon {
         let mut actions = Vec::new();
         for (position, (message, hash)) in new_messages.iter().zip(new_hashes).enumerate() {
             let index = keep + position;
-            let earlier = || new_messages[..position].iter().rev().chain(session.entries[..keep].iter().rev().map(|e| &e.message));
+            let earlier = || {
+                new_messages[..position]
+                    .iter()
+                    .rev()
+                    .chain(session.entries[..keep].iter().rev().map(|e| &e.message))
+            };
             let mut offloaded = Vec::new();
             for text in format::result_texts(message, processing_format) {
-                let Some(Value::String(full)) = message.pointer(&text.pointer) else { continue };
-                let call = text.call_id.as_deref().and_then(|id| format::find_call(earlier(), id, processing_format));
+                let Some(Value::String(full)) = message.pointer(&text.pointer) else {
+                    continue;
+                };
+                let call = text
+                    .call_id
+                    .as_deref()
+                    .and_then(|id| format::find_call(earlier(), id, processing_format));
                 if !offload::must_offload(full.len(), offload::classify(call.as_ref(), &config), &config) {
                     continue;
                 }
@@ -165,13 +192,20 @@ impl Daemon {
                     total_lines: stats.total_lines,
                     newly_written: saved.newly_written,
                 });
-                offloaded.push(OffloadedText { pointer: text.pointer, file: saved.rel_path, stats, call });
+                offloaded.push(OffloadedText {
+                    pointer: text.pointer,
+                    file: saved.rel_path,
+                    stats,
+                    call,
+                });
             }
             let entry = Entry::new(hash.clone(), message.clone(), offloaded);
             records.push(SessionRecord::Message(entry.to_stored()));
             new_entries.push(entry);
         }
-        self.sessions.append(&params.session_id, &records).map_err(RpcError::Storage)?;
+        self.sessions
+            .append(&params.session_id, &records)
+            .map_err(RpcError::Storage)?;
 
         // Durable: now the session may change.
         let recent_start_before = {
@@ -205,9 +239,17 @@ impl Daemon {
         let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
         let per_message = session.count_tokens(&rendered, &counter, &config);
         let is_system = |m: &Value| m.get("role").and_then(Value::as_str) == Some("system");
-        let system_messages: u64 = rendered.iter().zip(&per_message).filter(|(m, _)| is_system(m)).map(|(_, t)| t).sum();
+        let system_messages: u64 = rendered
+            .iter()
+            .zip(&per_message)
+            .filter(|(m, _)| is_system(m))
+            .map(|(_, t)| t)
+            .sum();
         let system = system_messages + params.system.as_ref().map_or(0, |s| counter.count_message(s));
-        let tools = params.tools.as_ref().map_or(0, |t| t.iter().map(|d| counter.count_message(d)).sum());
+        let tools = params
+            .tools
+            .as_ref()
+            .map_or(0, |t| t.iter().map(|d| counter.count_message(d)).sum());
         let messages_tokens: u64 = per_message.iter().sum::<u64>() - system_messages;
 
         Ok(PrepareResult {
@@ -235,7 +277,9 @@ impl Daemon {
 
     /// Loads a session from its log, restoring offloaded texts from their files.
     fn load_session(&self, id: &str) -> Result<Option<Session>, RpcError> {
-        let Some(log) = self.sessions.load(id).map_err(RpcError::Storage)? else { return Ok(None) };
+        let Some(log) = self.sessions.load(id).map_err(RpcError::Storage)? else {
+            return Ok(None);
+        };
         let format = format_or_default(log.format);
         let mut session = Session::default();
         session.format = log.format;
@@ -245,7 +289,10 @@ impl Daemon {
             for o in stored.offloads {
                 let full = self.offloads.load(&o.file).unwrap_or_else(|e| {
                     tracing::error!(session = id, file = %o.file, "offloaded text is missing: {e}");
-                    format!("[satchel: the full text of this tool result ({} bytes) was in {} and is missing]", o.total_bytes, o.file)
+                    format!(
+                        "[satchel: the full text of this tool result ({} bytes) was in {} and is missing]",
+                        o.total_bytes, o.file
+                    )
                 });
                 let stats = TextStats::of(&full);
                 if let Some(slot) = message.pointer_mut(&o.pointer) {
@@ -255,12 +302,22 @@ impl Daemon {
                     .into_iter()
                     .find(|t| t.pointer == o.pointer)
                     .and_then(|t| t.call_id);
-                let call = call_id.and_then(|cid| format::find_call(session.entries.iter().rev().map(|e| &e.message), &cid, format));
-                offloaded.push(OffloadedText { pointer: o.pointer, file: o.file, stats, call });
+                let call = call_id
+                    .and_then(|cid| format::find_call(session.entries.iter().rev().map(|e| &e.message), &cid, format));
+                offloaded.push(OffloadedText {
+                    pointer: o.pointer,
+                    file: o.file,
+                    stats,
+                    call,
+                });
             }
             session.entries.push(Entry::new(stored.hash, message, offloaded));
         }
-        tracing::info!(session = id, messages = session.entries.len(), "session restored from its log");
+        tracing::info!(
+            session = id,
+            messages = session.entries.len(),
+            "session restored from its log"
+        );
         Ok(Some(session))
     }
 

@@ -1,7 +1,10 @@
 //! `satchel demo`: the newcomer's first look. It spawns a real `satchel serve`, replays the
 //! bundled example conversation through `context.prepare` one message at a time, and prints
 //! what satchel did — the same JSON-RPC an editor plugin speaks, with nothing to install.
-#![allow(clippy::print_stdout, reason = "the demo's report is for a human at a terminal, not the protocol channel")]
+#![allow(
+    clippy::print_stdout,
+    reason = "the demo's report is for a human at a terminal, not the protocol channel"
+)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -32,7 +35,12 @@ impl Client {
             .context("spawning satchel serve")?;
         let stdin = child.stdin.take().context("child stdin")?;
         let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
-        Ok(Client { child, stdin, stdout, next_id: 1 })
+        Ok(Client {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        })
     }
 
     fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
@@ -64,7 +72,10 @@ impl Client {
 /// Runs the demo against a workspace (a fresh temporary one unless `--workspace` was given).
 pub fn run(workspace: &Path) -> anyhow::Result<()> {
     let conversation: Value = serde_json::from_str(CONVERSATION)?;
-    let messages = conversation["messages"].as_array().context("example has no messages")?.clone();
+    let messages = conversation["messages"]
+        .as_array()
+        .context("example has no messages")?
+        .clone();
     let session = format!("demo-{}", uuid::Uuid::new_v4().simple());
 
     let mut client = Client::spawn(workspace)?;
@@ -111,7 +122,10 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
     let original = messages[3]["content"].as_str().context("message 3 is a tool result")?;
     let excerpt = returned[3]["content"].as_str().context("returned message 3")?;
     let notice_at = excerpt.find("<<<TRUNCATED>>>").context("message 3 was not truncated")?;
-    println!("\nMessage 3 (a {} KB test log, now old) is returned as an excerpt; its notice reads:", original.len() / 1000);
+    println!(
+        "\nMessage 3 (a {} KB test log, now old) is returned as an excerpt; its notice reads:",
+        original.len() / 1000
+    );
     for line in excerpt[notice_at..].lines().take_while(|l| *l != "<<<TAIL>>>") {
         println!("    {line}");
     }
@@ -130,7 +144,9 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         let slice = client.call("context.read", next.clone())?;
         rebuilt.push_str(slice["content"].as_str().unwrap_or(""));
         match slice["next_byte_offset"].as_u64() {
-            Some(offset) if !slice["eof"].as_bool().unwrap_or(true) => next = json!({"path": path, "byte_offset": offset}),
+            Some(offset) if !slice["eof"].as_bool().unwrap_or(true) => {
+                next = json!({"path": path, "byte_offset": offset})
+            }
             _ => break,
         }
     }
@@ -149,7 +165,11 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         messages.len(),
         again["reconciliation"]["reused"],
         again["reconciliation"]["appended"],
-        if again["messages"] == last["messages"] { "yes" } else { "NO" }
+        if again["messages"] == last["messages"] {
+            "yes"
+        } else {
+            "NO"
+        }
     );
     client.close()?;
     Ok(())
@@ -163,7 +183,11 @@ fn describe(action: &Value) {
             action["total_bytes"],
             action["total_lines"],
             action["file"].as_str().unwrap_or("?"),
-            if action["newly_written"] == true { "" } else { " (already stored)" }
+            if action["newly_written"] == true {
+                ""
+            } else {
+                " (already stored)"
+            }
         ),
         Some("truncated") => println!(
             "  message {index}: {} phase, keeps {} of {} bytes",

@@ -27,7 +27,10 @@ pub enum RpcError {
 impl RpcError {
     /// An invalid-params error about `field`.
     pub fn invalid_params(field: &str, message: impl std::fmt::Display) -> Self {
-        RpcError::InvalidParams { field: field.to_owned(), message: message.to_string() }
+        RpcError::InvalidParams {
+            field: field.to_owned(),
+            message: message.to_string(),
+        }
     }
 
     fn code(&self) -> ErrorCode {
@@ -52,6 +55,10 @@ impl From<RpcError> for ErrorObjectOwned {
         if code == ErrorCode::StorageFailure {
             tracing::error!("{error}");
         }
-        ErrorObjectOwned::owned(code.code(), error.to_string(), data.map(|d| json!({ "name": code.name(), "details": d })))
+        ErrorObjectOwned::owned(
+            code.code(),
+            error.to_string(),
+            data.map(|d| json!({ "name": code.name(), "details": d })),
+        )
     }
 }

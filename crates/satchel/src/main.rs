@@ -23,7 +23,11 @@ use satchel_storage::Workspace;
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
 #[derive(Parser)]
-#[command(name = "satchel", version, about = "Keeps an AI agent's context window within budget without losing anything.")]
+#[command(
+    name = "satchel",
+    version,
+    about = "Keeps an AI agent's context window within budget without losing anything."
+)]
 struct Cli {
     /// Workspace directory holding all state (default: $SATCHEL_HOME, else the platform data dir).
     #[arg(long, global = true, env = "SATCHEL_HOME")]
@@ -79,14 +83,17 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
                 .with_context(|| format!("opening log file {}", path.display()))?;
             builder.with_ansi(false).with_writer(Arc::new(file)).init();
         }
-        None => builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init(),
+        None => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init(),
     }
     Ok(())
 }
 
 fn serve(workspace_dir: PathBuf) -> anyhow::Result<()> {
-    let workspace = Workspace::open(&workspace_dir)
-        .with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
+    let workspace =
+        Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
     let config = config::load(workspace.root(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
     let daemon = Arc::new(daemon::Daemon::new(workspace, config));
@@ -96,7 +103,13 @@ fn serve(workspace_dir: PathBuf) -> anyhow::Result<()> {
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
         let methods = rpc::module(daemon)?.into();
-        let served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), methods, transport::TransportLimits::default()).await;
+        let served = transport::serve(
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+            methods,
+            transport::TransportLimits::default(),
+        )
+        .await;
         sweeper.abort();
         served.context("stdio transport")
     })?;
@@ -113,7 +126,11 @@ async fn sweep_periodically(daemon: Arc<daemon::Daemon>) {
         ticks.tick().await;
         let daemon = daemon.clone();
         match tokio::task::spawn_blocking(move || daemon.sweep(SystemTime::now())).await {
-            Ok(Ok(report)) => tracing::info!(removed = report.removed, kept_referenced = report.kept_referenced, "offload sweep"),
+            Ok(Ok(report)) => tracing::info!(
+                removed = report.removed,
+                kept_referenced = report.kept_referenced,
+                "offload sweep"
+            ),
             Ok(Err(e)) => tracing::warn!("offload sweep failed: {e}"),
             Err(e) => tracing::warn!("offload sweep panicked: {e}"),
         }

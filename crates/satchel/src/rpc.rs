@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::core::RegisterMethodError;
+use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{ContextPrepare, ContextRead, ErrorCode, Initialize, Method};
 use serde::de::DeserializeOwned;
@@ -25,7 +25,9 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
 
 /// Wire names of the methods served, for `initialize`.
 fn method_names() -> Vec<String> {
-    [Initialize::NAME, ContextPrepare::NAME, ContextRead::NAME].map(str::to_owned).to_vec()
+    [Initialize::NAME, ContextPrepare::NAME, ContextRead::NAME]
+        .map(str::to_owned)
+        .to_vec()
 }
 
 fn register<M, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
@@ -37,7 +39,8 @@ where
     module.register_blocking_method(M::NAME, move |params: Params, daemon: Arc<Daemon>, _: Extensions| {
         let params = decode::<M::Params>(&params)?;
         let result = handler(&daemon, params).map_err(ErrorObjectOwned::from)?;
-        serde_json::to_value(result).map_err(|e| ErrorObjectOwned::owned(ErrorCode::InternalError.code(), e.to_string(), None::<()>))
+        serde_json::to_value(result)
+            .map_err(|e| ErrorObjectOwned::owned(ErrorCode::InternalError.code(), e.to_string(), None::<()>))
     })?;
     Ok(())
 }
@@ -51,9 +54,8 @@ fn decode<T: DeserializeOwned>(params: &Params) -> Result<T, ErrorObjectOwned> {
     if !value.is_object() {
         return Err(RpcError::invalid_params("params", "params must be an object (by-name)").into());
     }
-    serde_json::from_value(value).map_err(|e| {
-        let message = e.to_string();
-        let field = message.split('`').nth(1).unwrap_or("params").to_owned();
-        RpcError::invalid_params(&field, message).into()
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        RpcError::invalid_params(if field == "." { "params" } else { &field }, e.into_inner()).into()
     })
 }

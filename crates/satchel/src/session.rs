@@ -31,7 +31,12 @@ pub struct Entry {
 impl Entry {
     /// An entry for a message; `offloaded` lists its texts already saved to files.
     pub fn new(hash: String, message: Value, offloaded: Vec<OffloadedText>) -> Self {
-        Entry { hash, message, offloaded, tokens: [None; 2] }
+        Entry {
+            hash,
+            message,
+            offloaded,
+            tokens: [None; 2],
+        }
     }
 
     /// The persisted form: offloaded texts emptied, since the files hold them.
@@ -110,9 +115,9 @@ impl Session {
             .take_while(|((message, hash), entry)| {
                 **hash == entry.hash
                     || (!entry.offloaded.is_empty()
-                        && [Phase::Recent, Phase::Old]
-                            .into_iter()
-                            .any(|phase| &render_message(&entry.message, &entry.offloaded, phase, config).0 == *message))
+                        && [Phase::Recent, Phase::Old].into_iter().any(|phase| {
+                            &render_message(&entry.message, &entry.offloaded, phase, config).0 == *message
+                        }))
             })
             .count()
     }
@@ -126,7 +131,11 @@ impl Session {
         let mut out = Vec::with_capacity(self.entries.len());
         let mut truncated = Vec::new();
         for (index, entry) in self.entries.iter().enumerate() {
-            let phase = if index >= recent_start { Phase::Recent } else { Phase::Old };
+            let phase = if index >= recent_start {
+                Phase::Recent
+            } else {
+                Phase::Old
+            };
             let (message, texts) = render_message(&entry.message, &entry.offloaded, phase, config);
             if texts.iter().any(|t| t.kept_bytes.is_some()) {
                 truncated.push(TruncatedMessage { index, phase, texts });
@@ -147,7 +156,10 @@ impl Session {
             config.pruning_old_msg_max_bytes,
             config.markdown_recent_msg_max_bytes,
             config.markdown_old_msg_max_bytes,
-        ) + &format!("/{}/{}/{:?}", config.pruning_slack_bytes, config.pruning_tail_ratio, config.read_file_tool_names);
+        ) + &format!(
+            "/{}/{}/{:?}",
+            config.pruning_slack_bytes, config.pruning_tail_ratio, config.read_file_tool_names
+        );
         if self.count_key.as_deref() != Some(&key) {
             self.entries.iter_mut().for_each(|e| e.tokens = [None; 2]);
             self.count_key = Some(key);

@@ -32,7 +32,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
 /// acknowledged append survives power loss.
 pub fn append_durable(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let created = !path.exists();
-    let mut file = OpenOptions::new().create(true).append(true).open(path).map_err(io("open", path))?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io("open", path))?;
     file.write_all(bytes).map_err(io("append", path))?;
     file.sync_data().map_err(io("fsync", path))?;
     if created {

@@ -39,40 +39,65 @@ pub struct OffloadStore {
 impl OffloadStore {
     /// The offload store of a workspace.
     pub fn new(workspace: &Workspace) -> Self {
-        OffloadStore { dir: workspace.root().join(TOOL_RESULT_DIR) }
+        OffloadStore {
+            dir: workspace.root().join(TOOL_RESULT_DIR),
+        }
     }
 
     /// Saves a full text and returns its path. The name is a v5 uuid of the content, so the
     /// same output offloaded twice (or by two sessions) is one file. An existing file gets its
     /// mtime refreshed, so the retention clock restarts for content that is in use again.
     pub fn save(&self, text: &str) -> Result<SavedText, StorageError> {
-        let name = format!("{}.txt", uuid::Uuid::new_v5(&OFFLOAD_NAMESPACE, text.as_bytes()).simple());
+        let name = format!(
+            "{}.txt",
+            uuid::Uuid::new_v5(&OFFLOAD_NAMESPACE, text.as_bytes()).simple()
+        );
         let path = self.dir.join(&name);
         let rel_path = format!("{TOOL_RESULT_DIR}/{name}");
         if let Ok(meta) = fs::metadata(&path)
             && meta.len() == text.len() as u64
         {
-            let _ = fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(SystemTime::now()));
-            return Ok(SavedText { rel_path, newly_written: false });
+            let _ = fs::File::options()
+                .append(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(SystemTime::now()));
+            return Ok(SavedText {
+                rel_path,
+                newly_written: false,
+            });
         }
         write_atomic(&path, text.as_bytes())?;
-        Ok(SavedText { rel_path, newly_written: true })
+        Ok(SavedText {
+            rel_path,
+            newly_written: true,
+        })
     }
 
     /// Reads a stored text back by its workspace-relative path.
     pub fn load(&self, rel_path: &str) -> Result<String, StorageError> {
-        let name = rel_path.strip_prefix(&format!("{TOOL_RESULT_DIR}/")).unwrap_or(rel_path);
+        let name = rel_path
+            .strip_prefix(&format!("{TOOL_RESULT_DIR}/"))
+            .unwrap_or(rel_path);
         let path = self.dir.join(name);
         fs::read_to_string(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => StorageError::NotFound(rel_path.to_owned()),
-            _ => StorageError::Io { op: "read", path: path.clone(), source: e },
+            _ => StorageError::Io {
+                op: "read",
+                path: path.clone(),
+                source: e,
+            },
         })
     }
 
     /// Removes files last written more than `retention` before `now`, except those in
     /// `referenced` (workspace-relative paths still quoted by a session). `now` is injected so
     /// tests need no sleeping.
-    pub fn sweep(&self, now: SystemTime, retention: Duration, referenced: &HashSet<String>) -> Result<SweepReport, StorageError> {
+    pub fn sweep(
+        &self,
+        now: SystemTime,
+        retention: Duration,
+        referenced: &HashSet<String>,
+    ) -> Result<SweepReport, StorageError> {
         let mut report = SweepReport::default();
         let cutoff = now.checked_sub(retention).unwrap_or(SystemTime::UNIX_EPOCH);
         for entry in fs::read_dir(&self.dir).map_err(io("read dir", &self.dir))? {
@@ -81,7 +106,9 @@ impl OffloadStore {
             if !name.ends_with(".txt") {
                 continue;
             }
-            let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else { continue };
+            let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
+                continue;
+            };
             if modified >= cutoff {
                 continue;
             }
@@ -125,7 +152,13 @@ mod tests {
 
         let later = SystemTime::now() + 6 * day;
         let report = store.sweep(later, 5 * day, &referenced).unwrap();
-        assert_eq!(report, SweepReport { removed: 1, kept_referenced: 1 });
+        assert_eq!(
+            report,
+            SweepReport {
+                removed: 1,
+                kept_referenced: 1
+            }
+        );
         assert!(store.load(&kept).is_ok());
         assert!(matches!(store.load(&gone), Err(StorageError::NotFound(_))));
     }

@@ -79,15 +79,23 @@ pub struct SessionStore {
 impl SessionStore {
     /// The session store of a workspace.
     pub fn new(workspace: &Workspace) -> Self {
-        SessionStore { dir: workspace.root().join(SESSIONS_DIR) }
+        SessionStore {
+            dir: workspace.root().join(SESSIONS_DIR),
+        }
     }
 
     /// Checks that a client-supplied id is a safe, portable file name.
     pub fn validate_id(id: &str) -> Result<(), StorageError> {
         let ok = (1..=128).contains(&id.len())
             && !id.starts_with('.')
-            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if ok { Ok(()) } else { Err(StorageError::InvalidSessionId(id.to_owned())) }
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if ok {
+            Ok(())
+        } else {
+            Err(StorageError::InvalidSessionId(id.to_owned()))
+        }
     }
 
     fn path(&self, id: &str) -> Result<PathBuf, StorageError> {
@@ -101,9 +109,18 @@ impl SessionStore {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(StorageError::Io { op: "read", path, source: e }),
+            Err(e) => {
+                return Err(StorageError::Io {
+                    op: "read",
+                    path,
+                    source: e,
+                });
+            }
         };
-        let (records, whole_len) = parse_records(&bytes).map_err(|message| StorageError::Corrupt { path: path.clone(), message })?;
+        let (records, whole_len) = parse_records(&bytes).map_err(|message| StorageError::Corrupt {
+            path: path.clone(),
+            message,
+        })?;
         if whole_len < bytes.len() {
             // A crash tore the last append; it was never acknowledged, so dropping it is exact.
             tracing::warn!(path = %path.display(), dropped = bytes.len() - whole_len, "dropping torn tail of session log");
@@ -130,7 +147,10 @@ impl SessionStore {
         let path = self.path(id)?;
         let mut buf = Vec::new();
         for record in records {
-            serde_json::to_writer(&mut buf, record).map_err(|e| StorageError::Corrupt { path: path.clone(), message: e.to_string() })?;
+            serde_json::to_writer(&mut buf, record).map_err(|e| StorageError::Corrupt {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
             buf.push(b'\n');
         }
         append_durable(&path, &buf)
@@ -189,7 +209,11 @@ mod tests {
     use serde_json::json;
 
     fn msg(text: &str) -> SessionRecord {
-        SessionRecord::Message(StoredMessage { hash: text.into(), message: json!({"role": "user", "content": text}), offloads: vec![] })
+        SessionRecord::Message(StoredMessage {
+            hash: text.into(),
+            message: json!({"role": "user", "content": text}),
+            offloads: vec![],
+        })
     }
 
     #[test]
@@ -197,11 +221,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
         assert_eq!(store.load("s1").unwrap(), None);
-        store.append("s1", &[SessionRecord::Format { format: MessageFormat::Anthropic }, msg("a"), msg("b")]).unwrap();
-        store.append("s1", &[SessionRecord::Truncate { keep: 1 }, msg("c")]).unwrap();
+        store
+            .append(
+                "s1",
+                &[
+                    SessionRecord::Format {
+                        format: MessageFormat::Anthropic,
+                    },
+                    msg("a"),
+                    msg("b"),
+                ],
+            )
+            .unwrap();
+        store
+            .append("s1", &[SessionRecord::Truncate { keep: 1 }, msg("c")])
+            .unwrap();
         let log = store.load("s1").unwrap().unwrap();
         assert_eq!(log.format, Some(MessageFormat::Anthropic));
-        assert_eq!(log.messages.iter().map(|m| m.hash.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(
+            log.messages.iter().map(|m| m.hash.as_str()).collect::<Vec<_>>(),
+            ["a", "c"]
+        );
         assert_eq!(store.list().unwrap(), ["s1"]);
     }
 

@@ -40,13 +40,19 @@ impl Workspace {
         let candidate = Path::new(rel);
         let lexically_safe = !rel.is_empty()
             && !rel.contains('\0')
-            && candidate.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+            && candidate
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
         if !lexically_safe {
             return Err(StorageError::OutsideWorkspace(rel.to_owned()));
         }
         let real = fs::canonicalize(self.root.join(candidate)).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => StorageError::NotFound(rel.to_owned()),
-            _ => StorageError::Io { op: "canonicalize", path: candidate.to_path_buf(), source: e },
+            _ => StorageError::Io {
+                op: "canonicalize",
+                path: candidate.to_path_buf(),
+                source: e,
+            },
         })?;
         if !real.starts_with(&self.root) {
             return Err(StorageError::OutsideWorkspace(rel.to_owned()));
@@ -76,14 +82,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::open(dir.path()).unwrap();
         fs::write(ws.root().join("tool_result/a.txt"), "hello").unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret.txt"), ws.root().join("tool_result/link.txt")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.txt"),
+            ws.root().join("tool_result/link.txt"),
+        )
+        .unwrap();
 
         assert_eq!(ws.read_text("tool_result/a.txt").unwrap(), "hello");
         assert_eq!(ws.read_text("./tool_result/a.txt").unwrap(), "hello");
         for bad in ["/etc/passwd", "../x", "tool_result/../../x", "tool_result/link.txt", ""] {
-            assert!(matches!(ws.read_text(bad), Err(StorageError::OutsideWorkspace(_))), "{bad}");
+            assert!(
+                matches!(ws.read_text(bad), Err(StorageError::OutsideWorkspace(_))),
+                "{bad}"
+            );
         }
-        assert!(matches!(ws.read_text("tool_result/missing.txt"), Err(StorageError::NotFound(_))));
+        assert!(matches!(
+            ws.read_text("tool_result/missing.txt"),
+            Err(StorageError::NotFound(_))
+        ));
         assert!(matches!(ws.read_text("tool_result"), Err(StorageError::NotFound(_))));
     }
 }
