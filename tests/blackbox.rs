@@ -330,8 +330,9 @@ fn large_tool_result_is_offloaded_then_truncated_further_when_old() {
 fn result_within_the_slack_is_never_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    // 3 050 bytes is within 100 bytes of the old-phase limit; 3 101 is just past it.
-    let (within, past) = (sized_text(3_050), sized_text(3_101));
+    // 3 050 bytes is within 100 bytes of the old-phase limit; 5 000 is clearly past it (just
+    // past it, an excerpt plus its notice would be longer than the result, so it stays whole).
+    let (within, past) = (sized_text(3_050), sized_text(5_000));
     let messages = vec![
         user("show both"),
         openai_calls(&[

@@ -58,11 +58,15 @@ pub fn render_message(
         let slot = message.pointer_mut(&text.pointer);
         let excerpt = match (limits, slot) {
             (Some(limits), Some(Value::String(full))) => {
-                render_excerpt(full, &text.stats, &limits, &FileRef { path: &text.file }).map(|excerpt| {
-                    let kept = excerpt.head_bytes + excerpt.tail.map_or(0, |t| t.bytes);
-                    *full = excerpt.text;
-                    kept
-                })
+                // An excerpt plus its notice can outgrow a result just past the limit; then the
+                // whole result is cheaper for the context and loses nothing.
+                render_excerpt(full, &text.stats, &limits, &FileRef { path: &text.file })
+                    .filter(|excerpt| excerpt.text.len() < full.len())
+                    .map(|excerpt| {
+                        let kept = excerpt.head_bytes + excerpt.tail.map_or(0, |t| t.bytes);
+                        *full = excerpt.text;
+                        kept
+                    })
             }
             _ => None,
         };
@@ -232,6 +236,30 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    #[test]
+    fn an_excerpt_is_never_longer_than_the_result() {
+        let config = Config::default();
+        let call = ToolCall {
+            id: "c".into(),
+            name: "bash".into(),
+            arguments: "{}".into(),
+        };
+        for size in [3_200, 3_600, 5_000] {
+            let full = "line of output\n".repeat(size / 15);
+            let message = serde_json::json!({"role": "tool", "tool_call_id": "c", "content": full});
+            let offloaded = [OffloadedText {
+                pointer: "/content".into(),
+                file: "tool_result/x.txt".into(),
+                stats: TextStats::of(&full),
+                call: Some(call.clone()),
+            }];
+            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config);
+            let shown = shown["content"].as_str().unwrap();
+            assert!(shown.len() <= full.len(), "{size}: {} > {}", shown.len(), full.len());
+            assert_eq!(texts[0].kept_bytes.is_some(), shown != full);
+        }
     }
 
     proptest! {
