@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Daemon, number_after, quoted_after, reconstruct};
+use support::{Daemon, number_after, quoted_after, read_from, reconstruct};
 
 /// First line of every truncation notice.
 const MARKER: &str = "<<<TRUNCATED>>>";
@@ -474,20 +474,6 @@ fn parse_notice(excerpt: &str, original: &str) -> Option<Notice> {
 
 fn line_count(text: &str) -> usize {
     text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.is_empty() && !text.ends_with('\n'))
-}
-
-/// Head + `context.read` by byte offset until the end of the file.
-fn read_from(daemon: &mut Daemon, head: &str, path: &str) -> String {
-    let mut text = head.to_owned();
-    let mut offset = head.len();
-    loop {
-        let slice = daemon.call("context.read", json!({"path": path, "byte_offset": offset}));
-        text.push_str(slice["content"].as_str().unwrap());
-        match slice["next_byte_offset"].as_u64() {
-            Some(next) if !slice["eof"].as_bool().unwrap() => offset = next as usize,
-            _ => return text,
-        }
-    }
 }
 
 fn verify_excerpt(daemon: &mut Daemon, workspace: &Path, cut: &Cut<'_>, stats: &mut Stats) -> Result<(), String> {

@@ -193,8 +193,14 @@ fn read_frames(stdout: ChildStdout, tx: mpsc::Sender<(Framing, Value)>) {
 pub fn reconstruct(daemon: &mut Daemon, excerpt: &str) -> String {
     let head_bytes = number_after(excerpt, "covers the next ").expect("notice states its byte count");
     let path = quoted_after(excerpt, "file_path=").expect("notice names a file");
-    let mut text = excerpt[..head_bytes].to_owned();
-    let mut offset = head_bytes;
+    read_from(daemon, &excerpt[..head_bytes], &path)
+}
+
+/// `head` followed by the rest of the file at `path`, read with `context.read` by byte offset
+/// from where the head ends until the end of the file.
+pub fn read_from(daemon: &mut Daemon, head: &str, path: &str) -> String {
+    let mut text = head.to_owned();
+    let mut offset = head.len();
     loop {
         let slice = daemon.call("context.read", json!({"path": path, "byte_offset": offset}));
         text.push_str(slice["content"].as_str().unwrap());
