@@ -744,6 +744,26 @@ fn every_error_code_and_the_daemon_keeps_serving() {
 }
 
 #[test]
+fn the_message_size_limit_is_configurable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with_args(dir.path(), &[], &["--max-message-bytes", "4096"]);
+    let big = json!({"session_id": "small", "messages": [user(&"x".repeat(10_000))]});
+    for framing in [Framing::Ndjson, Framing::ContentLength] {
+        d.framing = framing;
+        d.request("context.prepare", big.clone());
+        let (reply_framing, error) = d.next_frame();
+        assert_eq!(
+            (error_code(&error["error"]), reply_framing),
+            (-32007, framing),
+            "{error}"
+        );
+    }
+    let ok = prepare(&mut d, "small", &[user("fits")]);
+    assert_eq!(ok["reconciliation"]["session_messages"], 1);
+    d.shutdown();
+}
+
+#[test]
 fn values_of_the_wrong_type_are_reported_by_field_name() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);

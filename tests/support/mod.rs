@@ -40,10 +40,16 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `satchel serve` on `workspace` with extra environment variables.
     pub fn start(workspace: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with_args(workspace, env, &[])
+    }
+
+    /// Starts `satchel serve` with extra `serve` options.
+    pub fn start_with_args(workspace: &Path, env: &[(&str, &str)], serve_args: &[&str]) -> Daemon {
         let mut cmd = Command::new(satchel_bin());
         cmd.arg("--workspace")
             .arg(workspace)
             .arg("serve")
+            .args(serve_args)
             .env("SATCHEL_LOG", "warn");
         for (k, v) in env {
             cmd.env(k, v);

@@ -42,7 +42,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve JSON-RPC 2.0 on stdin/stdout (NDJSON or Content-Length framing). The default.
-    Serve,
+    Serve {
+        /// Largest request (and reply) in bytes; larger requests get error -32007.
+        #[arg(long, default_value_t = 64 << 20)]
+        max_message_bytes: u32,
+    },
     /// Run the bundled example conversation through a real `satchel serve` and show what it did.
     Demo,
 }
@@ -50,11 +54,20 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_file.as_deref())?;
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => serve(match cli.workspace {
-            Some(dir) => dir,
-            None => default_workspace()?,
-        }),
+    let default_serve = Command::Serve {
+        max_message_bytes: transport::TransportLimits::default().max_request_bytes,
+    };
+    match cli.command.unwrap_or(default_serve) {
+        Command::Serve { max_message_bytes } => serve(
+            match cli.workspace {
+                Some(dir) => dir,
+                None => default_workspace()?,
+            },
+            transport::TransportLimits {
+                max_request_bytes: max_message_bytes,
+                max_response_bytes: max_message_bytes,
+            },
+        ),
         // The demo must not touch a real workspace unless asked to.
         Command::Demo => demo::run(&match cli.workspace {
             Some(dir) => dir,
@@ -91,7 +104,7 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(workspace_dir: PathBuf) -> anyhow::Result<()> {
+fn serve(workspace_dir: PathBuf, limits: transport::TransportLimits) -> anyhow::Result<()> {
     let workspace =
         Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
     let config = config::load(workspace.root(), std::env::vars())
@@ -103,13 +116,7 @@ fn serve(workspace_dir: PathBuf) -> anyhow::Result<()> {
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
         let methods = rpc::module(daemon)?.into();
-        let served = transport::serve(
-            tokio::io::stdin(),
-            tokio::io::stdout(),
-            methods,
-            transport::TransportLimits::default(),
-        )
-        .await;
+        let served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), methods, limits).await;
         sweeper.abort();
         served.context("stdio transport")
     })?;
