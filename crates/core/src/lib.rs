@@ -5,9 +5,12 @@
 //! decisions made here and `satchel-storage` persists them. CI proves the purity with
 //! `! cargo tree -p satchel-core -e normal -i tokio`.
 
+pub mod compact;
 pub mod format;
 pub mod offload;
 pub mod render;
+pub mod repair;
 pub mod slice;
+pub mod summary;
 pub mod tokens;
 pub mod truncate;

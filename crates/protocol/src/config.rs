@@ -8,10 +8,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Which tokenizer counts tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Tokenizer {
     /// OpenAI's o200k_base (GPT-4o and later); exact.
+    #[default]
     O200kBase,
     /// OpenAI's cl100k_base (GPT-4, GPT-3.5); exact.
     Cl100kBase,
@@ -25,10 +26,14 @@ pub enum Tokenizer {
 pub struct Config {
     /// Model context window size in tokens.
     pub max_input_length: u64,
+    /// Whether `context.prepare` compacts automatically when the threshold is crossed.
+    pub compact_enabled: bool,
     /// Compaction triggers at `max_input_length × compact_threshold_ratio` tokens.
     pub compact_threshold_ratio: f64,
     /// Compaction keeps `max_input_length × reserve_threshold_ratio` tokens of recent messages.
     pub reserve_threshold_ratio: f64,
+    /// Token budget of the compact summary.
+    pub summary_max_tokens: u64,
     /// Divisor of the byte-based token estimate.
     pub token_count_estimate_divisor: f64,
     /// Tokenizer used for exact counts.
@@ -66,8 +71,10 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             max_input_length: 131_072,
+            compact_enabled: true,
             compact_threshold_ratio: 0.8,
             reserve_threshold_ratio: 0.1,
+            summary_max_tokens: 2_500,
             token_count_estimate_divisor: 4.0,
             tokenizer: Tokenizer::O200kBase,
             dialog_path: "dialog".into(),
@@ -105,6 +112,12 @@ impl Config {
                 "must be in (0, 1] and below compact_threshold_ratio".into(),
             ));
         }
+        if self.summary_max_tokens < 200 || self.summary_max_tokens >= self.compact_threshold_tokens() {
+            return Err((
+                "summary_max_tokens",
+                "must be at least 200 and below the compaction threshold".into(),
+            ));
+        }
         if !(1.0..=10.0).contains(&self.token_count_estimate_divisor) {
             return Err(("token_count_estimate_divisor", "must be in [1, 10]".into()));
         }
@@ -135,9 +148,14 @@ impl Config {
         Ok(())
     }
 
-    /// The byte threshold at which compaction triggers.
+    /// The token count at which compaction triggers.
     pub fn compact_threshold_tokens(&self) -> u64 {
         (self.max_input_length as f64 * self.compact_threshold_ratio) as u64
+    }
+
+    /// Tokens of recent messages a compaction keeps.
+    pub fn reserve_tokens(&self) -> u64 {
+        (self.max_input_length as f64 * self.reserve_threshold_ratio) as u64
     }
 }
 

@@ -30,13 +30,15 @@ pub enum ErrorCode {
     FileNotFound,
     /// -32004: the disk refused a write; nothing was changed.
     StorageFailure,
+    /// -32005: the summariser failed; nothing was compacted and the session is unchanged.
+    SummarizeFailed,
     /// -32007: the request exceeds the size limit (jsonrpsee's own code, kept as is).
     PayloadTooLarge,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used to generate the documentation).
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -47,6 +49,7 @@ impl ErrorCode {
         ErrorCode::PathOutsideWorkspace,
         ErrorCode::FileNotFound,
         ErrorCode::StorageFailure,
+        ErrorCode::SummarizeFailed,
         ErrorCode::PayloadTooLarge,
     ];
 
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::PathOutsideWorkspace => -32002,
             ErrorCode::FileNotFound => -32003,
             ErrorCode::StorageFailure => -32004,
+            ErrorCode::SummarizeFailed => -32005,
             ErrorCode::PayloadTooLarge => -32007,
         }
     }
@@ -80,6 +84,7 @@ impl ErrorCode {
             ErrorCode::PathOutsideWorkspace => "PathOutsideWorkspace",
             ErrorCode::FileNotFound => "FileNotFound",
             ErrorCode::StorageFailure => "StorageFailure",
+            ErrorCode::SummarizeFailed => "SummarizeFailed",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
         }
     }
@@ -100,6 +105,9 @@ impl ErrorCode {
             ErrorCode::FileNotFound => "The path is inside the workspace but no such file exists.",
             ErrorCode::StorageFailure => {
                 "Writing to the workspace failed; the session is unchanged and the request can be retried."
+            }
+            ErrorCode::SummarizeFailed => {
+                "The summariser failed (`context.compact`); nothing was compacted and the session is unchanged."
             }
             ErrorCode::PayloadTooLarge => "The request is larger than the transport's size limit.",
         }

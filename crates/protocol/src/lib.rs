@@ -11,10 +11,12 @@ pub mod config;
 pub mod errors;
 pub mod methods;
 pub mod openrpc;
+pub mod summary;
 
 pub use config::Config;
 pub use errors::ErrorCode;
 pub use methods::*;
+pub use summary::{ArchiveRange, CompactSummary, CriticalContext};
 
 /// Version of the wire protocol, bumped on incompatible changes; `initialize` reports it.
 pub const PROTOCOL_VERSION: &str = "0.1.0";

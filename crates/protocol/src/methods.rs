@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{Config, Method};
+use crate::{CompactSummary, Config, Method, summary::ArchiveRange};
 
 /// `initialize`: the first call of an editor plugin; tells it who answers and how it is configured.
 pub enum Initialize {}
@@ -75,6 +75,103 @@ pub enum FormatHint {
     Anthropic,
 }
 
+/// `context.compact`: compact a session now (the spec's `/compact`).
+pub enum ContextCompact {}
+
+impl Method for ContextCompact {
+    const NAME: &'static str = "context.compact";
+    const SUMMARY: &'static str =
+        "Compact everything but the reserve of recent messages now, optionally steered by an instruction.";
+    type Params = CompactParams;
+    type Result = CompactResult;
+}
+
+/// Params of `context.compact`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactParams {
+    /// The session.
+    pub session_id: String,
+    /// Steers the summary, e.g. "keep requirements and decisions only".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+    /// Per-request overrides of any [`Config`] key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+}
+
+/// Result of `context.compact`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CompactResult {
+    /// Echo of the session id.
+    pub session_id: String,
+    /// Messages compacted (0 when there was nothing to compact).
+    pub compacted: usize,
+    /// The compaction, when one happened.
+    pub compaction: Option<CompactionReport>,
+    /// The summary now in force.
+    pub summary: Option<CompactSummary>,
+    /// The summary as the model reads it.
+    pub summary_text: Option<String>,
+}
+
+/// `context.inspect`: what satchel holds for a session and what it did.
+pub enum ContextInspect {}
+
+impl Method for ContextInspect {
+    const NAME: &'static str = "context.inspect";
+    const SUMMARY: &'static str =
+        "Tokens per zone, pressure, summary, offloaded results and compaction history of a session.";
+    type Params = InspectParams;
+    type Result = InspectResult;
+}
+
+/// Params of `context.inspect`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InspectParams {
+    /// The session.
+    pub session_id: String,
+}
+
+/// An offloaded tool result of a live message.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OffloadedResult {
+    /// Original index of the message.
+    pub index: usize,
+    /// JSON pointer of the text.
+    pub pointer: String,
+    /// Workspace-relative file with the full text.
+    pub file: String,
+    /// Size of the full text.
+    pub total_bytes: usize,
+    /// Lines of the full text.
+    pub total_lines: usize,
+}
+
+/// Result of `context.inspect`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct InspectResult {
+    /// Echo of the session id.
+    pub session_id: String,
+    /// Format of the session, once known.
+    pub format: Option<MessageFormat>,
+    /// Tokens per zone as of the last `context.prepare` of this daemon (zeros before one).
+    pub tokens: TokenUsage,
+    /// How full the window is.
+    pub pressure: Pressure,
+    /// Messages in the session now.
+    pub messages: usize,
+    /// Messages compacted away (archived).
+    pub archived_messages: usize,
+    /// The summary in force.
+    pub summary: Option<CompactSummary>,
+    /// Offloaded results of live messages.
+    pub offloaded: Vec<OffloadedResult>,
+    /// Every compaction, oldest first.
+    pub compactions: Vec<CompactionReport>,
+}
+
 /// Params of `context.prepare`. Exactly one of `messages` and `append` is given.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -117,16 +214,28 @@ pub struct PrepareResult {
     pub actions: Vec<Action>,
     /// How the received messages related to the session.
     pub reconciliation: Reconciliation,
+    /// The summary of everything compacted so far (also the first message of `messages`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_summary: Option<CompactSummary>,
+    /// Set when the request still exceeds `max_input_length`, saying precisely why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_limit: Option<String>,
 }
 
 /// Tokens per zone of the request, counted with the configured tokenizer.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TokenUsage {
     /// The system prompt: `system` param plus system-role messages.
     pub system: u64,
     /// Tool definitions.
     pub tools: u64,
-    /// All other messages, as returned.
+    /// The compact-summary message.
+    pub summary: u64,
+    /// Older messages: what the next compaction would summarise.
+    pub compactable: u64,
+    /// The newest messages, up to `max_input_length × reserve_threshold_ratio` tokens.
+    pub reserved: u64,
+    /// All messages other than system and summary (`compactable + reserved`).
     pub messages: u64,
     /// Sum of the zones.
     pub total: u64,
@@ -136,6 +245,37 @@ pub struct TokenUsage {
     pub threshold: u64,
     /// Tokenizer that counted.
     pub tokenizer: crate::config::Tokenizer,
+}
+
+/// How full the window is: `total / limit` below 0.5 is low, below the compaction threshold
+/// ratio medium, below 1 high, else critical.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Pressure {
+    /// Under half the window.
+    Low,
+    /// Under the compaction threshold.
+    Medium,
+    /// Over the threshold, under the limit.
+    High,
+    /// At or over the limit.
+    Critical,
+}
+
+impl Pressure {
+    /// The pressure of `total` tokens under `limit` with compaction at `threshold_ratio`.
+    pub fn of(total: u64, limit: u64, threshold_ratio: f64) -> Pressure {
+        let ratio = total as f64 / limit.max(1) as f64;
+        if ratio < 0.5 {
+            Pressure::Low
+        } else if ratio < threshold_ratio {
+            Pressure::Medium
+        } else if ratio < 1.0 {
+            Pressure::High
+        } else {
+            Pressure::Critical
+        }
+    }
 }
 
 /// Which phase of truncation a tool result is in.
@@ -154,7 +294,8 @@ pub enum Phase {
 pub enum Action {
     /// A tool result's full text was saved to a file when it entered the session.
     Offloaded {
-        /// Index of the message in the returned list.
+        /// Index of the message in the session's original history (the position in the list
+        /// the client sent, before any compaction).
         index: usize,
         /// JSON pointer of the text inside the message.
         pointer: String,
@@ -167,10 +308,27 @@ pub enum Action {
         /// False when identical content was already stored (stored once).
         newly_written: bool,
     },
+    /// Older messages were compacted into the summary and archived.
+    Compacted(CompactionReport),
+    /// Compaction was due but the summariser failed; the messages stay and nothing changed.
+    CompactionFailed {
+        /// Why.
+        reason: String,
+    },
+    /// The outgoing list was repaired so every tool call has exactly one result.
+    Repaired {
+        /// Position in the returned list.
+        index: usize,
+        /// What was done: `synthetic_result`, `dropped_orphan_result`, `merged_same_role`,
+        /// `moved_results_first` or `inserted_leading_user`.
+        repair: String,
+        /// The tool call concerned, if any.
+        call_id: Option<String>,
+    },
     /// A tool result is returned as an excerpt whose limit changed in this call
     /// (it entered truncated, or it left the recent window).
     Truncated {
-        /// Index of the message in the returned list.
+        /// Index of the message in the session's original history.
         index: usize,
         /// JSON pointer of the text inside the message.
         pointer: String,
@@ -183,6 +341,25 @@ pub enum Action {
         /// Size of the full text.
         total_bytes: usize,
     },
+}
+
+/// A compaction, as reported by `context.prepare`, `context.compact` and `context.inspect`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactionReport {
+    /// Unique id (also on each archive line).
+    pub id: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// Triggered by `context.compact` rather than the threshold.
+    pub manual: bool,
+    /// Messages compacted.
+    pub messages: usize,
+    /// Request tokens before.
+    pub tokens_before: u64,
+    /// Request tokens after.
+    pub tokens_after: u64,
+    /// Where the raw messages are archived.
+    pub archive: Option<ArchiveRange>,
 }
 
 /// How the received messages were matched against the session.

@@ -7,7 +7,9 @@
 use schemars::{JsonSchema, generate::SchemaSettings};
 use serde_json::{Value, json};
 
-use crate::{ContextPrepare, ContextRead, ErrorCode, Initialize, Method, PROTOCOL_VERSION};
+use crate::{
+    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ErrorCode, Initialize, Method, PROTOCOL_VERSION,
+};
 
 fn schema_of<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12().into_generator();
@@ -37,7 +39,13 @@ pub fn document() -> Value {
             "version": PROTOCOL_VERSION,
             "description": "Context-window daemon for AI agents. JSON-RPC 2.0 over stdio (NDJSON or Content-Length framing).",
         },
-        "methods": [method::<Initialize>(), method::<ContextPrepare>(), method::<ContextRead>()],
+        "methods": [
+            method::<Initialize>(),
+            method::<ContextPrepare>(),
+            method::<ContextCompact>(),
+            method::<ContextRead>(),
+            method::<ContextInspect>(),
+        ],
         "x-satchel-errors": errors,
         "x-satchel-notifications": [
             { "name": "$/cancelRequest", "params": { "id": "id of the request to cancel" } }

@@ -1,31 +1,41 @@
 //! The daemon's state and its methods, independent of any transport.
 //!
-//! Methods are synchronous (they do file I/O and token counting) and run on tokio's blocking
-//! pool. Each session has its own lock, so calls on different sessions run in parallel; a
+//! `context.prepare` runs the spec's pre-reasoning hook on every call, in order: tool-result
+//! offload (new messages) → context check → compaction of the older part → archive of the
+//! compacted raw messages. Methods are synchronous (file I/O, token counting) and run on
+//! tokio's blocking pool. Each session has its own lock, so sessions proceed in parallel; a
 //! workspace-wide read/write gate keeps the TTL sweep from deleting a file between the moment
 //! a call decides to reuse it and the moment its reference is logged.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
 
+use satchel_core::compact::plan_split;
 use satchel_core::format;
 use satchel_core::offload;
+use satchel_core::render::OffloadedText;
+use satchel_core::repair::Repair;
 use satchel_core::slice::{SliceRequest, slice_text};
+use satchel_core::summary::extractive::ExtractiveSummarizer;
+use satchel_core::summary::render::summary_message_text;
+use satchel_core::summary::{Summarizer, SummaryInput};
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{
-    Action, Config, FormatHint, InitializeResult, MessageFormat, Phase, PrepareParams, PrepareResult, ReadParams,
-    ReadResult, Reconciliation, TokenUsage,
+    Action, ArchiveRange, CompactParams, CompactResult, CompactionReport, Config, FormatHint, InitializeResult,
+    InspectParams, InspectResult, MessageFormat, OffloadedResult, Phase, PrepareParams, PrepareResult, Pressure,
+    ReadParams, ReadResult, Reconciliation, TokenUsage,
 };
-use satchel_storage::{OffloadStore, SessionRecord, SessionStore, StorageError, SweepReport, Workspace};
+use satchel_storage::{
+    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, OffloadStore, SessionRecord,
+    SessionStore, StorageError, StoredMessage, SweepReport, Workspace,
+};
 use serde_json::Value;
 
 use crate::config::apply_overrides;
 use crate::error::RpcError;
-use satchel_core::render::OffloadedText;
-
-use crate::session::{Entry, Session, TruncatedMessage, format_or_default, message_hash};
+use crate::session::{Alignment, Entry, Session, TruncatedMessage, format_or_default, message_hash};
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;
@@ -37,23 +47,36 @@ pub struct Daemon {
     workspace: Workspace,
     offloads: OffloadStore,
     sessions: SessionStore,
+    archive: DialogArchive,
+    summarizer: Box<dyn Summarizer>,
     config: Config,
     live: Mutex<HashMap<String, SessionSlot>>,
     /// Held shared by calls that write references, exclusively by the sweep.
     gate: RwLock<()>,
 }
 
+/// What the request-level parts of a call are, for counting the system and tools zones.
+struct RequestExtras<'a> {
+    system: Option<&'a Value>,
+    tools: Option<&'a [Value]>,
+}
+
+/// A session locked for one call.
+type Locked<'a> = MutexGuard<'a, Option<Session>>;
+
 impl Daemon {
     /// A daemon over `workspace` with the effective base `config`.
-    pub fn new(workspace: Workspace, config: Config) -> Self {
-        Daemon {
+    pub fn new(workspace: Workspace, config: Config) -> Result<Self, StorageError> {
+        Ok(Daemon {
             offloads: OffloadStore::new(&workspace),
             sessions: SessionStore::new(&workspace),
+            archive: DialogArchive::new(&workspace, &config.dialog_path)?,
+            summarizer: Box::new(ExtractiveSummarizer),
             workspace,
             config,
             live: Mutex::new(HashMap::new()),
             gate: RwLock::new(()),
-        }
+        })
     }
 
     /// The workspace.
@@ -78,14 +101,27 @@ impl Daemon {
         live.entry(id.to_owned()).or_default().clone()
     }
 
-    /// `context.prepare`.
-    pub fn prepare(&self, params: PrepareParams) -> Result<PrepareResult, RpcError> {
-        SessionStore::validate_id(&params.session_id).map_err(|e| RpcError::invalid_params("session_id", e))?;
-        let config = match &params.config {
+    fn effective_config(&self, overrides: Option<&serde_json::Map<String, Value>>) -> Result<Config, RpcError> {
+        match overrides {
             Some(overrides) => apply_overrides(&self.config, overrides)
-                .map_err(|(field, why)| RpcError::invalid_params(&format!("config.{field}"), why))?,
-            None => self.config.clone(),
-        };
+                .map_err(|(field, why)| RpcError::invalid_params(&format!("config.{field}"), why)),
+            None => Ok(self.config.clone()),
+        }
+    }
+
+    /// Locks a session, loading it from its log on first use. `None` inside means no such session.
+    fn lock<'a>(&self, slot: &'a SessionSlot, id: &str) -> Result<Locked<'a>, RpcError> {
+        SessionStore::validate_id(id).map_err(|e| RpcError::invalid_params("session_id", e))?;
+        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = self.load_session(id)?;
+        }
+        Ok(guard)
+    }
+
+    /// `context.prepare`: the whole pre-reasoning hook.
+    pub fn prepare(&self, params: PrepareParams) -> Result<PrepareResult, RpcError> {
+        let config = self.effective_config(params.config.as_ref())?;
         let (incoming, is_full_list) = match (params.messages, params.append) {
             (Some(m), None) => (m, true),
             (None, Some(a)) => (a, false),
@@ -109,17 +145,13 @@ impl Daemon {
                 "each message must be a JSON object",
             ));
         }
-
-        let slot = self.slot(&params.session_id);
-        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            *guard = self.load_session(&params.session_id)?;
-        }
+        let id = params.session_id;
+        let slot = self.slot(&id);
+        let mut guard = self.lock(&slot, &id)?;
         if guard.is_none() && !is_full_list {
-            return Err(RpcError::UnknownSession(params.session_id));
+            return Err(RpcError::UnknownSession(id));
         }
         let session = guard.get_or_insert_with(Session::default);
-
         let declared = match params.format {
             FormatHint::Auto => None,
             FormatHint::Openai => Some(MessageFormat::Openai),
@@ -130,45 +162,180 @@ impl Daemon {
         {
             return Err(RpcError::invalid_params(
                 "format",
-                format!("session {} is in {held:?} format", params.session_id),
+                format!("session {id} is in {held:?} format"),
             ));
         }
 
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
-        let hashes: Vec<String> = incoming.iter().map(message_hash).collect();
-        let (keep, new_messages, new_hashes) = if is_full_list {
-            let keep = session.matching_prefix(&incoming, &hashes, &config);
-            (keep, &incoming[keep..], &hashes[keep..])
-        } else {
-            (session.entries.len(), &incoming[..], &hashes[..])
+        let mut actions = Vec::new();
+        let reconciliation = self.ingest(&id, session, &incoming, is_full_list, declared, &config, &mut actions)?;
+
+        let extras = RequestExtras {
+            system: params.system.as_ref(),
+            tools: params.tools.as_deref(),
         };
-        let replaced = session.entries.len() - keep;
+        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let mut usage = self.usage(session, &config, &counter, &extras, false);
+        let mut over_limit_reason = None;
+        if config.compact_enabled && usage.total >= config.compact_threshold_tokens() {
+            match self.compact(&id, session, &config, &counter, &extras, None, false) {
+                Ok(Some(report)) => actions.push(Action::Compacted(report)),
+                Ok(None) => {
+                    over_limit_reason = Some(
+                        "nothing before the newest turn can be compacted without separating a tool call from its result or an assistant reply from its user message",
+                    )
+                }
+                Err(CompactError::Summarize(reason)) => actions.push(Action::CompactionFailed { reason }),
+                Err(CompactError::Rpc(e)) => {
+                    self.forget(&mut guard);
+                    return Err(e);
+                }
+            }
+            usage = self.usage(
+                guard.as_mut().expect("session present"),
+                &config,
+                &counter,
+                &extras,
+                false,
+            );
+        }
+        let session = guard.as_mut().expect("session present");
+        // Last resort before giving up on the limit: recent tool results get the old-phase limit too.
+        let squeeze = usage.total > config.max_input_length;
+        if squeeze {
+            usage = self.usage(session, &config, &counter, &extras, true);
+        }
+        // The logged figure was estimated before the archive write; report the real one.
+        for action in &mut actions {
+            if let Action::Compacted(report) = action {
+                report.tokens_after = usage.total;
+                if let Some(info) = session.compactions.last_mut() {
+                    info.begun.tokens_after = usage.total;
+                }
+            }
+        }
+
+        let rendered = session.render(&config, squeeze);
+        let recent_before = reconciliation.recent_start_before;
+        for TruncatedMessage { position, phase, texts } in &rendered.truncated {
+            let entry_index = session.entries[*position].index;
+            let changed =
+                entry_index >= reconciliation.first_new_index || (*phase == Phase::Old && *position >= recent_before);
+            if !changed {
+                continue;
+            }
+            for text in texts {
+                if let Some(kept_bytes) = text.kept_bytes {
+                    actions.push(Action::Truncated {
+                        index: entry_index,
+                        pointer: text.pointer.clone(),
+                        phase: *phase,
+                        file: text.file.clone(),
+                        kept_bytes,
+                        total_bytes: text.total_bytes,
+                    });
+                }
+            }
+        }
+        actions.extend(rendered.repairs.iter().map(repair_action));
+
+        let over_limit = (usage.total > config.max_input_length).then(|| {
+            format!(
+                "the request is {} tokens, over max_input_length {}: system {}, tools {}, summary {}, messages {} ({}). Tool results are already cut to their limits.",
+                usage.total,
+                config.max_input_length,
+                usage.system,
+                usage.tools,
+                usage.summary,
+                usage.messages,
+                over_limit_reason.unwrap_or(
+                    "the kept messages are the smallest tail that keeps tool calls with their results and the newest user message"
+                ),
+            )
+        });
+        session.last_output = rendered.messages.clone();
+        session.last_usage = Some(usage.clone());
+        Ok(PrepareResult {
+            session_id: id,
+            format: format_or_default(session.format),
+            messages: rendered.messages,
+            tokens: usage,
+            actions,
+            reconciliation: reconciliation.report,
+            compact_summary: session.summary.clone(),
+            over_limit,
+        })
+    }
+
+    /// Reconciles the received messages with the session, offloads the large texts of new
+    /// ones, and logs them durably before the in-memory session changes.
+    #[allow(clippy::too_many_arguments)]
+    fn ingest(
+        &self,
+        id: &str,
+        session: &mut Session,
+        incoming: &[Value],
+        is_full_list: bool,
+        declared: Option<MessageFormat>,
+        config: &Config,
+        actions: &mut Vec<Action>,
+    ) -> Result<Ingested, RpcError> {
+        let hashes: Vec<String> = incoming.iter().map(message_hash).collect();
+        let alignment = if is_full_list {
+            session.align(incoming, &hashes, config)
+        } else {
+            Alignment::Extends { consumed: 0 }
+        };
+        let mut records = Vec::new();
+        let (consumed, replaced) = match alignment {
+            Alignment::Extends { consumed } => (consumed, 0),
+            Alignment::DivergesAt { at } => {
+                records.push(SessionRecord::Truncate { keep: at });
+                (at, session.entries.iter().filter(|e| e.index >= at).count())
+            }
+            Alignment::Reset => {
+                records.push(SessionRecord::Reset);
+                (0, session.original_hashes.len())
+            }
+        };
+        let new_messages = &incoming[consumed..];
+        let new_hashes = &hashes[consumed..];
         let format = declared
             .or(session.format)
             .or_else(|| format::detect(new_messages))
-            .or_else(|| format::detect(&incoming));
-
-        // Build the new entries (offloading their large texts) before touching the session, so a
-        // storage failure leaves it exactly as it was.
-        let mut records = Vec::new();
+            .or_else(|| format::detect(incoming));
         if format.is_some() && session.format.is_none() {
-            records.push(SessionRecord::Format {
-                format: format_or_default(format),
-            });
-        }
-        if replaced > 0 {
-            records.push(SessionRecord::Truncate { keep });
+            records.insert(
+                0,
+                SessionRecord::Format {
+                    format: format_or_default(format),
+                },
+            );
         }
         let processing_format = format_or_default(format);
+
+        // What the session keeps of its live messages after a truncation or reset.
+        let kept_live: &[Entry] = match alignment {
+            Alignment::Extends { .. } => &session.entries,
+            Alignment::DivergesAt { at } => {
+                let n = session.entries.iter().take_while(|e| e.index < at).count();
+                &session.entries[..n]
+            }
+            Alignment::Reset => &[],
+        };
+        let first_new_index = match alignment {
+            Alignment::Extends { .. } => session.original_hashes.len(),
+            Alignment::DivergesAt { at } => at,
+            Alignment::Reset => 0,
+        };
         let mut new_entries = Vec::with_capacity(new_messages.len());
-        let mut actions = Vec::new();
         for (position, (message, hash)) in new_messages.iter().zip(new_hashes).enumerate() {
-            let index = keep + position;
+            let index = first_new_index + position;
             let earlier = || {
                 new_messages[..position]
                     .iter()
                     .rev()
-                    .chain(session.entries[..keep].iter().rev().map(|e| &e.message))
+                    .chain(kept_live.iter().rev().map(|e| &e.message))
             };
             let mut offloaded = Vec::new();
             for text in format::result_texts(message, processing_format) {
@@ -178,8 +345,8 @@ impl Daemon {
                 let call = text
                     .call_id
                     .as_deref()
-                    .and_then(|id| format::find_call(earlier(), id, processing_format));
-                if !offload::must_offload(full.len(), offload::classify(call.as_ref(), &config), &config) {
+                    .and_then(|cid| format::find_call(earlier(), cid, processing_format));
+                if !offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config) {
                     continue;
                 }
                 let saved = self.offloads.save(full).map_err(RpcError::Storage)?;
@@ -199,119 +366,391 @@ impl Daemon {
                     call,
                 });
             }
-            let entry = Entry::new(hash.clone(), message.clone(), offloaded);
+            let entry = Entry::new(index, hash.clone(), message.clone(), offloaded);
             records.push(SessionRecord::Message(entry.to_stored()));
             new_entries.push(entry);
         }
-        self.sessions
-            .append(&params.session_id, &records)
-            .map_err(RpcError::Storage)?;
+        self.sessions.append(id, &records).map_err(RpcError::Storage)?;
 
         // Durable: now the session may change.
         let recent_start_before = {
-            let held: Vec<&Value> = session.entries[..keep].iter().map(|e| &e.message).collect();
+            let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
             offload::recent_start(&held, processing_format, config.pruning_recent_n)
         };
-        session.entries.truncate(keep);
-        session.entries.extend(new_entries);
-        session.format = format;
-
-        let (rendered, truncated) = session.render(&config);
-        for TruncatedMessage { index, phase, texts } in truncated {
-            let changed = index >= keep || (phase == Phase::Old && index >= recent_start_before);
-            if !changed {
-                continue;
+        match alignment {
+            Alignment::Extends { .. } => {}
+            Alignment::DivergesAt { at } => {
+                session.original_hashes.truncate(at);
+                session.entries.retain(|e| e.index < at);
             }
-            for text in texts {
-                if let Some(kept_bytes) = text.kept_bytes {
-                    actions.push(Action::Truncated {
-                        index,
-                        pointer: text.pointer,
-                        phase,
-                        file: text.file,
-                        kept_bytes,
-                        total_bytes: text.total_bytes,
-                    });
-                }
+            Alignment::Reset => {
+                *session = Session::with_format(session.format);
             }
         }
-
-        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
-        let per_message = session.count_tokens(&rendered, &counter, &config);
-        let is_system = |m: &Value| m.get("role").and_then(Value::as_str) == Some("system");
-        let system_messages: u64 = rendered
-            .iter()
-            .zip(&per_message)
-            .filter(|(m, _)| is_system(m))
-            .map(|(_, t)| t)
-            .sum();
-        let system = system_messages + params.system.as_ref().map_or(0, |s| counter.count_message(s));
-        let tools = params
-            .tools
-            .as_ref()
-            .map_or(0, |t| t.iter().map(|d| counter.count_message(d)).sum());
-        let messages_tokens: u64 = per_message.iter().sum::<u64>() - system_messages;
-
-        Ok(PrepareResult {
-            session_id: params.session_id,
-            format: processing_format,
-            reconciliation: Reconciliation {
-                session_messages: session.entries.len(),
-                reused: keep.min(incoming.len()) * usize::from(is_full_list),
+        session.original_hashes.extend(new_hashes.iter().cloned());
+        session.entries.extend(new_entries);
+        session.format = format;
+        Ok(Ingested {
+            first_new_index,
+            recent_start_before,
+            report: Reconciliation {
+                session_messages: session.original_hashes.len(),
+                reused: consumed,
                 appended: new_messages.len(),
                 replaced,
             },
-            messages: rendered,
-            tokens: TokenUsage {
-                system,
-                tools,
-                messages: messages_tokens,
-                total: system + tools + messages_tokens,
-                limit: config.max_input_length,
-                threshold: config.compact_threshold_tokens(),
-                tokenizer: config.tokenizer,
-            },
-            actions,
         })
     }
 
-    /// Loads a session from its log, restoring offloaded texts from their files.
+    /// Token usage per zone of the request the session would send now.
+    fn usage(
+        &self,
+        session: &mut Session,
+        config: &Config,
+        counter: &TokenCounter,
+        extras: &RequestExtras<'_>,
+        squeeze: bool,
+    ) -> TokenUsage {
+        let rendered = session.render(config, squeeze);
+        let per_message = session.count_tokens(&rendered.entries, counter, config, squeeze);
+        let is_system = |m: &Value| m.get("role").and_then(Value::as_str) == Some("system");
+        let mut system = extras.system.map_or(0, |s| counter.count_message(s));
+        let mut conversation = Vec::with_capacity(per_message.len());
+        for (message, tokens) in rendered.entries.iter().zip(&per_message) {
+            if is_system(message) {
+                system += tokens;
+            } else {
+                conversation.push(*tokens);
+            }
+        }
+        let tools = extras
+            .tools
+            .map_or(0, |t| t.iter().map(|d| counter.count_message(d)).sum());
+        let summary = rendered
+            .summary_text
+            .as_deref()
+            .map_or(0, |t| counter.count_text(t) + 4);
+        let messages: u64 = conversation.iter().sum();
+        let reserve = config.reserve_tokens();
+        let mut reserved = 0;
+        for tokens in conversation.iter().rev() {
+            if reserved + tokens > reserve {
+                break;
+            }
+            reserved += tokens;
+        }
+        let total = system + tools + summary + messages;
+        TokenUsage {
+            system,
+            tools,
+            summary,
+            compactable: messages - reserved,
+            reserved,
+            messages,
+            total,
+            limit: config.max_input_length,
+            threshold: config.compact_threshold_tokens(),
+            tokenizer: config.tokenizer,
+        }
+    }
+
+    /// Compacts the older part of a session: summarise, log the start, archive the raw
+    /// messages, log the end, then drop them from memory. `Ok(None)`: nothing to compact.
+    #[allow(clippy::too_many_arguments)]
+    fn compact(
+        &self,
+        id: &str,
+        session: &mut Session,
+        config: &Config,
+        counter: &TokenCounter,
+        extras: &RequestExtras<'_>,
+        instruction: Option<&str>,
+        manual: bool,
+    ) -> Result<Option<CompactionReport>, CompactError> {
+        let before = self.usage(session, config, counter, extras, false);
+        let rendered = session.render(config, false);
+        let tokens = session.count_tokens(&rendered.entries, counter, config, false);
+        let format = format_or_default(session.format);
+        let Some(plan) = plan_split(&rendered.entries, &tokens, format, config.reserve_tokens()) else {
+            return Ok(None);
+        };
+        let span: Vec<Value> = plan
+            .compact
+            .iter()
+            .map(|&p| session.entries[p].message.clone())
+            .collect();
+        let mut summary = self
+            .summarizer
+            .summarize(&SummaryInput {
+                previous: session.summary.as_ref(),
+                messages: &span,
+                format,
+                instruction,
+                max_tokens: config.summary_max_tokens,
+                counter,
+            })
+            .map_err(|e| CompactError::Summarize(e.to_string()))?;
+        summary.archive = session.summary.as_ref().map(|s| s.archive.clone()).unwrap_or_default();
+        let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
+        let summary_tokens = counter.count_text(&summary_message_text(&summary)) + 4;
+        let begun = CompactionBegun {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            indices: plan.compact.iter().map(|&p| session.entries[p].index).collect(),
+            summary,
+            archive_file: self
+                .archive
+                .file_for(&chrono::Utc::now().format("%Y-%m-%d").to_string()),
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            tokens_before: before.total,
+            tokens_after: (before.total + summary_tokens).saturating_sub(compacted_tokens + before.summary),
+            manual,
+        };
+        let removed: Vec<Entry> = plan.compact.iter().map(|&p| session.entries[p].clone()).collect();
+        self.sessions
+            .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])
+            .map_err(storage)?;
+        let range = self.archive_compaction(id, &begun, &removed).map_err(storage)?;
+        self.sessions
+            .append(
+                id,
+                &[SessionRecord::CompactionDone {
+                    id: begun.id.clone(),
+                    range: range.clone(),
+                }],
+            )
+            .map_err(storage)?;
+
+        let compacted: std::collections::HashSet<usize> = begun.indices.iter().copied().collect();
+        session.entries.retain(|e| !compacted.contains(&e.index));
+        let mut summary = begun.summary.clone();
+        summary.archive.push(range.clone());
+        session.summary = Some(summary);
+        let report = report_of(&begun, Some(&range));
+        session.compactions.push(CompactionInfo {
+            begun,
+            range: Some(range),
+        });
+        Ok(Some(report))
+    }
+
+    /// Appends the compacted messages to the dialog archive, skipping any a crashed earlier
+    /// attempt of the same compaction already wrote, and returns where they are.
+    fn archive_compaction(
+        &self,
+        id: &str,
+        begun: &CompactionBegun,
+        removed: &[Entry],
+    ) -> Result<ArchiveRange, StorageError> {
+        let present = self.archive.lines_of(&begun.archive_file, id, &begun.id)?;
+        let done: std::collections::HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
+        let lines: Vec<DialogLine> = removed
+            .iter()
+            .filter(|e| !done.contains(&e.index))
+            .map(|e| DialogLine {
+                session_id: id.to_owned(),
+                index: e.index,
+                compaction_id: begun.id.clone(),
+                archived_at: begun.at.clone(),
+                message: e.message.clone(),
+                offloads: e
+                    .offloaded
+                    .iter()
+                    .map(|o| DialogOffload {
+                        pointer: o.pointer.clone(),
+                        file: o.file.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut first_line = present.iter().map(|(line, _)| *line).min();
+        let mut last_line = present.iter().map(|(line, _)| *line).max();
+        if !lines.is_empty() {
+            let appended = self.archive.append(&begun.archive_file, &lines)?;
+            first_line = Some(first_line.map_or(appended.start_line, |l| l.min(appended.start_line)));
+            last_line = Some(last_line.map_or(appended.end_line, |l| l.max(appended.end_line)));
+        }
+        Ok(ArchiveRange {
+            file: begun.archive_file.clone(),
+            start_line: first_line.unwrap_or(0),
+            end_line: last_line.unwrap_or(0),
+            first_index: begun.indices.first().copied().unwrap_or(0),
+            last_index: begun.indices.last().copied().unwrap_or(0),
+            messages: begun.indices.len(),
+        })
+    }
+
+    /// Drops a session from memory so the next call reloads it from its log (after a failed
+    /// write, memory and disk may disagree; the log is the truth).
+    fn forget(&self, guard: &mut Locked<'_>) {
+        **guard = None;
+    }
+
+    /// `context.compact`: compact now, everything but the reserve.
+    pub fn compact_now(&self, params: CompactParams) -> Result<CompactResult, RpcError> {
+        let config = self.effective_config(params.config.as_ref())?;
+        let slot = self.slot(&params.session_id);
+        let mut guard = self.lock(&slot, &params.session_id)?;
+        let Some(session) = guard.as_mut() else {
+            return Err(RpcError::UnknownSession(params.session_id));
+        };
+        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let extras = RequestExtras {
+            system: None,
+            tools: None,
+        };
+        let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let outcome = self.compact(
+            &params.session_id,
+            session,
+            &config,
+            &counter,
+            &extras,
+            params.instruction.as_deref(),
+            true,
+        );
+        let compaction = match outcome {
+            Ok(report) => report,
+            Err(CompactError::Summarize(reason)) => return Err(RpcError::SummarizeFailed(reason)),
+            Err(CompactError::Rpc(e)) => {
+                self.forget(&mut guard);
+                return Err(e);
+            }
+        };
+        let session = guard.as_ref().expect("session present");
+        Ok(CompactResult {
+            session_id: params.session_id,
+            compacted: compaction.as_ref().map_or(0, |c| c.messages),
+            compaction,
+            summary: session.summary.clone(),
+            summary_text: session.summary.as_ref().map(summary_message_text),
+        })
+    }
+
+    /// `context.inspect`.
+    pub fn inspect(&self, params: InspectParams) -> Result<InspectResult, RpcError> {
+        let slot = self.slot(&params.session_id);
+        let guard = self.lock(&slot, &params.session_id)?;
+        let Some(session) = guard.as_ref() else {
+            return Err(RpcError::UnknownSession(params.session_id));
+        };
+        let tokens = session.last_usage.clone().unwrap_or_else(|| TokenUsage {
+            limit: self.config.max_input_length,
+            threshold: self.config.compact_threshold_tokens(),
+            tokenizer: self.config.tokenizer,
+            ..TokenUsage::default()
+        });
+        Ok(InspectResult {
+            session_id: params.session_id,
+            format: session.format,
+            pressure: Pressure::of(tokens.total, tokens.limit, self.config.compact_threshold_ratio),
+            tokens,
+            messages: session.entries.len(),
+            archived_messages: session.archived_count(),
+            summary: session.summary.clone(),
+            offloaded: session
+                .entries
+                .iter()
+                .flat_map(|e| {
+                    e.offloaded.iter().map(|o| OffloadedResult {
+                        index: e.index,
+                        pointer: o.pointer.clone(),
+                        file: o.file.clone(),
+                        total_bytes: o.stats.total_bytes,
+                        total_lines: o.stats.total_lines,
+                    })
+                })
+                .collect(),
+            compactions: session
+                .compactions
+                .iter()
+                .map(|c| report_of(&c.begun, c.range.as_ref()))
+                .collect(),
+        })
+    }
+
+    /// Restores a stored message: offloaded texts read back from their files.
+    fn restore(
+        &self,
+        session_id: &str,
+        stored: StoredMessage,
+        format: MessageFormat,
+        earlier: &[Entry],
+    ) -> (Value, Vec<OffloadedText>) {
+        let mut message = stored.message;
+        let mut offloaded = Vec::with_capacity(stored.offloads.len());
+        for o in stored.offloads {
+            let full = self.offloads.load(&o.file).unwrap_or_else(|e| {
+                tracing::error!(session = session_id, file = %o.file, "offloaded text is missing: {e}");
+                format!(
+                    "[satchel: the full text of this tool result ({} bytes) was in {} and is missing]",
+                    o.total_bytes, o.file
+                )
+            });
+            let stats = TextStats::of(&full);
+            if let Some(slot) = message.pointer_mut(&o.pointer) {
+                *slot = Value::String(full);
+            }
+            let call_id = format::result_texts(&message, format)
+                .into_iter()
+                .find(|t| t.pointer == o.pointer)
+                .and_then(|t| t.call_id);
+            let call =
+                call_id.and_then(|cid| format::find_call(earlier.iter().rev().map(|e| &e.message), &cid, format));
+            offloaded.push(OffloadedText {
+                pointer: o.pointer,
+                file: o.file,
+                stats,
+                call,
+            });
+        }
+        (message, offloaded)
+    }
+
+    /// Loads a session from its log, restoring offloaded texts and finishing a compaction a
+    /// crash interrupted.
     fn load_session(&self, id: &str) -> Result<Option<Session>, RpcError> {
         let Some(log) = self.sessions.load(id).map_err(RpcError::Storage)? else {
             return Ok(None);
         };
         let format = format_or_default(log.format);
-        let mut session = Session::default();
-        session.format = log.format;
-        for stored in log.messages {
-            let mut message = stored.message;
-            let mut offloaded = Vec::with_capacity(stored.offloads.len());
-            for o in stored.offloads {
-                let full = self.offloads.load(&o.file).unwrap_or_else(|e| {
-                    tracing::error!(session = id, file = %o.file, "offloaded text is missing: {e}");
-                    format!(
-                        "[satchel: the full text of this tool result ({} bytes) was in {} and is missing]",
-                        o.total_bytes, o.file
-                    )
-                });
-                let stats = TextStats::of(&full);
-                if let Some(slot) = message.pointer_mut(&o.pointer) {
-                    *slot = Value::String(full);
-                }
-                let call_id = format::result_texts(&message, format)
-                    .into_iter()
-                    .find(|t| t.pointer == o.pointer)
-                    .and_then(|t| t.call_id);
-                let call = call_id
-                    .and_then(|cid| format::find_call(session.entries.iter().rev().map(|e| &e.message), &cid, format));
-                offloaded.push(OffloadedText {
-                    pointer: o.pointer,
-                    file: o.file,
-                    stats,
-                    call,
-                });
+        let mut session = Session::with_format(log.format);
+        session.original_hashes = log.original_hashes;
+        for (index, stored) in log.messages {
+            let hash = stored.hash.clone();
+            let (message, offloaded) = self.restore(id, stored, format, &session.entries);
+            session.entries.push(Entry::new(index, hash, message, offloaded));
+        }
+        session.summary = log.summary;
+        session.compactions = log.compactions;
+        if let Some((begun, removed)) = log.pending {
+            let removed: Vec<Entry> = removed
+                .into_iter()
+                .map(|(index, stored)| {
+                    let hash = stored.hash.clone();
+                    let (message, offloaded) = self.restore(id, stored, format, &[]);
+                    Entry::new(index, hash, message, offloaded)
+                })
+                .collect();
+            let range = self
+                .archive_compaction(id, &begun, &removed)
+                .map_err(RpcError::Storage)?;
+            self.sessions
+                .append(
+                    id,
+                    &[SessionRecord::CompactionDone {
+                        id: begun.id.clone(),
+                        range: range.clone(),
+                    }],
+                )
+                .map_err(RpcError::Storage)?;
+            if let Some(summary) = &mut session.summary {
+                summary.archive.push(range.clone());
             }
-            session.entries.push(Entry::new(stored.hash, message, offloaded));
+            tracing::warn!(session = id, compaction = %begun.id, "finished a compaction interrupted by a crash");
+            session.compactions.push(CompactionInfo {
+                begun,
+                range: Some(range),
+            });
         }
         tracing::info!(
             session = id,
@@ -344,12 +783,61 @@ impl Daemon {
         })
     }
 
-    /// Removes offload files older than the retention that no session refers to.
+    /// Removes offload files older than the retention that no live message refers to.
     pub fn sweep(&self, now: SystemTime) -> Result<SweepReport, StorageError> {
         let _gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let referenced = self.sessions.referenced_files()?;
         let retention = Duration::from_secs_f64(self.config.offload_retention_days * 86_400.0);
         self.offloads.sweep(now, retention, &referenced)
+    }
+}
+
+/// What ingesting a call's messages did.
+struct Ingested {
+    /// Original index of the first message new in this call.
+    first_new_index: usize,
+    /// Start of the recent window among the live messages before this call.
+    recent_start_before: usize,
+    /// The counts for the client.
+    report: Reconciliation,
+}
+
+/// Why a compaction did not happen.
+enum CompactError {
+    /// The summariser failed: nothing changed.
+    Summarize(String),
+    /// Storage failed.
+    Rpc(RpcError),
+}
+
+fn storage(e: StorageError) -> CompactError {
+    CompactError::Rpc(RpcError::Storage(e))
+}
+
+fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> CompactionReport {
+    CompactionReport {
+        id: begun.id.clone(),
+        at: begun.at.clone(),
+        manual: begun.manual,
+        messages: begun.indices.len(),
+        tokens_before: begun.tokens_before,
+        tokens_after: begun.tokens_after,
+        archive: range.cloned(),
+    }
+}
+
+fn repair_action(repair: &Repair) -> Action {
+    let (index, kind, call_id) = match repair {
+        Repair::SyntheticResult { index, call_id } => (*index, "synthetic_result", Some(call_id.clone())),
+        Repair::DroppedOrphanResult { index, call_id } => (*index, "dropped_orphan_result", Some(call_id.clone())),
+        Repair::MergedSameRole { index } => (*index, "merged_same_role", None),
+        Repair::MovedResultsFirst { index } => (*index, "moved_results_first", None),
+        Repair::InsertedLeadingUser => (0, "inserted_leading_user", None),
+    };
+    Action::Repaired {
+        index,
+        repair: kind.to_owned(),
+        call_id,
     }
 }
 
@@ -361,5 +849,102 @@ fn slice_field(params: &ReadParams) -> &'static str {
         "max_bytes"
     } else {
         "start_line"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use satchel_core::format::check_pairs;
+    use serde_json::json;
+
+    /// Random agent conversations in both formats: user turns, tool loops with parallel calls
+    /// and outputs from tiny to huge, unanswered calls, and very large single user messages.
+    fn conversation() -> impl Strategy<Value = (Vec<Value>, MessageFormat)> {
+        let step = (0u8..5, 1usize..4, 0usize..40_000, any::<bool>());
+        (prop::collection::vec(step, 1..25), any::<bool>()).prop_map(|(steps, anthropic)| {
+            let format = if anthropic { MessageFormat::Anthropic } else { MessageFormat::Openai };
+            let mut m = vec![json!({"role": "user", "content": "fix the build in src/main.rs"})];
+            let mut id = 0;
+            for (kind, calls, size, answer) in steps {
+                let last_is_user_text =
+                    m.last().is_some_and(|l| l["role"] == "user" && !format::has_tool_result(l, format));
+                if kind == 0 && !last_is_user_text {
+                    if m.last().is_some_and(|l| format::has_tool_result(l, format)) {
+                        m.push(json!({"role": "assistant", "content": "done"}));
+                    }
+                    m.push(json!({"role": "user", "content": "x".repeat(size / 4 + 1)}));
+                    continue;
+                }
+                let ids: Vec<String> = (0..calls).map(|_| { id += 1; format!("call_{id}") }).collect();
+                let output = "line of output é\n".repeat(size / 17 + 1);
+                match format {
+                    MessageFormat::Openai => {
+                        let tc: Vec<Value> = ids.iter().map(|i| json!({"id": i, "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make\"}"}})).collect();
+                        m.push(json!({"role": "assistant", "content": null, "tool_calls": tc}));
+                        for i in ids.iter().filter(|_| answer) {
+                            m.push(json!({"role": "tool", "tool_call_id": i, "content": output}));
+                        }
+                    }
+                    MessageFormat::Anthropic => {
+                        let tu: Vec<Value> = ids.iter().map(|i| json!({"type": "tool_use", "id": i, "name": "bash", "input": {"command": "make"}})).collect();
+                        m.push(json!({"role": "assistant", "content": tu}));
+                        let results: Vec<Value> = ids.iter().map(|i| json!({"type": "tool_result", "tool_use_id": i, "content": output})).collect();
+                        m.push(json!({"role": "user", "content": if answer { json!(results) } else { json!("go on") }}));
+                    }
+                }
+            }
+            (m, format)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn prepare_fits_or_says_why_keeps_pairs_and_is_idempotent((messages, format) in conversation()) {
+            let dir = tempfile::tempdir().unwrap();
+            let daemon = Daemon::new(Workspace::open(dir.path()).unwrap(), Config::default()).unwrap();
+            let config = json!({"max_input_length": 4096, "summary_max_tokens": 500, "tokenizer": "estimate"});
+            let mut last = None;
+            for (i, message) in messages.iter().enumerate() {
+                let params = PrepareParams {
+                    session_id: "p".into(),
+                    messages: (i == 0).then(|| vec![message.clone()]),
+                    append: (i > 0).then(|| vec![message.clone()]),
+                    format: FormatHint::Auto,
+                    system: None,
+                    tools: None,
+                    config: config.as_object().cloned(),
+                };
+                let result = daemon.prepare(params).unwrap();
+                prop_assert!(
+                    result.tokens.total <= result.tokens.limit || result.over_limit.is_some(),
+                    "over the limit without saying why: {:?}", result.tokens
+                );
+                prop_assert_eq!(check_pairs(&result.messages, format), Ok(()));
+                let newest_user = messages[..=i].iter().rev().find(|m| satchel_core::compact::is_user_turn(m, format));
+                if let Some(user) = newest_user {
+                    let text = user["content"].as_str().unwrap_or_default();
+                    prop_assert!(result.messages.iter().any(|m| m.to_string().contains(&serde_json::to_string(text).unwrap()[1..text.len().min(60) + 1])), "newest user message kept");
+                }
+                last = Some(result);
+            }
+            // Sending the same full history again changes nothing.
+            let again = daemon.prepare(PrepareParams {
+                session_id: "p".into(),
+                messages: Some(messages.clone()),
+                append: None,
+                format: FormatHint::Auto,
+                system: None,
+                tools: None,
+                config: config.as_object().cloned(),
+            }).unwrap();
+            let last = last.unwrap();
+            prop_assert_eq!(again.reconciliation.appended, 0);
+            prop_assert_eq!(&again.messages, &last.messages);
+            prop_assert!(!again.actions.iter().any(|a| matches!(a, Action::Compacted(_))));
+        }
     }
 }

@@ -171,6 +171,7 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
             "NO"
         }
     );
+    show_compaction(&mut client, &messages)?;
     client.close()?;
     Ok(())
 }
@@ -210,4 +211,54 @@ fn offload_path(excerpt: &str) -> Option<String> {
     let start = excerpt.find("file_path=\"")? + "file_path=\"".len();
     let end = excerpt[start..].find('"')?;
     Some(excerpt[start..start + end].to_owned())
+}
+
+/// Replays the conversation in a small window so the context check compacts older turns.
+fn show_compaction(client: &mut Client, messages: &[Value]) -> anyhow::Result<()> {
+    let session = format!("demo-small-{}", uuid::Uuid::new_v4().simple());
+    let config = json!({"max_input_length": 4096, "summary_max_tokens": 800});
+    println!("\nThe same conversation in a 4,096-token window (compaction at 80 %, keeping 10 % of recent turns):");
+    let mut last = Value::Null;
+    for (i, message) in messages.iter().enumerate() {
+        let key = if i == 0 { "messages" } else { "append" };
+        last = client.call(
+            "context.prepare",
+            json!({"session_id": session, key: [message], "config": config}),
+        )?;
+        for action in last["actions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["kind"] == "compacted")
+        {
+            println!(
+                "  after message {i}: compacted {} messages, {} -> {} tokens, archived to {} lines {}-{}",
+                action["messages"],
+                action["tokens_before"],
+                action["tokens_after"],
+                action["archive"]["file"].as_str().unwrap_or("?"),
+                action["archive"]["start_line"],
+                action["archive"]["end_line"],
+            );
+        }
+    }
+    println!(
+        "Final request: {} messages, {} tokens of {} (summary {}).",
+        last["messages"].as_array().map_or(0, Vec::len),
+        last["tokens"]["total"],
+        last["tokens"]["limit"],
+        last["tokens"]["summary"],
+    );
+    let summary = last["messages"]
+        .as_array()
+        .and_then(|m| {
+            m.iter()
+                .find_map(|m| m["content"].as_str().filter(|c| c.starts_with("# Summary")))
+        })
+        .context("no summary message")?;
+    println!("Its first message is the summary; an excerpt:");
+    for line in summary.lines().filter(|l| !l.is_empty()).take(24) {
+        println!("    {line}");
+    }
+    Ok(())
 }

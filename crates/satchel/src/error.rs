@@ -19,6 +19,9 @@ pub enum RpcError {
     /// The session is not known.
     #[error("unknown session {0:?}: send `messages` to create it")]
     UnknownSession(String),
+    /// The summariser failed; nothing changed.
+    #[error("{0}")]
+    SummarizeFailed(String),
     /// Storage refused or the client named a bad path.
     #[error(transparent)]
     Storage(StorageError),
@@ -37,6 +40,7 @@ impl RpcError {
         match self {
             RpcError::InvalidParams { .. } => ErrorCode::InvalidParams,
             RpcError::UnknownSession(_) => ErrorCode::UnknownSession,
+            RpcError::SummarizeFailed(_) => ErrorCode::SummarizeFailed,
             RpcError::Storage(StorageError::OutsideWorkspace(_)) => ErrorCode::PathOutsideWorkspace,
             RpcError::Storage(StorageError::NotFound(_)) => ErrorCode::FileNotFound,
             RpcError::Storage(StorageError::InvalidSessionId(_) | StorageError::NotText(_)) => ErrorCode::InvalidParams,

@@ -109,7 +109,7 @@ fn serve(workspace_dir: PathBuf, limits: transport::TransportLimits) -> anyhow::
         Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
     let config = config::load(workspace.root(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
-    let daemon = Arc::new(daemon::Daemon::new(workspace, config));
+    let daemon = Arc::new(daemon::Daemon::new(workspace, config).context("opening the dialog archive")?);
     tracing::info!(workspace = %daemon.workspace().root().display(), "satchel serving on stdio");
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
-use satchel_protocol::{ContextPrepare, ContextRead, ErrorCode, Initialize, Method};
+use satchel_protocol::{ContextCompact, ContextInspect, ContextPrepare, ContextRead, ErrorCode, Initialize, Method};
 use serde::de::DeserializeOwned;
 
 use crate::daemon::Daemon;
@@ -19,7 +19,9 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
     let mut module = RpcModule::from_arc(daemon);
     register::<Initialize, _>(&mut module, |daemon, _| Ok(daemon.initialize(method_names())))?;
     register::<ContextPrepare, _>(&mut module, |daemon, params| daemon.prepare(params))?;
+    register::<ContextCompact, _>(&mut module, |daemon, params| daemon.compact_now(params))?;
     register::<ContextRead, _>(&mut module, |daemon, params| daemon.read(params))?;
+    register::<ContextInspect, _>(&mut module, |daemon, params| daemon.inspect(params))?;
     Ok(module)
 }
 

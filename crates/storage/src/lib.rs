@@ -9,14 +9,18 @@
 //!
 //! Files are written atomically (temp + rename) and appends are fsync'd before a call returns.
 
+mod dialog;
 mod durable;
 mod error;
 mod offload;
 mod sessions;
 mod workspace;
 
+pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload};
 pub use durable::{append_durable, write_atomic};
 pub use error::StorageError;
 pub use offload::{OffloadStore, SavedText, SweepReport};
-pub use sessions::{SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload};
+pub use sessions::{
+    CompactionBegun, CompactionInfo, SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload,
+};
 pub use workspace::Workspace;

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::path::PathBuf;
 
-use satchel_protocol::MessageFormat;
+use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -54,11 +54,54 @@ pub enum SessionRecord {
     },
     /// A message entered the session.
     Message(StoredMessage),
-    /// The client's history diverged: only the first `keep` messages remain in the session.
+    /// The client's history diverged: only messages with an original index below `keep` remain.
     Truncate {
         /// Messages kept.
         keep: usize,
     },
+    /// The client's history diverged inside the compacted part: the session starts over
+    /// (the archive keeps everything).
+    Reset,
+    /// A compaction started: its messages leave the session and its summary is in force.
+    /// Written before the archive append, so a crash after it is finished on load.
+    CompactionBegun(Box<CompactionBegun>),
+    /// The compaction's messages are durably in the archive at `range`.
+    CompactionDone {
+        /// The compaction.
+        id: String,
+        /// Where its messages are.
+        range: ArchiveRange,
+    },
+}
+
+/// A compaction as logged when it starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompactionBegun {
+    /// Unique id, also written on each archive line.
+    pub id: String,
+    /// Original indices of the messages compacted.
+    pub indices: Vec<usize>,
+    /// The summary in force afterwards, without this compaction's archive range.
+    pub summary: CompactSummary,
+    /// The archive file the messages go to.
+    pub archive_file: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// Tokens of the request before and after.
+    pub tokens_before: u64,
+    /// See `tokens_before`.
+    pub tokens_after: u64,
+    /// Requested by `context.compact` rather than triggered by the threshold.
+    pub manual: bool,
+}
+
+/// A compaction as replayed: what it did and, once done, where its messages are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionInfo {
+    /// The start record.
+    pub begun: CompactionBegun,
+    /// The archive range, once the messages are archived.
+    pub range: Option<ArchiveRange>,
 }
 
 /// A session as replayed from its log.
@@ -66,8 +109,60 @@ pub enum SessionRecord {
 pub struct SessionLog {
     /// Format, once detected or declared.
     pub format: Option<MessageFormat>,
-    /// Current messages, in order.
-    pub messages: Vec<StoredMessage>,
+    /// Hash of every message of the original history, by original index.
+    pub original_hashes: Vec<String>,
+    /// Messages still in the session, with their original index, in order.
+    pub messages: Vec<(usize, StoredMessage)>,
+    /// The summary in force.
+    pub summary: Option<CompactSummary>,
+    /// Finished compactions, oldest first.
+    pub compactions: Vec<CompactionInfo>,
+    /// A compaction a crash interrupted after it started, with the messages it removed:
+    /// the caller finishes it (archives what is missing, then logs it done).
+    pub pending: Option<(CompactionBegun, Vec<(usize, StoredMessage)>)>,
+}
+
+impl SessionLog {
+    fn apply(&mut self, record: SessionRecord) {
+        match record {
+            SessionRecord::Format { format } => self.format = Some(format),
+            SessionRecord::Message(m) => {
+                self.messages.push((self.original_hashes.len(), m.clone()));
+                self.original_hashes.push(m.hash);
+            }
+            SessionRecord::Truncate { keep } => {
+                self.original_hashes.truncate(keep);
+                self.messages.retain(|(i, _)| *i < keep);
+            }
+            SessionRecord::Reset => {
+                *self = SessionLog {
+                    format: self.format,
+                    compactions: std::mem::take(&mut self.compactions),
+                    ..Default::default()
+                };
+            }
+            SessionRecord::CompactionBegun(begun) => {
+                let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
+                let (removed, kept) = std::mem::take(&mut self.messages)
+                    .into_iter()
+                    .partition(|(i, _)| compacted.contains(i));
+                self.messages = kept;
+                self.summary = Some(begun.summary.clone());
+                self.pending = Some((*begun, removed));
+            }
+            SessionRecord::CompactionDone { id, range } => {
+                if let Some((begun, _)) = self.pending.take_if(|(b, _)| b.id == id) {
+                    if let Some(summary) = &mut self.summary {
+                        summary.archive.push(range.clone());
+                    }
+                    self.compactions.push(CompactionInfo {
+                        begun,
+                        range: Some(range),
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// The `sessions/` directory.
@@ -130,11 +225,7 @@ impl SessionStore {
         }
         let mut log = SessionLog::default();
         for record in records {
-            match record {
-                SessionRecord::Format { format } => log.format = Some(format),
-                SessionRecord::Message(m) => log.messages.push(m),
-                SessionRecord::Truncate { keep } => log.messages.truncate(keep),
-            }
+            log.apply(record);
         }
         Ok(Some(log))
     }
@@ -166,17 +257,15 @@ impl SessionStore {
         Ok(ids)
     }
 
-    /// Every offload file any session log refers to, including messages a client later
-    /// replaced: the TTL sweep must never delete what a log still points at.
+    /// Every offload file a message still in some session refers to. Compacted messages are
+    /// in the archive with their full text, so their offload files may expire.
     pub fn referenced_files(&self) -> Result<HashSet<String>, StorageError> {
         let mut files = HashSet::new();
         for id in self.list()? {
-            let path = self.path(&id)?;
-            let bytes = fs::read(&path).map_err(io("read", &path))?;
-            let (records, _) = parse_records(&bytes).map_err(|message| StorageError::Corrupt { path, message })?;
-            for record in records {
-                if let SessionRecord::Message(m) = record {
-                    files.extend(m.offloads.into_iter().map(|o| o.file));
+            if let Some(log) = self.load(&id)? {
+                let pending = log.pending.iter().flat_map(|(_, removed)| removed);
+                for (_, m) in log.messages.iter().chain(pending) {
+                    files.extend(m.offloads.iter().map(|o| o.file.clone()));
                 }
             }
         }
@@ -239,10 +328,71 @@ mod tests {
         let log = store.load("s1").unwrap().unwrap();
         assert_eq!(log.format, Some(MessageFormat::Anthropic));
         assert_eq!(
-            log.messages.iter().map(|m| m.hash.as_str()).collect::<Vec<_>>(),
-            ["a", "c"]
+            log.messages
+                .iter()
+                .map(|(i, m)| (*i, m.hash.as_str()))
+                .collect::<Vec<_>>(),
+            [(0, "a"), (1, "c")]
         );
+        assert_eq!(log.original_hashes, ["a", "c"]);
         assert_eq!(store.list().unwrap(), ["s1"]);
+    }
+
+    #[test]
+    fn compaction_records_move_messages_out_and_finish_on_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        let begun = CompactionBegun {
+            id: "c1".into(),
+            indices: vec![0, 1],
+            summary: CompactSummary {
+                goal: vec!["g".into()],
+                ..Default::default()
+            },
+            archive_file: "dialog/2026-11-22.jsonl".into(),
+            at: "2026-11-22T00:00:00Z".into(),
+            tokens_before: 10,
+            tokens_after: 4,
+            manual: false,
+        };
+        store
+            .append(
+                "s",
+                &[
+                    msg("a"),
+                    msg("b"),
+                    msg("c"),
+                    SessionRecord::CompactionBegun(Box::new(begun.clone())),
+                ],
+            )
+            .unwrap();
+        let log = store.load("s").unwrap().unwrap();
+        assert_eq!(log.messages.len(), 1);
+        let (pending, removed) = log.pending.unwrap();
+        assert_eq!((pending.id.as_str(), removed.len()), ("c1", 2));
+        assert_eq!(log.original_hashes.len(), 3, "archived messages stay recognisable");
+
+        let range = ArchiveRange {
+            file: begun.archive_file.clone(),
+            start_line: 1,
+            end_line: 2,
+            first_index: 0,
+            last_index: 1,
+            messages: 2,
+        };
+        store
+            .append(
+                "s",
+                &[SessionRecord::CompactionDone {
+                    id: "c1".into(),
+                    range: range.clone(),
+                }],
+            )
+            .unwrap();
+        let log = store.load("s").unwrap().unwrap();
+        assert!(log.pending.is_none());
+        assert_eq!(log.summary.unwrap().archive, vec![range]);
+        assert_eq!(log.compactions.len(), 1);
     }
 
     #[test]

@@ -1,0 +1,243 @@
+//! The context check and the compaction split (F7): which messages leave the session.
+//!
+//! The split keeps a tail of about `reserve` tokens and compacts what is before it, but only at
+//! a point where nothing is cut in half: never between a tool call and its results, never
+//! between a user message and the assistant reply to it. The newest user message is never
+//! compacted, even when it lies before the split (it is kept, pinned); so are leading system
+//! messages. One backward pass over precomputed token counts: linear in the messages
+//! (the peer's suffix search is quadratic).
+
+use std::borrow::Borrow;
+
+use serde_json::Value;
+
+use crate::format::{MessageFormat, has_tool_result};
+
+/// What a compaction does to a list of messages (indices into that list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitPlan {
+    /// Messages to compact (archive and summarise), in order.
+    pub compact: Vec<usize>,
+    /// Messages kept, in order: pinned ones, then the tail.
+    pub keep: Vec<usize>,
+    /// First index of the kept tail.
+    pub tail_start: usize,
+    /// Tokens of the kept tail.
+    pub tail_tokens: u64,
+}
+
+fn role(message: &Value) -> Option<&str> {
+    message.get("role").and_then(Value::as_str)
+}
+
+/// A message that starts a user turn: a user message that is not (only) tool results.
+pub fn is_user_turn(message: &Value, format: MessageFormat) -> bool {
+    role(message) == Some("user") && !has_tool_result(message, format)
+}
+
+/// Whether the list may be cut just before `k` (1 ≤ k < len).
+fn is_split_point(messages: &[impl Borrow<Value>], k: usize, format: MessageFormat) -> bool {
+    let here = messages[k].borrow();
+    let before = messages[k - 1].borrow();
+    if is_user_turn(here, format) {
+        return true;
+    }
+    // An assistant message that follows tool results continues the agent loop, not a user
+    // exchange: cutting here separates nothing, provided the results before it are complete,
+    // which holds because results directly precede it.
+    role(here) == Some("assistant") && has_tool_result(before, format)
+}
+
+/// Plans a compaction that keeps about `reserve` tokens of tail.
+///
+/// `tokens[i]` is the count of `messages[i]` as it will be sent. Returns `None` when nothing
+/// can be compacted without breaking a rule (for example a conversation that is one long
+/// tool loop after its only split point). When even the smallest valid tail exceeds the
+/// reserve, the smallest valid tail is kept — the caller reports that the request may still
+/// not fit and why.
+pub fn plan_split(
+    messages: &[impl Borrow<Value>],
+    tokens: &[u64],
+    format: MessageFormat,
+    reserve: u64,
+) -> Option<SplitPlan> {
+    let n = messages.len();
+    debug_assert_eq!(n, tokens.len());
+    let pinned_prefix = messages
+        .iter()
+        .take_while(|m| role((*m).borrow()) == Some("system"))
+        .count();
+    let newest_user = messages.iter().rposition(|m| is_user_turn(m.borrow(), format));
+
+    // Backward pass: the smallest valid split point whose tail fits, else the largest valid one.
+    let mut tail = 0u64;
+    let mut best: Option<(usize, u64)> = None;
+    for k in (pinned_prefix + 1..n).rev() {
+        tail += tokens[k];
+        if !is_split_point(messages, k, format) {
+            continue;
+        }
+        if tail <= reserve || best.is_none() {
+            best = Some((k, tail));
+        } else {
+            break;
+        }
+    }
+    let (tail_start, tail_tokens) = best?;
+    let pinned_user = newest_user.filter(|&u| u >= pinned_prefix && u < tail_start);
+    let compact: Vec<usize> = (pinned_prefix..tail_start)
+        .filter(|&i| Some(i) != pinned_user)
+        .collect();
+    if compact.is_empty() {
+        return None;
+    }
+    let keep = (0..pinned_prefix).chain(pinned_user).chain(tail_start..n).collect();
+    Some(SplitPlan {
+        compact,
+        keep,
+        tail_start,
+        tail_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::check_pairs;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn user(t: &str) -> Value {
+        json!({"role": "user", "content": t})
+    }
+    fn call(id: &str) -> Value {
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}]})
+    }
+    fn result(id: &str) -> Value {
+        json!({"role": "tool", "tool_call_id": id, "content": "out"})
+    }
+    fn reply(t: &str) -> Value {
+        json!({"role": "assistant", "content": t})
+    }
+
+    #[test]
+    fn keeps_the_reserve_at_a_clean_boundary_and_pins_the_newest_user_message() {
+        let f = MessageFormat::Openai;
+        let m = vec![
+            json!({"role": "system", "content": "sys"}),
+            user("task"),
+            call("a"),
+            result("a"),
+            call("b"),
+            result("b"),
+            call("c"),
+            result("c"),
+            reply("done"),
+        ];
+        let tokens = vec![5, 10, 10, 100, 10, 100, 10, 100, 10];
+        let plan = plan_split(&m, &tokens, f, 150).unwrap();
+        // Tail from call("c") (index 6) = 120 tokens fits; from index 4 it would be 230.
+        assert_eq!(plan.tail_start, 6);
+        assert_eq!(plan.keep, vec![0, 1, 6, 7, 8], "system and the only user message stay");
+        assert_eq!(plan.compact, vec![2, 3, 4, 5]);
+        let kept: Vec<&Value> = plan.keep.iter().map(|&i| &m[i]).collect();
+        let kept: Vec<Value> = kept.into_iter().cloned().collect();
+        assert_eq!(check_pairs(&kept, f), Ok(()));
+    }
+
+    #[test]
+    fn an_oversized_last_turn_is_kept_whole() {
+        let m = vec![user("a"), reply("b"), user("huge"), reply("c")];
+        let plan = plan_split(&m, &[1, 1, 10_000, 1], MessageFormat::Openai, 10).unwrap();
+        assert_eq!((plan.tail_start, plan.tail_tokens), (2, 10_001));
+        assert_eq!(plan.compact, vec![0, 1]);
+    }
+
+    #[test]
+    fn nothing_to_compact_without_a_split_point() {
+        let m = vec![user("only"), call("a"), result("a")];
+        // The only split point after the user message is... none: index 1 answers the user.
+        assert_eq!(plan_split(&m, &[1, 1, 1], MessageFormat::Openai, 0), None);
+        assert_eq!(plan_split(&[user("x")], &[5], MessageFormat::Openai, 0), None);
+    }
+
+    /// Random OpenAI/Anthropic agent conversations: user turns, tool loops, parallel calls,
+    /// plain replies, and sometimes a pending call at the end.
+    fn conversation() -> impl Strategy<Value = (Vec<Value>, Vec<u64>, MessageFormat)> {
+        let step = prop_oneof![Just(0u8), Just(1u8), Just(2u8), Just(3u8)];
+        (prop::collection::vec((step, 1usize..4, 1u64..500), 1..40), any::<bool>(), any::<bool>()).prop_map(
+            |(steps, anthropic, pending)| {
+                let format = if anthropic { MessageFormat::Anthropic } else { MessageFormat::Openai };
+                let mut m = vec![json!({"role": "user", "content": "task"})];
+                let mut t = vec![20];
+                let mut id = 0;
+                for (kind, calls, size) in steps {
+                    match (kind, format) {
+                        (0, _) => {
+                            // A user turn needs the previous assistant turn to be closed.
+                            if role(m.last().unwrap()) != Some("user") || has_tool_result(m.last().unwrap(), format) {
+                                if has_tool_result(m.last().unwrap(), format) {
+                                    m.push(json!({"role": "assistant", "content": "ok"}));
+                                    t.push(3);
+                                }
+                                m.push(json!({"role": "user", "content": "more"}));
+                                t.push(size);
+                            }
+                        }
+                        (_, MessageFormat::Openai) => {
+                            let ids: Vec<String> = (0..calls).map(|_| { id += 1; format!("c{id}") }).collect();
+                            m.push(json!({"role": "assistant", "tool_calls": ids.iter().map(|i| json!({"id": i, "type": "function", "function": {"name": "bash", "arguments": "{}"}})).collect::<Vec<_>>()}));
+                            t.push(10);
+                            for i in ids {
+                                m.push(json!({"role": "tool", "tool_call_id": i, "content": "x"}));
+                                t.push(size);
+                            }
+                        }
+                        (_, MessageFormat::Anthropic) => {
+                            let ids: Vec<String> = (0..calls).map(|_| { id += 1; format!("c{id}") }).collect();
+                            m.push(json!({"role": "assistant", "content": ids.iter().map(|i| json!({"type": "tool_use", "id": i, "name": "bash", "input": {}})).collect::<Vec<_>>()}));
+                            t.push(10);
+                            m.push(json!({"role": "user", "content": ids.iter().map(|i| json!({"type": "tool_result", "tool_use_id": i, "content": "x"})).collect::<Vec<_>>()}));
+                            t.push(size);
+                        }
+                    }
+                }
+                if pending && role(m.last().unwrap()) == Some("user") {
+                    m.push(json!({"role": "assistant", "tool_calls": [{"id": "pending", "type": "function", "function": {"name": "bash", "arguments": "{}"}}], "content": [{"type": "tool_use", "id": "pending", "name": "bash", "input": {}}]}));
+                    t.push(10);
+                }
+                (m, t, format)
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn splits_keep_pairs_turns_and_the_newest_user_message((m, t, f) in conversation(), reserve in 0u64..3000) {
+            prop_assert_eq!(check_pairs(&m, f), Ok(()));
+            let Some(plan) = plan_split(&m, &t, f, reserve) else { return Ok(()) };
+            let mut all: Vec<usize> = plan.compact.iter().chain(&plan.keep).copied().collect();
+            all.sort_unstable();
+            prop_assert_eq!(all, (0..m.len()).collect::<Vec<_>>(), "every message is compacted or kept, once");
+            prop_assert!(plan.keep.windows(2).all(|w| w[0] < w[1]));
+            let kept: Vec<Value> = plan.keep.iter().map(|&i| m[i].clone()).collect();
+            prop_assert_eq!(check_pairs(&kept, f), Ok(()), "kept messages keep their pairs");
+            let compacted: Vec<Value> = plan.compact.iter().map(|&i| m[i].clone()).collect();
+            prop_assert_eq!(check_pairs(&compacted, f), Ok(()), "compacted messages keep their pairs");
+            let newest_user = m.iter().rposition(|x| is_user_turn(x, f)).unwrap();
+            prop_assert!(plan.keep.contains(&newest_user));
+            // The tail starts at a boundary: a user turn, or an assistant message after results.
+            prop_assert!(is_split_point(&m, plan.tail_start, f));
+            // An assistant reply is never kept without the user message it answers.
+            if role(&m[plan.tail_start]) == Some("assistant") {
+                prop_assert!(has_tool_result(&m[plan.tail_start - 1], f));
+            }
+            // The tail fits the reserve unless no valid split point would.
+            let tail: u64 = t[plan.tail_start..].iter().sum();
+            prop_assert_eq!(tail, plan.tail_tokens);
+            if tail > reserve {
+                prop_assert!((plan.tail_start + 1..m.len()).all(|k| !is_split_point(&m, k, f)), "a later split point existed");
+            }
+        }
+    }
+}

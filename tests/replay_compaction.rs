@@ -1,0 +1,1 @@
+//! Compaction black-box tests: being written.
