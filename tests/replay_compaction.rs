@@ -1,1 +1,1786 @@
-//! Compaction black-box tests: being written.
+//! Acceptance check of issue 3 (compaction): replays every trajectory of the shared development
+//! data (`../shared/data/trajectories/` in OpenAI format, `trajectories_anthropic/` in Anthropic
+//! format) through `context.prepare` with `max_input_length` 16384 and every other key at its
+//! default, appending one message per call, and checks
+//!
+//! * after every call, that the returned request is valid for its format (every tool result
+//!   answers a call of the preceding assistant message, every call is answered except those of
+//!   a last assistant message; Anthropic: roles alternate, start with the user, results come
+//!   first in their message; OpenAI: system messages first), that it fits (`tokens.total` and
+//!   a recount of the returned messages with the daemon's tokenizer are at most the limit), and
+//!   that it holds exactly the messages sent and not archived, in order, unchanged but for
+//!   tool-result excerpts, after the summary when there is one;
+//! * after every compaction, that the archive lines it names hold exactly the compacted
+//!   messages, byte-exact, with their offload files, and that the summary in the request is
+//!   the rendered `compact_summary`;
+//! * at the end of each trajectory, that every original message is recoverable byte-exactly:
+//!   returned unchanged, or rebuilt from its excerpt, the offload file and `context.read`, or
+//!   read back from the dialog archive (`<workspace>/dialog/*.jsonl`), where each index is at
+//!   most once and never while it is also live.
+//!
+//! It also measures identifier retention on the same replay: for each compaction, the file
+//! paths named in the compacted span's tool-call arguments and user texts, the commands run
+//! (first line, at most 200 chars) and the first error line of each failing tool result, and
+//! which of them the summary text in force right after it contains; and the largest summary
+//! (`tokens.summary`). The table goes to stderr and, as JSON, to `target/retention.json` (or
+//! `$SATCHEL_RETENTION_OUT`). The targets (paths ≥ 95 %, commands ≥ 80 %, error lines ≥ 90 %,
+//! summary < 3000 tokens) are asserted overall (`SATCHEL_ASSERT_RETENTION=0` only reports);
+//! `SATCHEL_SHOW_MISSES=1` lists what was missed.
+//!
+//! The data is not part of the repository; without it the test prints why and passes.
+//! `SATCHEL_SHARED_DATA` points at another copy.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use satchel_core::summary::render::summary_message_text;
+use satchel_core::tokens::TokenCounter;
+use satchel_protocol::CompactSummary;
+use satchel_protocol::config::Tokenizer;
+use serde_json::{Value, json};
+use support::{Daemon, number_after, quoted_after, read_from};
+
+/// `max_input_length` of the replay.
+const LIMIT: u64 = 16_384;
+/// How the summary message starts.
+const SUMMARY_HEADING: &str = "# Summary of previous conversation\n";
+/// First line of every truncation notice.
+const MARKER: &str = "<<<TRUNCATED>>>";
+/// How a notice starts, right after the kept head.
+const NOTICE_START: &str = "<<<TRUNCATED>>>\nThe output above was truncated.\n\
+                            The full content is saved to the file and contains ";
+/// Failures kept with their details per replay job (all are counted).
+const MAX_SAMPLES: usize = 40;
+/// A command is retained when its first line, cut to this many chars, is in the summary.
+const COMMAND_CHARS: usize = 200;
+/// The summariser cuts error lines to this many chars; longer misses are reported apart.
+const SUMMARISER_ERROR_CHARS: usize = 300;
+/// A line of a tool result matching one of these (case-insensitive) makes the result failing.
+const ERROR_CUES: &[&str] = &[
+    "error",
+    "exception",
+    "traceback",
+    "failed",
+    "fatal",
+    "panicked",
+    "cannot",
+    "no such file",
+];
+/// Extensions that make a token without `/` a file path.
+const FILE_EXTENSIONS: &[&str] = &[
+    "java",
+    "py",
+    "rs",
+    "md",
+    "txt",
+    "json",
+    "jsonl",
+    "xml",
+    "sh",
+    "cfg",
+    "toml",
+    "yml",
+    "yaml",
+    "ini",
+    "conf",
+    "properties",
+    "gradle",
+    "kt",
+    "scala",
+    "c",
+    "h",
+    "cc",
+    "cpp",
+    "hpp",
+    "go",
+    "js",
+    "ts",
+    "jsx",
+    "tsx",
+    "rb",
+    "php",
+    "html",
+    "css",
+    "sql",
+    "log",
+    "csv",
+    "lock",
+    "patch",
+    "diff",
+    "rst",
+    "bat",
+    "ps1",
+    "class",
+    "jar",
+    "zip",
+    "gz",
+    "tar",
+    "bin",
+    "elf",
+    "pem",
+    "enc",
+];
+/// Retention targets of the issue.
+const TARGET_PATHS: f64 = 95.0;
+const TARGET_COMMANDS: f64 = 80.0;
+const TARGET_ERRORS: f64 = 90.0;
+const TARGET_SUMMARY_TOKENS: u64 = 3000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Openai,
+    Anthropic,
+}
+
+impl Format {
+    fn wire_name(self) -> &'static str {
+        match self {
+            Format::Openai => "openai",
+            Format::Anthropic => "anthropic",
+        }
+    }
+}
+
+struct Trajectory {
+    name: String,
+    session_id: String,
+    format: Format,
+    system: Option<Value>,
+    messages: Vec<Value>,
+}
+
+fn data_dir() -> PathBuf {
+    match std::env::var_os("SATCHEL_SHARED_DATA") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
+    }
+}
+
+/// `[A-Za-z0-9._-]`, prefixed with the file's position so two names cannot collide.
+fn session_id(position: usize, stem: &str) -> String {
+    let clean: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut id = format!("{position:03}-{clean}");
+    id.truncate(128);
+    id
+}
+
+fn load_folder(dir: &Path, format: Format) -> Vec<Trajectory> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .map(|e| e.expect("read data dir").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .enumerate()
+        .map(|(position, path)| {
+            let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+            let doc: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+            let messages = doc["messages"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{} has no `messages` list", path.display()))
+                .clone();
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            Trajectory {
+                name: format!("{}/{}", dir.file_name().unwrap().to_string_lossy(), stem),
+                session_id: session_id(position, &stem),
+                format,
+                system: doc.get("system").filter(|s| !s.is_null()).cloned(),
+                messages,
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Format knowledge, written independently of satchel's crates.
+
+fn role(message: &Value) -> &str {
+    message.get("role").and_then(Value::as_str).unwrap_or("")
+}
+
+fn blocks(message: &Value) -> impl Iterator<Item = &Value> {
+    message.get("content").and_then(Value::as_array).into_iter().flatten()
+}
+
+fn block_type(block: &Value) -> &str {
+    block.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+fn str_field(value: &Value, key: &str) -> String {
+    value.get(key).and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+fn call_ids(message: &Value, format: Format) -> Vec<String> {
+    if role(message) != "assistant" {
+        return Vec::new();
+    }
+    match format {
+        Format::Openai => message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| str_field(c, "id"))
+            .collect(),
+        Format::Anthropic => blocks(message)
+            .filter(|b| block_type(b) == "tool_use")
+            .map(|b| str_field(b, "id"))
+            .collect(),
+    }
+}
+
+fn result_ids(message: &Value, format: Format) -> Vec<String> {
+    match format {
+        Format::Openai if role(message) == "tool" => vec![str_field(message, "tool_call_id")],
+        Format::Openai => Vec::new(),
+        Format::Anthropic => blocks(message)
+            .filter(|b| block_type(b) == "tool_result")
+            .map(|b| str_field(b, "tool_use_id"))
+            .collect(),
+    }
+}
+
+fn has_tool_call(message: &Value) -> bool {
+    !call_ids(message, Format::Openai).is_empty() || !call_ids(message, Format::Anthropic).is_empty()
+}
+
+/// The arguments of each tool call of a message, parsed (a non-JSON argument string is kept as
+/// a string).
+fn call_arguments(message: &Value, format: Format) -> Vec<Value> {
+    if role(message) != "assistant" {
+        return Vec::new();
+    }
+    match format {
+        Format::Openai => message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| match c.pointer("/function/arguments") {
+                Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+                Some(other) => other.clone(),
+                None => Value::Null,
+            })
+            .collect(),
+        Format::Anthropic => blocks(message)
+            .filter(|b| block_type(b) == "tool_use")
+            .map(|b| b.get("input").cloned().unwrap_or(Value::Null))
+            .collect(),
+    }
+}
+
+/// The texts a user wrote in a message (not its tool results).
+fn user_texts(message: &Value) -> Vec<&str> {
+    if role(message) != "user" {
+        return Vec::new();
+    }
+    match message.get("content") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        _ => blocks(message)
+            .filter(|b| block_type(b) == "text")
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect(),
+    }
+}
+
+fn content_texts(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| block_type(p) == "text")
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Each tool result of a message: its full text and whether the tool flagged it as an error.
+fn tool_results(message: &Value, format: Format) -> Vec<(String, bool)> {
+    match format {
+        Format::Openai if role(message) == "tool" => vec![(content_texts(message.get("content")), false)],
+        Format::Openai => Vec::new(),
+        Format::Anthropic => blocks(message)
+            .filter(|b| block_type(b) == "tool_result")
+            .map(|b| {
+                let flagged = b.get("is_error").and_then(Value::as_bool) == Some(true);
+                (content_texts(b.get("content")), flagged)
+            })
+            .collect(),
+    }
+}
+
+/// JSON pointers of the texts of a message's tool results (the only strings satchel may cut).
+fn result_text_pointers(message: &Value, format: Format) -> HashSet<String> {
+    fn push(content: Option<&Value>, base: String, out: &mut HashSet<String>) {
+        match content {
+            Some(Value::String(_)) => {
+                out.insert(base);
+            }
+            Some(Value::Array(parts)) => {
+                for (i, part) in parts.iter().enumerate() {
+                    if block_type(part) == "text" && part.get("text").is_some_and(Value::is_string) {
+                        out.insert(format!("{base}/{i}/text"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = HashSet::new();
+    match format {
+        Format::Openai if role(message) == "tool" => push(message.get("content"), "/content".into(), &mut out),
+        Format::Openai => {}
+        Format::Anthropic => {
+            for (i, block) in blocks(message).enumerate() {
+                if block_type(block) == "tool_result" {
+                    push(block.get("content"), format!("/content/{i}/content"), &mut out);
+                }
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Is the request valid for its format?
+
+/// The API's pairing rule: every result answers an open call of the nearest preceding assistant
+/// message, with only other results in between (OpenAI) or in the very next message
+/// (Anthropic), each call answered once; calls of the last assistant message may still be open.
+fn check_pairing(messages: &[Value], format: Format) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    let mut last_assistant: Option<usize> = None;
+    for (index, message) in messages.iter().enumerate() {
+        for id in result_ids(message, format) {
+            match open.iter().position(|c| *c == id) {
+                Some(pos) => {
+                    open.remove(pos);
+                }
+                None => {
+                    return Err(format!(
+                        "message {index}: tool result {id:?} answers no open call of the preceding assistant \
+                         message ({last_assistant:?})"
+                    ));
+                }
+            }
+        }
+        let may_answer_later = format == Format::Openai && role(message) == "tool";
+        if !may_answer_later && !open.is_empty() {
+            return Err(format!(
+                "message {index}: calls {open:?} of message {last_assistant:?} are not answered before it"
+            ));
+        }
+        if role(message) == "assistant" {
+            open = call_ids(message, format);
+            last_assistant = Some(index);
+        }
+    }
+    Ok(())
+}
+
+/// Pairs, plus the format's own rules on roles.
+fn check_request(messages: &[Value], format: Format) -> Result<(), String> {
+    if messages.is_empty() {
+        return Err("empty request".into());
+    }
+    check_pairing(messages, format)?;
+    match format {
+        Format::Openai => {
+            let mut conversation_started = false;
+            for (index, message) in messages.iter().enumerate() {
+                match role(message) {
+                    "system" if conversation_started => {
+                        return Err(format!(
+                            "message {index}: system message after the conversation started"
+                        ));
+                    }
+                    "system" => {}
+                    "user" | "assistant" | "tool" => conversation_started = true,
+                    other => return Err(format!("message {index}: role {other:?}")),
+                }
+            }
+        }
+        Format::Anthropic => {
+            for (index, message) in messages.iter().enumerate() {
+                let expected = if index % 2 == 0 { "user" } else { "assistant" };
+                if role(message) != expected {
+                    return Err(format!(
+                        "message {index}: role {:?} where {expected:?} is due (roles alternate from the user)",
+                        role(message)
+                    ));
+                }
+                let types: Vec<&str> = blocks(message).map(block_type).collect();
+                let results = types.iter().take_while(|t| **t == "tool_result").count();
+                if types[results..].contains(&"tool_result") {
+                    return Err(format!("message {index}: a tool_result block after other content"));
+                }
+                if message
+                    .get("content")
+                    .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty))
+                {
+                    return Err(format!("message {index}: empty content"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The returned list against the messages sent.
+
+/// Where the summary is in a returned list, and the list without it.
+struct Split {
+    summary: Option<String>,
+    /// The returned messages without the summary (a summary block removed from its carrier).
+    live: Vec<Value>,
+    /// Position in `live` of the Anthropic user message that carried the summary block.
+    carrier: Option<usize>,
+}
+
+fn split_summary(returned: &[Value]) -> Split {
+    let mut live = returned.to_vec();
+    let at = live.iter().take_while(|m| role(m) == "system").count();
+    let Some(first) = live.get_mut(at) else {
+        return Split {
+            summary: None,
+            live,
+            carrier: None,
+        };
+    };
+    if role(first) != "user" {
+        return Split {
+            summary: None,
+            live,
+            carrier: None,
+        };
+    }
+    if let Some(text) = first.get("content").and_then(Value::as_str)
+        && text.starts_with(SUMMARY_HEADING)
+    {
+        let summary = text.to_owned();
+        live.remove(at);
+        return Split {
+            summary: Some(summary),
+            live,
+            carrier: None,
+        };
+    }
+    if let Some(content) = first.get_mut("content").and_then(Value::as_array_mut)
+        && let Some(block) = content.first()
+        && block_type(block) == "text"
+        && let Some(text) = block.get("text").and_then(Value::as_str)
+        && text.starts_with(SUMMARY_HEADING)
+    {
+        let summary = text.to_owned();
+        content.remove(0);
+        return Split {
+            summary: Some(summary),
+            live,
+            carrier: Some(at),
+        };
+    }
+    Split {
+        summary: None,
+        live,
+        carrier: None,
+    }
+}
+
+fn escape_pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Walks both values together: any difference other than between two strings is an error;
+/// differing strings are collected with their pointer.
+fn diff_strings<'a>(
+    sent: &'a Value,
+    got: &'a Value,
+    pointer: &mut String,
+    out: &mut Vec<(String, &'a str, &'a str)>,
+) -> Result<(), String> {
+    match (sent, got) {
+        (Value::String(a), Value::String(b)) => {
+            if a != b {
+                out.push((pointer.clone(), a, b));
+            }
+            Ok(())
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            if a.len() != b.len() {
+                return Err(format!(
+                    "array at {pointer:?} has {} items, {} were sent",
+                    b.len(),
+                    a.len()
+                ));
+            }
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                let len = pointer.len();
+                pointer.push_str(&format!("/{i}"));
+                diff_strings(x, y, pointer, out)?;
+                pointer.truncate(len);
+            }
+            Ok(())
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            if a.len() != b.len() || a.keys().any(|k| !b.contains_key(k)) {
+                let sent_keys: Vec<_> = a.keys().collect();
+                let got_keys: Vec<_> = b.keys().collect();
+                return Err(format!(
+                    "object at {pointer:?} has keys {got_keys:?}, {sent_keys:?} were sent"
+                ));
+            }
+            for (k, x) in a {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&escape_pointer_token(k));
+                diff_strings(x, &b[k], pointer, out)?;
+                pointer.truncate(len);
+            }
+            Ok(())
+        }
+        _ if sent == got => Ok(()),
+        _ => Err(format!("value at {pointer:?} is {got}, {sent} was sent")),
+    }
+}
+
+/// A tool-result text returned as an excerpt.
+struct Cut {
+    pointer: String,
+    original: String,
+    excerpt: String,
+}
+
+/// The excerpts of `returned` if it is `sent` with only tool-result texts cut (with a notice).
+fn excerpts_of(sent: &Value, returned: &Value, format: Format) -> Result<Vec<Cut>, String> {
+    if sent == returned {
+        return Ok(Vec::new());
+    }
+    let mut diffs = Vec::new();
+    diff_strings(sent, returned, &mut String::new(), &mut diffs)?;
+    let allowed = result_text_pointers(sent, format);
+    let mut cuts = Vec::new();
+    for (pointer, original, excerpt) in diffs {
+        if !allowed.contains(&pointer) {
+            return Err(format!("{pointer} is not a tool-result text but was changed"));
+        }
+        if !excerpt.contains(MARKER) {
+            return Err(format!("{pointer} was changed without a truncation notice"));
+        }
+        cuts.push(Cut {
+            pointer,
+            original: original.to_owned(),
+            excerpt: excerpt.to_owned(),
+        });
+    }
+    Ok(cuts)
+}
+
+/// A carrier's content after its summary block is removed, compared with its original: a
+/// string content comes back as one text block.
+fn restore_carrier(live: &mut Value, original: &Value) {
+    if let Some(text) = original.get("content").and_then(Value::as_str)
+        && live.get("content").and_then(Value::as_array).is_some_and(|c| {
+            c.len() == 1 && block_type(&c[0]) == "text" && c[0].get("text").and_then(Value::as_str) == Some(text)
+        })
+    {
+        live["content"] = Value::String(text.to_owned());
+    }
+}
+
+/// Matches the live part of a returned list with the messages sent and not archived, in order;
+/// returns the excerpts per original index.
+fn match_live(
+    split: &mut Split,
+    sent: &[Value],
+    expected: &[usize],
+    format: Format,
+) -> Result<Vec<(usize, Vec<Cut>)>, String> {
+    if let (Some(position), Some(&index)) = (split.carrier, expected.first()) {
+        restore_carrier(&mut split.live[position], &sent[index]);
+    }
+    let mut out = Vec::new();
+    for (position, &index) in expected.iter().enumerate() {
+        let Some(got) = split.live.get(position) else {
+            return Err(format!(
+                "message {index} is missing: the request holds {} messages besides the summary, {} are live \
+                 (sent and not archived)",
+                split.live.len(),
+                expected.len()
+            ));
+        };
+        let cuts = excerpts_of(&sent[index], got, format)
+            .map_err(|e| format!("live message {index} (request position {position}) is not the message sent: {e}"))?;
+        out.push((index, cuts));
+    }
+    if split.live.len() > expected.len() {
+        return Err(format!(
+            "the request holds {} messages besides the summary, only {} are live; extra: {}",
+            split.live.len(),
+            expected.len(),
+            short(&Value::Array(split.live[expected.len()..].to_vec()))
+        ));
+    }
+    Ok(out)
+}
+
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() <= 300 {
+        return text;
+    }
+    let mut end = 300;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rebuilding a truncated text from its excerpt.
+
+/// The numbers of a notice, located robustly: the head is `original[..head_bytes]`, so the
+/// notice is the occurrence of [`NOTICE_START`] right after such a head (an original may itself
+/// contain notice-like text).
+struct Notice {
+    head_bytes: usize,
+    path: String,
+}
+
+fn parse_notice(excerpt: &str, original: &str) -> Option<Notice> {
+    excerpt.match_indices(NOTICE_START).find_map(|(start, _)| {
+        let notice = &excerpt[start..];
+        let head_bytes = number_after(notice, "covers the next ")?;
+        let head = original.get(..head_bytes)?;
+        let separator = usize::from(!head.is_empty() && !head.ends_with('\n'));
+        if head_bytes + separator != start || !excerpt.starts_with(head) {
+            return None;
+        }
+        Some(Notice {
+            head_bytes,
+            path: quoted_after(notice, "file_path=")?,
+        })
+    })
+}
+
+/// Rebuilds the original from the excerpt alone: its head, then the file through `context.read`;
+/// also compares the file with the original.
+fn rebuild(daemon: &mut Daemon, workspace: &Path, cut: &Cut) -> Result<(), String> {
+    let notice = parse_notice(&cut.excerpt, &cut.original).ok_or("no notice that follows a head of the original")?;
+    let on_disk = std::fs::read(workspace.join(&notice.path)).map_err(|e| format!("read {}: {e}", notice.path))?;
+    if on_disk != cut.original.as_bytes() {
+        return Err(format!(
+            "{} holds {} bytes that differ from the {}-byte original",
+            notice.path,
+            on_disk.len(),
+            cut.original.len()
+        ));
+    }
+    let rebuilt = read_from(daemon, &cut.original[..notice.head_bytes], &notice.path);
+    if rebuilt != cut.original {
+        return Err(format!(
+            "head + context.read gives {} bytes that differ from the {}-byte original",
+            rebuilt.len(),
+            cut.original.len()
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The dialog archive.
+
+#[derive(Debug, Clone)]
+struct ArchiveLine {
+    session_id: String,
+    index: usize,
+    compaction_id: String,
+    message: Value,
+    offloads: Vec<(String, String)>,
+}
+
+fn parse_archive_line(line: &str) -> Result<ArchiveLine, String> {
+    let v: Value = serde_json::from_str(line).map_err(|e| format!("archive line is not JSON ({e})"))?;
+    Ok(ArchiveLine {
+        session_id: str_field(&v, "session_id"),
+        index: v["index"].as_u64().ok_or("archive line without index")? as usize,
+        compaction_id: str_field(&v, "compaction_id"),
+        message: v.get("message").cloned().ok_or("archive line without message")?,
+        offloads: v
+            .get("offloads")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|o| (str_field(o, "pointer"), str_field(o, "file")))
+            .collect(),
+    })
+}
+
+/// Lines `start..=end` (1-based) of a workspace file.
+fn archive_lines(workspace: &Path, file: &str, start: usize, end: usize) -> Result<Vec<ArchiveLine>, String> {
+    let text = std::fs::read_to_string(workspace.join(file)).map_err(|e| format!("read {file}: {e}"))?;
+    let lines: Vec<&str> = text.lines().collect();
+    if start == 0 || end < start || end > lines.len() {
+        return Err(format!(
+            "range {start}-{end} of {file}, which has {} lines",
+            lines.len()
+        ));
+    }
+    lines[start - 1..end].iter().map(|l| parse_archive_line(l)).collect()
+}
+
+/// Every archive line of one session, in every file of the archive directory.
+fn all_archive_lines(workspace: &Path, session: &str) -> Result<Vec<(String, usize, ArchiveLine)>, String> {
+    let dir = workspace.join("dialog");
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
+        Err(_) => return Ok(Vec::new()),
+    };
+    files.retain(|p| p.extension().is_some_and(|e| e == "jsonl"));
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let name = format!("dialog/{}", path.file_name().unwrap().to_string_lossy());
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("read {name}: {e}"))?;
+        for (n, line) in text.lines().enumerate() {
+            let parsed = parse_archive_line(line).map_err(|e| format!("{name} line {}: {e}", n + 1))?;
+            if parsed.session_id == session {
+                out.push((name.clone(), n + 1, parsed));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An archived message is its original, and its offload files hold the texts they name.
+fn check_archived(workspace: &Path, line: &ArchiveLine, original: &Value) -> Result<(), String> {
+    if line.message != *original {
+        return Err(format!("archived message {} differs from the original", line.index));
+    }
+    for (pointer, file) in &line.offloads {
+        let text = original.pointer(pointer).and_then(Value::as_str).ok_or_else(|| {
+            format!(
+                "archived message {} names offload {file} for {pointer}, which is no text",
+                line.index
+            )
+        })?;
+        let on_disk = std::fs::read(workspace.join(file)).map_err(|e| format!("read {file}: {e}"))?;
+        if on_disk != text.as_bytes() {
+            return Err(format!(
+                "offload {file} of archived message {} differs from its text",
+                line.index
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identifier retention.
+
+/// Path tokens of a text: split at whitespace, quotes, brackets and shell punctuation;
+/// trailing sentence punctuation and `:line[:col]` removed; URLs and options ignored; kept
+/// when it has a `/` or a known file extension.
+fn path_tokens(text: &str) -> Vec<String> {
+    text.split(|c: char| c.is_whitespace() || "\"'`()[]{}<>,;|&=\\".contains(c))
+        .filter_map(normalise_path)
+        .collect()
+}
+
+fn normalise_path(token: &str) -> Option<String> {
+    let trim = |t: &str| t.trim_end_matches(['.', ',', ':', ';', '!', '?']).to_owned();
+    let mut t = trim(token);
+    while let Some((head, tail)) = t.rsplit_once(':')
+        && !tail.is_empty()
+        && tail.bytes().all(|b| b.is_ascii_digit())
+    {
+        t = trim(head);
+    }
+    let plausible = !t.is_empty()
+        && !t.starts_with('-')
+        && !t.contains("://")
+        && !t.starts_with("www.")
+        && t.chars().any(|c| c.is_ascii_alphabetic())
+        && t.chars().all(|c| c.is_alphanumeric() || "_.~/@+%#:*-".contains(c));
+    if !plausible {
+        return None;
+    }
+    let has_extension = t.rsplit_once('.').is_some_and(|(stem, ext)| {
+        !stem.is_empty() && !stem.ends_with('/') && FILE_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str())
+    });
+    (t.contains('/') || has_extension).then_some(t)
+}
+
+fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
+        _ => {}
+    }
+}
+
+/// The first non-blank line of a command, cut to [`COMMAND_CHARS`] chars.
+fn command_line(command: &str) -> Option<String> {
+    let line = command.lines().find(|l| !l.trim().is_empty())?.trim_end();
+    Some(line.chars().take(COMMAND_CHARS).collect())
+}
+
+/// The first line of a tool result that reads like an error, trimmed (the first non-blank line
+/// when the tool flagged the result as an error); `None` for a result that is not failing.
+fn error_line(text: &str, flagged: bool) -> Option<String> {
+    let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let hit = lines().find(|l| {
+        let lower = l.to_lowercase();
+        ERROR_CUES.iter().any(|cue| lower.contains(cue))
+    });
+    hit.or_else(|| lines().next().filter(|_| flagged)).map(str::to_owned)
+}
+
+/// What a compacted span names, each item once.
+#[derive(Debug, Default, PartialEq)]
+struct Identifiers {
+    paths: Vec<String>,
+    commands: Vec<String>,
+    errors: Vec<String>,
+}
+
+fn push_unique(list: &mut Vec<String>, item: String) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
+}
+
+fn identifiers(span: &[&Value], format: Format) -> Identifiers {
+    let mut ids = Identifiers::default();
+    for message in span {
+        for text in user_texts(message) {
+            path_tokens(text)
+                .into_iter()
+                .for_each(|p| push_unique(&mut ids.paths, p));
+        }
+        for args in call_arguments(message, format) {
+            let mut strings = Vec::new();
+            collect_strings(&args, &mut strings);
+            for s in strings {
+                path_tokens(s).into_iter().for_each(|p| push_unique(&mut ids.paths, p));
+            }
+            if let Some(line) = args.get("command").and_then(Value::as_str).and_then(command_line) {
+                push_unique(&mut ids.commands, line);
+            }
+        }
+        for (text, flagged) in tool_results(message, format) {
+            if let Some(line) = error_line(&text, flagged) {
+                push_unique(&mut ids.errors, line);
+            }
+        }
+    }
+    ids
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    kept: usize,
+    total: usize,
+}
+
+impl Tally {
+    fn add(&mut self, kept: bool) {
+        self.total += 1;
+        self.kept += usize::from(kept);
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.kept += other.kept;
+        self.total += other.total;
+    }
+
+    fn pct(self) -> f64 {
+        if self.total == 0 {
+            100.0
+        } else {
+            100.0 * self.kept as f64 / self.total as f64
+        }
+    }
+
+    fn cell(self) -> String {
+        format!("{}/{} {:5.1}%", self.kept, self.total, self.pct())
+    }
+
+    fn json(self) -> Value {
+        json!({"kept": self.kept, "total": self.total, "pct": (self.pct() * 10.0).round() / 10.0})
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay.
+
+/// What one trajectory (or a sum of them) gave.
+#[derive(Debug, Default)]
+struct Report {
+    name: String,
+    files: usize,
+    messages: usize,
+    prepares: usize,
+    compactions: usize,
+    archived: usize,
+    paths: Tally,
+    commands: Tally,
+    errors: Tally,
+    /// Missed error lines longer than the summariser's cut.
+    errors_missed_long: usize,
+    max_summary_tokens: u64,
+    max_total_tokens: u64,
+    /// Largest recount of a returned request (system param + every returned message).
+    max_recount: u64,
+    /// Largest `recount - tokens.total`.
+    max_undercount: i64,
+    live_unchanged: usize,
+    live_rebuilt: usize,
+    from_archive: usize,
+    prepare_time: Duration,
+    misses: Vec<String>,
+    /// Violations of the acceptance criterion, counted by kind.
+    violations: BTreeMap<&'static str, usize>,
+    /// The first ones, in detail.
+    samples: Vec<String>,
+}
+
+impl Report {
+    fn violate(&mut self, kind: &'static str, what: String) {
+        *self.violations.entry(kind).or_default() += 1;
+        if self.samples.len() < MAX_SAMPLES {
+            self.samples.push(format!("[{kind}] {}: {what}", self.name));
+        }
+    }
+
+    fn violation_count(&self) -> usize {
+        self.violations.values().sum()
+    }
+
+    fn add(&mut self, other: &Report) {
+        self.files += other.files;
+        self.messages += other.messages;
+        self.prepares += other.prepares;
+        self.compactions += other.compactions;
+        self.archived += other.archived;
+        self.paths.merge(other.paths);
+        self.commands.merge(other.commands);
+        self.errors.merge(other.errors);
+        self.errors_missed_long += other.errors_missed_long;
+        self.max_summary_tokens = self.max_summary_tokens.max(other.max_summary_tokens);
+        self.max_total_tokens = self.max_total_tokens.max(other.max_total_tokens);
+        self.max_recount = self.max_recount.max(other.max_recount);
+        self.max_undercount = self.max_undercount.max(other.max_undercount);
+        self.live_unchanged += other.live_unchanged;
+        self.live_rebuilt += other.live_rebuilt;
+        self.from_archive += other.from_archive;
+        self.prepare_time += other.prepare_time;
+        for (kind, n) in &other.violations {
+            *self.violations.entry(kind).or_default() += n;
+        }
+        for sample in &other.samples {
+            if self.samples.len() < MAX_SAMPLES {
+                self.samples.push(sample.clone());
+            }
+        }
+    }
+
+    fn row(&self) -> String {
+        format!(
+            "{:<72} {:>5} {:>4} {:>17} {:>15} {:>15} {:>7} {:>7} {:>5}",
+            self.name,
+            self.messages,
+            self.compactions,
+            self.paths.cell(),
+            self.commands.cell(),
+            self.errors.cell(),
+            self.max_summary_tokens,
+            self.max_total_tokens,
+            self.violation_count()
+        )
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "files": self.files,
+            "messages": self.messages,
+            "prepares": self.prepares,
+            "compactions": self.compactions,
+            "archived_messages": self.archived,
+            "paths": self.paths.json(),
+            "commands": self.commands.json(),
+            "errors": self.errors.json(),
+            "errors_missed_longer_than_300_chars": self.errors_missed_long,
+            "max_summary_tokens": self.max_summary_tokens,
+            "max_total_tokens": self.max_total_tokens,
+            "max_recounted_tokens": self.max_recount,
+            "recovered": {
+                "returned_unchanged": self.live_unchanged,
+                "rebuilt_from_excerpt": self.live_rebuilt,
+                "from_archive": self.from_archive,
+            },
+            "violations": self.violations,
+        })
+    }
+}
+
+/// Token counts of returned messages, cached by their JSON (most come back unchanged).
+struct Recount {
+    counter: TokenCounter,
+    cache: HashMap<String, u64>,
+}
+
+impl Recount {
+    fn new() -> Self {
+        Recount {
+            counter: TokenCounter::new(Tokenizer::O200kBase, 4.0),
+            cache: HashMap::new(),
+        }
+    }
+
+    fn request(&mut self, system: Option<&Value>, messages: &[Value]) -> u64 {
+        let mut total = system.map_or(0, |s| self.counter.count_message(s));
+        for message in messages {
+            let key = message.to_string();
+            let counter = self.counter;
+            total += *self.cache.entry(key).or_insert_with(|| counter.count_message(message));
+        }
+        total
+    }
+}
+
+/// State of one trajectory's replay.
+struct Replay<'a> {
+    daemon: &'a mut Daemon,
+    workspace: &'a Path,
+    t: &'a Trajectory,
+    report: Report,
+    /// Original index → id of the compaction that archived it.
+    archived: BTreeMap<usize, String>,
+    recount: Recount,
+    show_misses: bool,
+}
+
+impl Replay<'_> {
+    fn run(mut self) -> Report {
+        let t = self.t;
+        let mut last: Vec<Value> = Vec::new();
+        let mut saw_call = false;
+        for i in 0..t.messages.len() {
+            let mut params = json!({"session_id": t.session_id, "config": {"max_input_length": LIMIT}});
+            params[if i == 0 { "messages" } else { "append" }] = json!([t.messages[i]]);
+            if let Some(system) = &t.system {
+                params["system"] = system.clone();
+            }
+            let started = Instant::now();
+            let reply = self.daemon.call_raw("context.prepare", params);
+            self.report.prepare_time += started.elapsed();
+            self.report.prepares += 1;
+            if let Some(error) = reply.get("error") {
+                // The session no longer holds what was sent: later appends would only repeat this.
+                self.report.violate("prepare_failed", format!("message {i}: {error}"));
+                return self.report;
+            }
+            let result = &reply["result"];
+            saw_call |= has_tool_call(&t.messages[i]);
+            self.check_call(i, result, saw_call);
+            last = result["messages"].as_array().cloned().unwrap_or_default();
+        }
+        self.finish(&last);
+        self.report
+    }
+
+    /// Everything checked after one `context.prepare`.
+    fn check_call(&mut self, i: usize, result: &Value, saw_call: bool) {
+        let t = self.t;
+        let Some(returned) = result["messages"].as_array() else {
+            self.report
+                .violate("invalid", format!("after message {i}: no `messages` list"));
+            return;
+        };
+        let reconciliation = &result["reconciliation"];
+        if reconciliation["session_messages"] != json!(i + 1) || reconciliation["appended"] != json!(1) {
+            self.report.violate(
+                "lost_or_altered",
+                format!("after message {i}: reconciliation {reconciliation}"),
+            );
+        }
+        if saw_call && result["format"] != json!(t.format.wire_name()) {
+            self.report
+                .violate("invalid", format!("after message {i}: format {}", result["format"]));
+        }
+
+        // Valid for its format.
+        if let Err(why) = check_request(returned, t.format) {
+            self.report.violate("invalid", format!("after message {i}: {why}"));
+        }
+
+        // Fits.
+        let tokens = &result["tokens"];
+        let total = tokens["total"].as_u64().unwrap_or(u64::MAX);
+        self.report.max_total_tokens = self.report.max_total_tokens.max(total);
+        self.report.max_summary_tokens = self
+            .report
+            .max_summary_tokens
+            .max(tokens["summary"].as_u64().unwrap_or(0));
+        if total > LIMIT {
+            self.report.violate(
+                "over_limit",
+                format!(
+                    "after message {i}: tokens {tokens}; over_limit: {}",
+                    result["over_limit"]
+                ),
+            );
+        }
+        if result.get("over_limit").is_some_and(|o| !o.is_null()) != (total > LIMIT) {
+            self.report.violate(
+                "over_limit",
+                format!(
+                    "after message {i}: over_limit {} with total {total}",
+                    result["over_limit"]
+                ),
+            );
+        }
+        let recount = self.recount.request(t.system.as_ref(), returned);
+        self.report.max_recount = self.report.max_recount.max(recount);
+        self.report.max_undercount = self.report.max_undercount.max(recount as i64 - total as i64);
+        if recount > LIMIT {
+            self.report.violate(
+                "over_limit_recounted",
+                format!(
+                    "after message {i}: the returned request recounts to {recount} tokens (tokens.total {total}, \
+                     {} messages)",
+                    returned.len()
+                ),
+            );
+        }
+
+        // The summary, and the compactions of this call.
+        let mut split = split_summary(returned);
+        let compactions: Vec<&Value> = result["actions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["kind"] == "compacted")
+            .collect();
+        for action in &compactions {
+            self.compaction(i, action, result, split.summary.as_deref());
+        }
+        self.check_summary(i, result, split.summary.as_deref());
+
+        // Exactly the live messages, in order.
+        let expected: Vec<usize> = (0..=i).filter(|k| !self.archived.contains_key(k)).collect();
+        if let Err(why) = match_live(&mut split, &t.messages, &expected, t.format) {
+            self.report
+                .violate("lost_or_altered", format!("after message {i}: {why}"));
+        }
+    }
+
+    /// The summary in the request is the one in force and matches `compact_summary`.
+    fn check_summary(&mut self, i: usize, result: &Value, text: Option<&str>) {
+        let structured = result.get("compact_summary").filter(|s| !s.is_null());
+        let compacted = self.report.compactions > 0;
+        match (compacted, text, structured) {
+            (false, None, None) => {}
+            (true, Some(text), Some(structured)) => {
+                match serde_json::from_value::<CompactSummary>(structured.clone()) {
+                    Ok(summary) if summary_message_text(&summary) == text => {}
+                    Ok(_) => self.report.violate(
+                        "summary",
+                        format!("after message {i}: the summary message is not the rendered compact_summary"),
+                    ),
+                    Err(e) => self
+                        .report
+                        .violate("summary", format!("after message {i}: compact_summary: {e}")),
+                }
+            }
+            _ => self.report.violate(
+                "summary",
+                format!(
+                    "after message {i}: {} compactions so far, summary message {}, compact_summary {}",
+                    self.report.compactions,
+                    if text.is_some() { "present" } else { "absent" },
+                    if structured.is_some() { "present" } else { "absent" },
+                ),
+            ),
+        }
+    }
+
+    /// Checks one `compacted` action against the archive and measures retention on its span.
+    fn compaction(&mut self, i: usize, action: &Value, result: &Value, summary: Option<&str>) {
+        let t = self.t;
+        self.report.compactions += 1;
+        let id = str_field(action, "id");
+        let range = &action["archive"];
+        let at = |why: String| format!("after message {i}, compaction {id}: {why}");
+        let (Some(file), Some(start), Some(end)) = (
+            range["file"].as_str(),
+            range["start_line"].as_u64(),
+            range["end_line"].as_u64(),
+        ) else {
+            self.report
+                .violate("archive", at(format!("no archive range: {action}")));
+            return;
+        };
+        let lines = match archive_lines(self.workspace, file, start as usize, end as usize) {
+            Ok(lines) => lines,
+            Err(e) => {
+                self.report.violate("archive", at(e));
+                return;
+            }
+        };
+        let mut span = Vec::new();
+        for line in &lines {
+            if line.session_id != t.session_id || line.compaction_id != id {
+                self.report.violate(
+                    "archive",
+                    at(format!(
+                        "line of session {} / compaction {} inside its range",
+                        line.session_id, line.compaction_id
+                    )),
+                );
+                continue;
+            }
+            if line.index > i {
+                self.report
+                    .violate("archive", at(format!("archives index {} never sent", line.index)));
+                continue;
+            }
+            if let Some(previous) = self.archived.insert(line.index, id.clone()) {
+                self.report.violate(
+                    "archive",
+                    at(format!("message {} archived again (first by {previous})", line.index)),
+                );
+            }
+            if let Err(e) = check_archived(self.workspace, line, &t.messages[line.index]) {
+                self.report.violate("unrecoverable", at(e));
+            }
+            span.push(line.index);
+        }
+        span.sort_unstable();
+        let count = action["messages"].as_u64().unwrap_or(0) as usize;
+        let first = range["first_index"].as_u64().map(|v| v as usize);
+        let last = range["last_index"].as_u64().map(|v| v as usize);
+        if span.len() != count || span.first().copied() != first || span.last().copied() != last {
+            self.report.violate(
+                "archive",
+                at(format!(
+                    "action says {count} messages {first:?}-{last:?}, its lines hold {span:?}"
+                )),
+            );
+        }
+        self.report.archived += span.len();
+        let in_force = result
+            .pointer("/compact_summary/archive")
+            .and_then(Value::as_array)
+            .and_then(|a| a.last());
+        if in_force != Some(range) {
+            self.report.violate(
+                "summary",
+                at(format!("the summary's last archive range is {in_force:?}")),
+            );
+        }
+
+        // Retention, against the summary text in force right after this compaction.
+        let Some(text) = summary else {
+            self.report.violate("summary", at("no summary in the request".into()));
+            return;
+        };
+        let span: Vec<&Value> = span.iter().map(|&k| &t.messages[k]).collect();
+        let ids = identifiers(&span, t.format);
+        let r = &mut self.report;
+        for (items, tally, what) in [
+            (&ids.paths, &mut r.paths, "path"),
+            (&ids.commands, &mut r.commands, "command"),
+            (&ids.errors, &mut r.errors, "error"),
+        ] {
+            for item in items {
+                let kept = text.contains(item.as_str());
+                tally.add(kept);
+                if !kept {
+                    if what == "error" && item.chars().count() > SUMMARISER_ERROR_CHARS {
+                        r.errors_missed_long += 1;
+                    }
+                    if self.show_misses {
+                        r.misses.push(format!("{what}: {item}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every original message is recoverable byte-exactly, from one place.
+    fn finish(&mut self, last: &[Value]) {
+        let t = self.t;
+        let n = t.messages.len();
+        let mut live: HashSet<usize> = HashSet::new();
+        let mut split = split_summary(last);
+        let expected: Vec<usize> = (0..n).filter(|k| !self.archived.contains_key(k)).collect();
+        match match_live(&mut split, &t.messages, &expected, t.format) {
+            Ok(matched) => {
+                for (index, cuts) in matched {
+                    live.insert(index);
+                    if cuts.is_empty() {
+                        self.report.live_unchanged += 1;
+                        continue;
+                    }
+                    let mut ok = true;
+                    for cut in &cuts {
+                        if let Err(e) = rebuild(self.daemon, self.workspace, cut) {
+                            ok = false;
+                            self.report.violate(
+                                "unrecoverable",
+                                format!("final list, message {index} {}: {e}", cut.pointer),
+                            );
+                        }
+                    }
+                    self.report.live_rebuilt += usize::from(ok);
+                }
+            }
+            Err(why) => self.report.violate("lost_or_altered", format!("final list: {why}")),
+        }
+
+        // The archive on disk, read independently of the actions.
+        let lines = match all_archive_lines(self.workspace, &t.session_id) {
+            Ok(lines) => lines,
+            Err(e) => {
+                self.report.violate("archive", e);
+                return;
+            }
+        };
+        let announced: HashSet<&String> = self.archived.values().collect();
+        let mut seen: HashMap<usize, (String, usize)> = HashMap::new();
+        for (file, number, line) in &lines {
+            if !announced.contains(&line.compaction_id) {
+                self.report.violate(
+                    "archive",
+                    format!(
+                        "{file} line {number}: compaction {} was never announced",
+                        line.compaction_id
+                    ),
+                );
+            }
+            if let Some((f, m)) = seen.insert(line.index, (file.clone(), *number)) {
+                self.report.violate(
+                    "archive",
+                    format!(
+                        "message {} archived twice: {f} line {m} and {file} line {number}",
+                        line.index
+                    ),
+                );
+                continue;
+            }
+            if line.index >= n {
+                self.report.violate(
+                    "archive",
+                    format!("{file} line {number}: index {} was never sent", line.index),
+                );
+                continue;
+            }
+            if live.contains(&line.index) {
+                self.report.violate(
+                    "archive",
+                    format!(
+                        "message {} is both archived ({file} line {number}) and live",
+                        line.index
+                    ),
+                );
+            }
+            match check_archived(self.workspace, line, &t.messages[line.index]) {
+                Ok(()) => self.report.from_archive += 1,
+                Err(e) => self
+                    .report
+                    .violate("unrecoverable", format!("{file} line {number}: {e}")),
+            }
+        }
+        for index in 0..n {
+            if !live.contains(&index) && !seen.contains_key(&index) {
+                self.report.violate(
+                    "unrecoverable",
+                    format!("message {index} is neither in the final list nor in the archive"),
+                );
+            }
+        }
+        self.report.files += 1;
+        self.report.messages += n;
+    }
+}
+
+/// Replays one folder on a daemon of its own, one session per file.
+fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>, Duration) {
+    let started = Instant::now();
+    let workspace = tempfile::tempdir().expect("temp workspace");
+    let mut daemon = Daemon::start(workspace.path(), &[]);
+    let mut reports = Vec::new();
+    for t in trajectories {
+        let replay = Replay {
+            daemon: &mut daemon,
+            workspace: workspace.path(),
+            t,
+            report: Report {
+                name: t.name.clone(),
+                ..Report::default()
+            },
+            archived: BTreeMap::new(),
+            recount: Recount::new(),
+            show_misses,
+        };
+        reports.push(replay.run());
+    }
+    daemon.shutdown();
+    (reports, started.elapsed())
+}
+
+/// `$SATCHEL_RETENTION_OUT`, else `retention.json` in the target directory the binary under
+/// test was built in.
+fn retention_out() -> PathBuf {
+    match std::env::var_os("SATCHEL_RETENTION_OUT") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => {
+            let bin = support::satchel_bin();
+            let target = bin.parent().and_then(Path::parent).expect("binary inside a target dir");
+            target.join("retention.json")
+        }
+    }
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
+#[test]
+fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_recoverable() {
+    let dir = data_dir();
+    if !dir.is_dir() {
+        eprintln!("SKIPPED: no shared data at {} (set SATCHEL_SHARED_DATA)", dir.display());
+        return;
+    }
+    let dir = dir.canonicalize().unwrap_or(dir);
+    let started = Instant::now();
+    let folders = [
+        ("trajectories", load_folder(&dir.join("trajectories"), Format::Openai)),
+        (
+            "trajectories_anthropic",
+            load_folder(&dir.join("trajectories_anthropic"), Format::Anthropic),
+        ),
+    ];
+    let total_files: usize = folders.iter().map(|(_, t)| t.len()).sum();
+    assert!(
+        total_files > 0,
+        "{} exists but holds no trajectories/*.json nor trajectories_anthropic/*.json",
+        dir.display()
+    );
+    let show_misses = env_flag("SATCHEL_SHOW_MISSES");
+
+    // One daemon per folder, in parallel.
+    let results: Vec<(&str, Vec<Report>, Duration)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = folders
+            .iter()
+            .filter(|(_, trajectories)| !trajectories.is_empty())
+            .map(|(folder, trajectories)| (*folder, scope.spawn(move || replay_folder(trajectories, show_misses))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|(folder, h)| {
+                let (reports, elapsed) = h.join().expect("replay job panicked");
+                (folder, reports, elapsed)
+            })
+            .collect()
+    });
+
+    let header = format!(
+        "{:<72} {:>5} {:>4} {:>17} {:>15} {:>15} {:>7} {:>7} {:>5}",
+        "trajectory", "msgs", "cmp", "paths", "commands", "errors", "max sum", "max tot", "viol"
+    );
+    eprintln!("\ncompaction replay, max_input_length {LIMIT}, one message per call (summary tokens = tokens.summary)");
+    eprintln!("{header}");
+    let mut overall = Report {
+        name: "overall".into(),
+        ..Report::default()
+    };
+    let mut folder_json = Vec::new();
+    let mut trajectory_json = Vec::new();
+    for (folder, reports, elapsed) in &results {
+        let mut sum = Report {
+            name: format!("{folder} (all)"),
+            ..Report::default()
+        };
+        for report in reports {
+            eprintln!("{}", report.row());
+            sum.add(report);
+            trajectory_json.push(report.json());
+        }
+        eprintln!("{}", sum.row());
+        eprintln!(
+            "  {folder}: {} prepare calls in {:.1?} ({:.1?} waiting on prepare); max recount {} tokens, \
+             recount - tokens.total at most {}",
+            sum.prepares, elapsed, sum.prepare_time, sum.max_recount, sum.max_undercount
+        );
+        folder_json.push(sum.json());
+        overall.add(&sum);
+    }
+    eprintln!("{}", overall.row());
+    eprintln!(
+        "recovered: {} returned unchanged, {} rebuilt from excerpt + context.read, {} from the dialog archive \
+         ({} archived by {} compactions); missed error lines longer than {SUMMARISER_ERROR_CHARS} chars: {}",
+        overall.live_unchanged,
+        overall.live_rebuilt,
+        overall.from_archive,
+        overall.archived,
+        overall.compactions,
+        overall.errors_missed_long
+    );
+    eprintln!(
+        "violations: {:?}; total time {:.1?}",
+        overall.violations,
+        started.elapsed()
+    );
+    if show_misses {
+        for report in results.iter().flat_map(|(_, r, _)| r) {
+            for miss in &report.misses {
+                eprintln!("  missed in {}: {miss}", report.name);
+            }
+        }
+    }
+
+    let out = retention_out();
+    let doc = json!({
+        "data": dir.display().to_string(),
+        "config": {"max_input_length": LIMIT},
+        "mode": "one message per context.prepare call",
+        "targets": {
+            "paths_pct": TARGET_PATHS,
+            "commands_pct": TARGET_COMMANDS,
+            "errors_pct": TARGET_ERRORS,
+            "max_summary_tokens_below": TARGET_SUMMARY_TOKENS,
+        },
+        "overall": overall.json(),
+        "folders": folder_json,
+        "trajectories": trajectory_json,
+    });
+    if let Some(parent) = out.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    match std::fs::write(&out, serde_json::to_string_pretty(&doc).unwrap() + "\n") {
+        Ok(()) => eprintln!("retention numbers written to {}", out.display()),
+        Err(e) => eprintln!("could not write {}: {e}", out.display()),
+    }
+
+    if !overall.samples.is_empty() {
+        panic!(
+            "{} violations of the acceptance criterion ({:?}); the first ones:\n{}",
+            overall.violation_count(),
+            overall.violations,
+            overall.samples.join("\n")
+        );
+    }
+    assert!(
+        overall.compactions > 0,
+        "the replay never compacted: nothing was checked"
+    );
+    assert!(overall.from_archive > 0, "no message was read back from the archive");
+
+    if std::env::var("SATCHEL_ASSERT_RETENTION").as_deref() != Ok("0") {
+        let mut misses = Vec::new();
+        if overall.paths.pct() < TARGET_PATHS {
+            misses.push(format!("paths {:.1}% < {TARGET_PATHS}%", overall.paths.pct()));
+        }
+        if overall.commands.pct() < TARGET_COMMANDS {
+            misses.push(format!("commands {:.1}% < {TARGET_COMMANDS}%", overall.commands.pct()));
+        }
+        if overall.errors.pct() < TARGET_ERRORS {
+            misses.push(format!("error lines {:.1}% < {TARGET_ERRORS}%", overall.errors.pct()));
+        }
+        if overall.max_summary_tokens >= TARGET_SUMMARY_TOKENS {
+            misses.push(format!(
+                "max summary {} tokens ≥ {TARGET_SUMMARY_TOKENS}",
+                overall.max_summary_tokens
+            ));
+        }
+        assert!(misses.is_empty(), "retention targets missed: {}", misses.join("; "));
+    }
+}
+
+/// The checkers and extractors themselves, on synthetic data, so a lenient one cannot pass
+/// silently.
+#[test]
+fn the_checkers_reject_what_they_must() {
+    // Validity.
+    let openai = vec![
+        json!({"role": "system", "content": "be brief"}),
+        json!({"role": "user", "content": "list files"}),
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls src\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": "a\nb"}),
+        json!({"role": "tool", "tool_call_id": "c2", "content": "c"}),
+    ];
+    assert_eq!(check_request(&openai, Format::Openai), Ok(()));
+    assert_eq!(
+        check_request(&openai[..3], Format::Openai),
+        Ok(()),
+        "a pending call at the end"
+    );
+    assert!(
+        check_request(
+            &openai[..4].iter().chain(&openai[1..2]).cloned().collect::<Vec<_>>(),
+            Format::Openai
+        )
+        .is_err()
+    );
+    let mut late_system = openai.clone();
+    late_system.push(json!({"role": "system", "content": "late"}));
+    assert!(check_request(&late_system, Format::Openai).is_err());
+    let mut orphan = openai.clone();
+    orphan.remove(2);
+    assert!(check_request(&orphan, Format::Openai).is_err());
+
+    let anthropic = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "go"}]}),
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "out"}]}),
+    ];
+    assert_eq!(check_request(&anthropic, Format::Anthropic), Ok(()));
+    assert!(
+        check_request(&anthropic[1..], Format::Anthropic).is_err(),
+        "starts with the assistant"
+    );
+    let mut twice = anthropic.clone();
+    twice.insert(1, anthropic[0].clone());
+    assert!(
+        check_request(&twice, Format::Anthropic).is_err(),
+        "roles must alternate"
+    );
+    let mut text_first = anthropic.clone();
+    text_first[2]["content"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"type": "text", "text": "x"}));
+    assert!(check_request(&text_first, Format::Anthropic).is_err());
+
+    // The summary is found and removed, and the rest must be the live messages.
+    let summary = format!("{SUMMARY_HEADING}\nstuff");
+    let mut with_summary = anthropic.clone();
+    with_summary[0]["content"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"type": "text", "text": summary}));
+    let mut split = split_summary(&with_summary);
+    assert_eq!(split.summary.as_deref(), Some(summary.as_str()));
+    assert_eq!(
+        match_live(&mut split, &anthropic, &[0, 1, 2], Format::Anthropic).map(|m| m.len()),
+        Ok(3)
+    );
+    let mut split = split_summary(&with_summary);
+    assert!(
+        match_live(&mut split, &anthropic, &[0, 2], Format::Anthropic).is_err(),
+        "an extra message"
+    );
+    let mut split = split_summary(&with_summary[..2]);
+    assert!(
+        match_live(&mut split, &anthropic, &[0, 1, 2], Format::Anthropic).is_err(),
+        "a lost message"
+    );
+    let mut string_user = vec![json!({"role": "user", "content": "go"})];
+    let carried = vec![json!({"role": "user", "content": [
+        {"type": "text", "text": summary}, {"type": "text", "text": "go"}]})];
+    let mut split = split_summary(&carried);
+    assert_eq!(
+        match_live(&mut split, &string_user, &[0], Format::Anthropic).map(|m| m.len()),
+        Ok(1)
+    );
+    string_user[0]["content"] = json!("went");
+    let mut split = split_summary(&carried);
+    assert!(match_live(&mut split, &string_user, &[0], Format::Anthropic).is_err());
+    let mut cut = openai.clone();
+    cut[3]["content"] = json!(format!("a\n{MARKER}\n..."));
+    let mut split = split_summary(&cut);
+    let matched = match_live(&mut split, &openai, &[0, 1, 2, 3, 4], Format::Openai).unwrap();
+    assert_eq!((matched[3].1.len(), matched[3].1[0].pointer.as_str()), (1, "/content"));
+    let mut silent = openai.clone();
+    silent[3]["content"] = json!("a");
+    assert!(match_live(&mut split_summary(&silent), &openai, &[0, 1, 2, 3, 4], Format::Openai).is_err());
+    let mut renamed = openai.clone();
+    renamed[2]["tool_calls"][0]["function"]["name"] = json!("sh");
+    assert!(match_live(&mut split_summary(&renamed), &openai, &[0, 1, 2, 3, 4], Format::Openai).is_err());
+
+    // Identifiers.
+    assert_eq!(
+        path_tokens(
+            "Open src/main/Foo.java:12:5, then README.md. See https://x.io/a/b and www.x.org/y; \
+             java.lang.String -rf pom.xml? ./run.sh"
+        ),
+        ["src/main/Foo.java", "README.md", "pom.xml", "./run.sh"]
+    );
+    assert_eq!(
+        path_tokens("`cat \"a b/c.txt\"` (see notes.txt)"),
+        ["b/c.txt", "notes.txt"]
+    );
+    assert_eq!(
+        command_line("\n  cd /x && make\nsecond line"),
+        Some("  cd /x && make".into())
+    );
+    assert_eq!(
+        command_line(&"é".repeat(300)).map(|c| c.chars().count()),
+        Some(COMMAND_CHARS)
+    );
+    assert_eq!(
+        error_line("compiling\n  Error: cannot find symbol  \nerror again", false),
+        Some("Error: cannot find symbol".into())
+    );
+    assert_eq!(error_line("all good\n", false), None);
+    assert_eq!(error_line("\nexit 1\n", true), Some("exit 1".into()));
+    let call = json!({"role": "assistant", "content": [
+        {"type": "text", "text": "let me look at notes/plan.md"},
+        {"type": "tool_use", "id": "t", "name": "bash", "input": {"command": "python x.py\nmore"}}]});
+    let result = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "text", "text": "Traceback (most recent call last):\nKeyError"}]},
+        {"type": "text", "text": "also look at docs/a.rst"}]});
+    assert_eq!(
+        identifiers(&[&call, &result], Format::Anthropic),
+        Identifiers {
+            paths: vec!["x.py".into(), "docs/a.rst".into()],
+            commands: vec!["python x.py".into()],
+            errors: vec!["Traceback (most recent call last):".into()],
+        },
+        "assistant prose is not a source of paths; user texts and call arguments are"
+    );
+
+    // A notice that follows a head of the original is found even when the original quotes one.
+    let original = format!("{NOTICE_START}1 lines\n{}", "x\n".repeat(500));
+    let head = &original[..NOTICE_START.len() + 8];
+    let excerpt = format!(
+        "{head}{NOTICE_START}501 lines in total ({} bytes).\nThis excerpt starts at line 1 and covers the next {} \
+         bytes (lines 1-1).\nIf the current content is not enough, call `read_file` with \
+         file_path=\"tool_result/f.txt\" start_line=2 to read more.",
+        original.len(),
+        head.len()
+    );
+    let notice = parse_notice(&excerpt, &original).expect("the real notice");
+    assert_eq!(
+        (notice.head_bytes, notice.path.as_str()),
+        (head.len(), "tool_result/f.txt")
+    );
+}

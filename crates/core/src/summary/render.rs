@@ -56,8 +56,8 @@ pub fn render_summary(summary: &CompactSummary) -> String {
         out.push_str(NONE);
         out.push('\n');
     } else {
-        for range in &summary.archive {
-            out.push_str(&archive_line(range));
+        for range in path_guide(&summary.archive) {
+            out.push_str(&archive_line(&range));
             out.push('\n');
         }
         out.push_str(ARCHIVE_HINT);
@@ -70,6 +70,32 @@ pub fn render_summary(summary: &CompactSummary) -> String {
 /// rendered summary and the peer's closing sentence.
 pub fn summary_message_text(summary: &CompactSummary) -> String {
     format!("{SUMMARY_HEADING}\n\n{INTRO}\n\n{}\n{OUTRO}", render_summary(summary))
+}
+
+/// Ranges listed one by one before older ones are merged per file, so the path guide of a
+/// session with hundreds of compactions stays a few lines long.
+const GUIDE_RANGES: usize = 6;
+
+/// The ranges to list: the newest [`GUIDE_RANGES`] as they are, older ones merged into one
+/// span per archive file (its lines may then include other sessions' lines; each archive line
+/// names its session and index, so a reader can still pick exactly this session's messages).
+pub(crate) fn path_guide(archive: &[ArchiveRange]) -> Vec<ArchiveRange> {
+    let split = archive.len().saturating_sub(GUIDE_RANGES);
+    let mut merged: Vec<ArchiveRange> = Vec::new();
+    for range in &archive[..split] {
+        match merged.iter_mut().find(|m| m.file == range.file) {
+            Some(m) => {
+                m.start_line = m.start_line.min(range.start_line);
+                m.end_line = m.end_line.max(range.end_line);
+                m.first_index = m.first_index.min(range.first_index);
+                m.last_index = m.last_index.max(range.last_index);
+                m.messages += range.messages;
+            }
+            None => merged.push(range.clone()),
+        }
+    }
+    merged.extend(archive[split..].iter().cloned());
+    merged
 }
 
 /// One line of the path guide, e.g.
@@ -166,6 +192,33 @@ pub(crate) fn code_span(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_archive_history_stays_a_short_path_guide() {
+        let archive: Vec<ArchiveRange> = (0..300)
+            .map(|i| ArchiveRange {
+                file: format!("dialog/2026-11-{:02}.jsonl", 20 + i / 100),
+                start_line: 10 * i + 1,
+                end_line: 10 * i + 10,
+                first_index: 10 * i,
+                last_index: 10 * i + 9,
+                messages: 10,
+            })
+            .collect();
+        let guide = path_guide(&archive);
+        assert_eq!(
+            guide.len(),
+            3 + GUIDE_RANGES,
+            "one merged line per older file, then the newest ranges"
+        );
+        assert_eq!(
+            guide.iter().map(|r| r.messages).sum::<usize>(),
+            3000,
+            "every message is still covered"
+        );
+        assert_eq!(guide.last(), archive.last());
+        assert_eq!((guide[0].first_index, guide[0].last_index), (0, 999));
+    }
     use satchel_protocol::CriticalContext;
 
     fn sample() -> CompactSummary {
