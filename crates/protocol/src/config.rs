@@ -20,6 +20,30 @@ pub enum Tokenizer {
     Estimate,
 }
 
+/// Which summariser writes the compact summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SummarizerKind {
+    /// Deterministic extraction: offline, instant, never fails.
+    #[default]
+    Extractive,
+    /// An OpenAI-compatible `/chat/completions` endpoint (`llm_*` keys).
+    Openai,
+    /// The client runs the model: satchel sends it `summarizer.complete` requests.
+    Client,
+}
+
+/// Language of the summariser's prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SummaryLanguage {
+    /// English.
+    #[default]
+    En,
+    /// Chinese.
+    Zh,
+}
+
 /// Every tunable of satchel. Unknown keys are rejected so that a typo is an error, not a no-op.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +58,28 @@ pub struct Config {
     pub reserve_threshold_ratio: f64,
     /// Token budget of the compact summary.
     pub summary_max_tokens: u64,
+    /// Which summariser writes the summary; model-backed ones fall back to `extractive` on failure.
+    pub summarizer: SummarizerKind,
+    /// Language of the model prompts.
+    pub summary_language: SummaryLanguage,
+    /// Base URL of the OpenAI-compatible API (the part before `/chat/completions`).
+    pub llm_base_url: String,
+    /// Model name for compaction (a cheap one is the point).
+    pub llm_model: String,
+    /// Name of the environment variable holding the API key; the key itself never goes in a config file.
+    pub llm_api_key_env: String,
+    /// Seconds before a model call is abandoned.
+    pub llm_timeout_secs: f64,
+    /// Maximum tokens the model may write.
+    pub llm_max_output_tokens: u64,
+    /// Sampling temperature.
+    pub llm_temperature: f64,
+    /// Extra HTTP headers for the endpoint (e.g. an organisation id).
+    pub llm_extra_headers: std::collections::BTreeMap<String, String>,
+    /// Token budget of one model input; larger spans are summarised in stages.
+    pub llm_input_budget_tokens: u64,
+    /// After a compaction, append the summary, preferences and lessons to `memory/YYYY-MM-DD.md`.
+    pub memory_enabled: bool,
     /// Divisor of the byte-based token estimate.
     pub token_count_estimate_divisor: f64,
     /// Tokenizer used for exact counts.
@@ -75,6 +121,17 @@ impl Default for Config {
             compact_threshold_ratio: 0.8,
             reserve_threshold_ratio: 0.1,
             summary_max_tokens: 2_500,
+            summarizer: SummarizerKind::Extractive,
+            summary_language: SummaryLanguage::En,
+            llm_base_url: "https://api.openai.com/v1".into(),
+            llm_model: "gpt-4o-mini".into(),
+            llm_api_key_env: "OPENAI_API_KEY".into(),
+            llm_timeout_secs: 60.0,
+            llm_max_output_tokens: 2_000,
+            llm_temperature: 0.2,
+            llm_extra_headers: Default::default(),
+            llm_input_budget_tokens: 32_000,
+            memory_enabled: true,
             token_count_estimate_divisor: 4.0,
             tokenizer: Tokenizer::O200kBase,
             dialog_path: "dialog".into(),
@@ -111,6 +168,18 @@ impl Config {
                 "reserve_threshold_ratio",
                 "must be in (0, 1] and below compact_threshold_ratio".into(),
             ));
+        }
+        if self.llm_timeout_secs.is_nan() || self.llm_timeout_secs <= 0.0 || self.llm_timeout_secs > 3600.0 {
+            return Err(("llm_timeout_secs", "must be in (0, 3600]".into()));
+        }
+        if self.llm_input_budget_tokens < 1_000 || self.llm_max_output_tokens < 100 {
+            return Err((
+                "llm_input_budget_tokens",
+                "must be at least 1000 (and llm_max_output_tokens at least 100)".into(),
+            ));
+        }
+        if !(0.0..=2.0).contains(&self.llm_temperature) {
+            return Err(("llm_temperature", "must be in [0, 2]".into()));
         }
         if self.summary_max_tokens < 200 || self.summary_max_tokens >= self.compact_threshold_tokens() {
             return Err((

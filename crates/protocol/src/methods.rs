@@ -22,6 +22,18 @@ pub struct InitializeParams {
     /// Free-form client name and version, logged for diagnostics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_info: Option<Value>,
+    /// What the client can do for satchel.
+    #[serde(default)]
+    pub capabilities: ClientCapabilities,
+}
+
+/// Capabilities a client declares in `initialize`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ClientCapabilities {
+    /// The client answers `summarizer.complete {messages, max_tokens}` with `{text}`, running the
+    /// model it already has a connection to (the `client` summariser).
+    #[serde(default)]
+    pub summarizer_complete: bool,
 }
 
 /// Result of `initialize`.
@@ -360,6 +372,9 @@ pub struct CompactionReport {
     pub tokens_after: u64,
     /// Where the raw messages are archived.
     pub archive: Option<ArchiveRange>,
+    /// Which summariser wrote the summary (`extractive`, `openai:<model>`, `client`, or
+    /// `extractive (fallback: <reason>)`).
+    pub summarizer: String,
 }
 
 /// How the received messages were matched against the session.

@@ -8,6 +8,7 @@
 //! a call decides to reuse it and the moment its reference is logged.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -18,24 +19,29 @@ use satchel_core::render::OffloadedText;
 use satchel_core::repair::Repair;
 use satchel_core::slice::{SliceRequest, slice_text};
 use satchel_core::summary::extractive::ExtractiveSummarizer;
+use satchel_core::summary::llm::{Completer, Language, LlmSummarizer};
+use satchel_core::summary::memory::memory_note;
 use satchel_core::summary::render::summary_message_text;
 use satchel_core::summary::{Summarizer, SummaryInput};
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{
-    Action, ArchiveRange, CompactParams, CompactResult, CompactionReport, Config, FormatHint, InitializeResult,
-    InspectParams, InspectResult, MessageFormat, OffloadedResult, Phase, PrepareParams, PrepareResult, Pressure,
-    ReadParams, ReadResult, Reconciliation, TokenUsage,
+    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, FormatHint,
+    InitializeParams, InitializeResult, InspectParams, InspectResult, MessageFormat, OffloadedResult, Phase,
+    PrepareParams, PrepareResult, Pressure, ReadParams, ReadResult, Reconciliation, TokenUsage,
 };
 use satchel_storage::{
-    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, OffloadStore, SessionRecord,
-    SessionStore, StorageError, StoredMessage, SweepReport, Workspace,
+    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, MemoryFiles, OffloadStore,
+    SessionRecord, SessionStore, StorageError, StoredMessage, SweepReport, Workspace,
 };
 use serde_json::Value;
 
 use crate::config::apply_overrides;
 use crate::error::RpcError;
+use crate::llm::{ClientCompleter, OpenAiCompleter};
 use crate::session::{Alignment, Entry, Session, TruncatedMessage, format_or_default, message_hash};
+use crate::transport::ClientHandle;
+use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;
@@ -48,7 +54,9 @@ pub struct Daemon {
     offloads: OffloadStore,
     sessions: SessionStore,
     archive: DialogArchive,
-    summarizer: Box<dyn Summarizer>,
+    memory: MemoryFiles,
+    /// The stdio client declared `summarizer_complete` in `initialize`.
+    client_can_complete: AtomicBool,
     config: Config,
     live: Mutex<HashMap<String, SessionSlot>>,
     /// Held shared by calls that write references, exclusively by the sweep.
@@ -71,7 +79,8 @@ impl Daemon {
             offloads: OffloadStore::new(&workspace),
             sessions: SessionStore::new(&workspace),
             archive: DialogArchive::new(&workspace, &config.dialog_path)?,
-            summarizer: Box::new(ExtractiveSummarizer),
+            memory: MemoryFiles::new(&workspace),
+            client_can_complete: AtomicBool::new(false),
             workspace,
             config,
             live: Mutex::new(HashMap::new()),
@@ -85,7 +94,12 @@ impl Daemon {
     }
 
     /// `initialize`.
-    pub fn initialize(&self, methods: Vec<String>) -> InitializeResult {
+    pub fn initialize(&self, params: InitializeParams, methods: Vec<String>) -> InitializeResult {
+        self.client_can_complete
+            .store(params.capabilities.summarizer_complete, Ordering::Relaxed);
+        if let Some(info) = &params.client_info {
+            tracing::info!(client = %info, "initialize");
+        }
         InitializeResult {
             server_name: "satchel".into(),
             server_version: env!("CARGO_PKG_VERSION").into(),
@@ -120,7 +134,7 @@ impl Daemon {
     }
 
     /// `context.prepare`: the whole pre-reasoning hook.
-    pub fn prepare(&self, params: PrepareParams) -> Result<PrepareResult, RpcError> {
+    pub fn prepare(&self, params: PrepareParams, client: Option<ClientHandle>) -> Result<PrepareResult, RpcError> {
         let config = self.effective_config(params.config.as_ref())?;
         let (incoming, is_full_list) = match (params.messages, params.append) {
             (Some(m), None) => (m, true),
@@ -178,7 +192,12 @@ impl Daemon {
         let mut usage = self.usage(session, &config, &counter, &extras, false);
         let mut over_limit_reason = None;
         if config.compact_enabled && usage.total >= config.compact_threshold_tokens() {
-            match self.compact(&id, session, &config, &counter, &extras, None, false) {
+            let how = CompactionRequest {
+                instruction: None,
+                manual: false,
+                client: client.as_ref(),
+            };
+            match self.compact(&id, session, &config, &counter, &extras, how) {
                 Ok(Some(report)) => actions.push(Action::Compacted(report)),
                 Ok(None) => {
                     over_limit_reason = Some(
@@ -205,16 +224,6 @@ impl Daemon {
         if squeeze {
             usage = self.usage(session, &config, &counter, &extras, true);
         }
-        // The logged figure was estimated before the archive write; report the real one.
-        for action in &mut actions {
-            if let Action::Compacted(report) = action {
-                report.tokens_after = usage.total;
-                if let Some(info) = session.compactions.last_mut() {
-                    info.begun.tokens_after = usage.total;
-                }
-            }
-        }
-
         let rendered = session.render(&config, squeeze);
         let recent_before = reconciliation.recent_start_before;
         for TruncatedMessage { position, phase, texts } in &rendered.truncated {
@@ -254,6 +263,8 @@ impl Daemon {
             )
         });
         session.last_output = rendered.messages.clone();
+        session.last_system = params.system.clone();
+        session.last_tools = params.tools.clone();
         session.last_usage = Some(usage.clone());
         Ok(PrepareResult {
             session_id: id,
@@ -456,7 +467,6 @@ impl Daemon {
 
     /// Compacts the older part of a session: summarise, log the start, archive the raw
     /// messages, log the end, then drop them from memory. `Ok(None)`: nothing to compact.
-    #[allow(clippy::too_many_arguments)]
     fn compact(
         &self,
         id: &str,
@@ -464,8 +474,7 @@ impl Daemon {
         config: &Config,
         counter: &TokenCounter,
         extras: &RequestExtras<'_>,
-        instruction: Option<&str>,
-        manual: bool,
+        how: CompactionRequest<'_>,
     ) -> Result<Option<CompactionReport>, CompactError> {
         let before = self.usage(session, config, counter, extras, false);
         let rendered = session.render(config, false);
@@ -479,17 +488,15 @@ impl Daemon {
             .iter()
             .map(|&p| session.entries[p].message.clone())
             .collect();
-        let mut summary = self
-            .summarizer
-            .summarize(&SummaryInput {
-                previous: session.summary.as_ref(),
-                messages: &span,
-                format,
-                instruction,
-                max_tokens: config.summary_max_tokens,
-                counter,
-            })
-            .map_err(|e| CompactError::Summarize(e.to_string()))?;
+        let input = SummaryInput {
+            previous: session.summary.as_ref(),
+            messages: &span,
+            format,
+            instruction: how.instruction,
+            max_tokens: config.summary_max_tokens,
+            counter,
+        };
+        let (mut summary, summarizer) = self.summarize(id, config, &input, how.client)?;
         summary.archive = session.summary.as_ref().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
         let summary_tokens = counter.count_text(&summary_message_text(&summary)) + 4;
@@ -503,34 +510,109 @@ impl Daemon {
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             tokens_before: before.total,
             tokens_after: (before.total + summary_tokens).saturating_sub(compacted_tokens + before.summary),
-            manual,
+            manual: how.manual,
+            summarizer,
         };
         let removed: Vec<Entry> = plan.compact.iter().map(|&p| session.entries[p].clone()).collect();
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])
             .map_err(storage)?;
         let range = self.archive_compaction(id, &begun, &removed).map_err(storage)?;
-        self.sessions
-            .append(
-                id,
-                &[SessionRecord::CompactionDone {
-                    id: begun.id.clone(),
-                    range: range.clone(),
-                }],
-            )
-            .map_err(storage)?;
 
+        // Archived: the messages may leave memory. The log says so only with the done record
+        // below; if that write fails the caller drops this session and the reload finishes it.
         let compacted: std::collections::HashSet<usize> = begun.indices.iter().copied().collect();
         session.entries.retain(|e| !compacted.contains(&e.index));
         let mut summary = begun.summary.clone();
         summary.archive.push(range.clone());
         session.summary = Some(summary);
+        let mut begun = begun;
+        begun.tokens_after = self.usage(session, config, counter, extras, false).total;
+        let done = SessionRecord::CompactionDone {
+            id: begun.id.clone(),
+            range: range.clone(),
+            tokens_after: Some(begun.tokens_after),
+        };
+        self.sessions.append(id, &[done]).map_err(storage)?;
+
         let report = report_of(&begun, Some(&range));
+        if config.memory_enabled {
+            self.remember(id, &begun, session.summary.as_ref());
+        }
         session.compactions.push(CompactionInfo {
             begun,
             range: Some(range),
         });
         Ok(Some(report))
+    }
+
+    /// Runs the configured summariser. Model-backed ones never fail: they retry once and fall
+    /// back to the extractive summary, saying so in the returned backend name.
+    fn summarize(
+        &self,
+        session_id: &str,
+        config: &Config,
+        input: &SummaryInput<'_>,
+        client: Option<&ClientHandle>,
+    ) -> Result<(CompactSummary, String), CompactError> {
+        let language = match config.summary_language {
+            SummaryLanguage::En => Language::En,
+            SummaryLanguage::Zh => Language::Zh,
+        };
+        let progress = {
+            let client = client.cloned();
+            let token = format!("compaction:{session_id}");
+            move |stage: usize, stages: usize| {
+                if let Some(client) = &client {
+                    client.notify(
+                        "$/progress",
+                        serde_json::json!({"token": token, "value": {
+                            "kind": "report",
+                            "message": format!("summarising stage {stage} of {stages}"),
+                            "percentage": (100 * stage.saturating_sub(1)) / stages.max(1),
+                        }}),
+                    );
+                }
+            }
+        };
+        let staged = |completer: Box<dyn Completer>| {
+            LlmSummarizer::new(completer)
+                .with_language(language)
+                .with_input_budget(config.llm_input_budget_tokens)
+                .with_max_output(config.llm_max_output_tokens)
+                .with_progress(progress.clone())
+                .summarize_reporting(input)
+        };
+        let extractive = |backend: &str| {
+            ExtractiveSummarizer
+                .summarize(input)
+                .map(|s| (s, backend.to_owned()))
+                .map_err(|e| CompactError::Summarize(e.to_string()))
+        };
+        match config.summarizer {
+            SummarizerKind::Extractive => extractive("extractive"),
+            SummarizerKind::Openai => Ok(staged(Box::new(OpenAiCompleter::from_config(config)))),
+            SummarizerKind::Client => match client {
+                Some(handle) if self.client_can_complete.load(Ordering::Relaxed) => {
+                    let timeout = Duration::from_secs_f64(config.llm_timeout_secs);
+                    Ok(staged(Box::new(ClientCompleter::new(handle.clone(), timeout))))
+                }
+                _ => extractive("extractive (fallback: the client did not declare summarizer_complete)"),
+            },
+        }
+    }
+
+    /// Appends what a compaction learned to the day's memory log. Derived data: a failure is
+    /// logged, never fatal (the archive already holds everything).
+    fn remember(&self, session_id: &str, begun: &CompactionBegun, summary: Option<&CompactSummary>) {
+        let Some(summary) = summary else { return };
+        let date = begun.at.get(..10).unwrap_or("unknown-date");
+        if let Err(e) = self
+            .memory
+            .append_daily(date, &memory_note(summary, session_id, &begun.at))
+        {
+            tracing::warn!(session = session_id, "could not append to the memory log: {e}");
+        }
     }
 
     /// Appends the compacted messages to the dialog archive, skipping any a crashed earlier
@@ -586,7 +668,7 @@ impl Daemon {
     }
 
     /// `context.compact`: compact now, everything but the reserve.
-    pub fn compact_now(&self, params: CompactParams) -> Result<CompactResult, RpcError> {
+    pub fn compact_now(&self, params: CompactParams, client: Option<ClientHandle>) -> Result<CompactResult, RpcError> {
         let config = self.effective_config(params.config.as_ref())?;
         let slot = self.slot(&params.session_id);
         let mut guard = self.lock(&slot, &params.session_id)?;
@@ -594,20 +676,19 @@ impl Daemon {
             return Err(RpcError::UnknownSession(params.session_id));
         };
         let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        // A manual compaction counts the request as the last `context.prepare` sent it.
+        let (system, tools) = (session.last_system.clone(), session.last_tools.clone());
         let extras = RequestExtras {
-            system: None,
-            tools: None,
+            system: system.as_ref(),
+            tools: tools.as_deref(),
         };
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
-        let outcome = self.compact(
-            &params.session_id,
-            session,
-            &config,
-            &counter,
-            &extras,
-            params.instruction.as_deref(),
-            true,
-        );
+        let how = CompactionRequest {
+            instruction: params.instruction.as_deref(),
+            manual: true,
+            client: client.as_ref(),
+        };
+        let outcome = self.compact(&params.session_id, session, &config, &counter, &extras, how);
         let compaction = match outcome {
             Ok(report) => report,
             Err(CompactError::Summarize(reason)) => return Err(RpcError::SummarizeFailed(reason)),
@@ -642,7 +723,12 @@ impl Daemon {
         Ok(InspectResult {
             session_id: params.session_id,
             format: session.format,
-            pressure: Pressure::of(tokens.total, tokens.limit, self.config.compact_threshold_ratio),
+            // The threshold of the request that produced these figures, which may override the base config.
+            pressure: Pressure::of(
+                tokens.total,
+                tokens.limit,
+                tokens.threshold as f64 / tokens.limit.max(1) as f64,
+            ),
             tokens,
             messages: session.entries.len(),
             archived_messages: session.archived_count(),
@@ -740,6 +826,7 @@ impl Daemon {
                     &[SessionRecord::CompactionDone {
                         id: begun.id.clone(),
                         range: range.clone(),
+                        tokens_after: None,
                     }],
                 )
                 .map_err(RpcError::Storage)?;
@@ -792,6 +879,17 @@ impl Daemon {
     }
 }
 
+/// Why and how a compaction runs.
+#[derive(Clone, Copy)]
+struct CompactionRequest<'a> {
+    /// Steers the summary (`context.compact`).
+    instruction: Option<&'a str>,
+    /// Requested by `context.compact`.
+    manual: bool,
+    /// The calling connection, for the `client` summariser and `$/progress`.
+    client: Option<&'a ClientHandle>,
+}
+
 /// What ingesting a call's messages did.
 struct Ingested {
     /// Original index of the first message new in this call.
@@ -823,6 +921,7 @@ fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> Compactio
         tokens_before: begun.tokens_before,
         tokens_after: begun.tokens_after,
         archive: range.cloned(),
+        summarizer: begun.summarizer.clone(),
     }
 }
 
@@ -918,7 +1017,7 @@ mod tests {
                     tools: None,
                     config: config.as_object().cloned(),
                 };
-                let result = daemon.prepare(params).unwrap();
+                let result = daemon.prepare(params, None).unwrap();
                 prop_assert!(
                     result.tokens.total <= result.tokens.limit || result.over_limit.is_some(),
                     "over the limit without saying why: {:?}", result.tokens
@@ -940,7 +1039,7 @@ mod tests {
                 system: None,
                 tools: None,
                 config: config.as_object().cloned(),
-            }).unwrap();
+            }, None).unwrap();
             let last = last.unwrap();
             prop_assert_eq!(again.reconciliation.appended, 0);
             prop_assert_eq!(&again.messages, &last.messages);

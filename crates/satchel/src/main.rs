@@ -7,6 +7,7 @@ mod config;
 mod daemon;
 mod demo;
 mod error;
+mod llm;
 mod rpc;
 mod session;
 mod transport;

@@ -13,37 +13,51 @@ use serde::de::DeserializeOwned;
 
 use crate::daemon::Daemon;
 use crate::error::RpcError;
+use crate::transport::ClientHandle;
 
 /// The module serving every method of [`satchel_protocol`].
 pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {
     let mut module = RpcModule::from_arc(daemon);
-    register::<Initialize, _>(&mut module, |daemon, _| Ok(daemon.initialize(method_names())))?;
-    register::<ContextPrepare, _>(&mut module, |daemon, params| daemon.prepare(params))?;
-    register::<ContextCompact, _>(&mut module, |daemon, params| daemon.compact_now(params))?;
-    register::<ContextRead, _>(&mut module, |daemon, params| daemon.read(params))?;
-    register::<ContextInspect, _>(&mut module, |daemon, params| daemon.inspect(params))?;
+    register::<Initialize, _>(&mut module, |daemon, params, _| {
+        Ok(daemon.initialize(params, method_names()))
+    })?;
+    register::<ContextPrepare, _>(&mut module, |daemon, params, client| daemon.prepare(params, client))?;
+    register::<ContextCompact, _>(&mut module, |daemon, params, client| daemon.compact_now(params, client))?;
+    register::<ContextRead, _>(&mut module, |daemon, params, _| daemon.read(params))?;
+    register::<ContextInspect, _>(&mut module, |daemon, params, _| daemon.inspect(params))?;
     Ok(module)
 }
 
 /// Wire names of the methods served, for `initialize`.
 fn method_names() -> Vec<String> {
-    [Initialize::NAME, ContextPrepare::NAME, ContextRead::NAME]
-        .map(str::to_owned)
-        .to_vec()
+    [
+        Initialize::NAME,
+        ContextPrepare::NAME,
+        ContextRead::NAME,
+        ContextCompact::NAME,
+        ContextInspect::NAME,
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 fn register<M, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
 where
     M: Method,
     M::Params: Send,
-    F: Fn(&Daemon, M::Params) -> Result<M::Result, RpcError> + Clone + Send + Sync + 'static,
+    F: Fn(&Daemon, M::Params, Option<ClientHandle>) -> Result<M::Result, RpcError> + Clone + Send + Sync + 'static,
 {
-    module.register_blocking_method(M::NAME, move |params: Params, daemon: Arc<Daemon>, _: Extensions| {
-        let params = decode::<M::Params>(&params)?;
-        let result = handler(&daemon, params).map_err(ErrorObjectOwned::from)?;
-        serde_json::to_value(result)
-            .map_err(|e| ErrorObjectOwned::owned(ErrorCode::InternalError.code(), e.to_string(), None::<()>))
-    })?;
+    module.register_blocking_method(
+        M::NAME,
+        move |params: Params, daemon: Arc<Daemon>, extensions: Extensions| {
+            let params = decode::<M::Params>(&params)?;
+            // The connection's handle lets a method talk back to its own client.
+            let client = extensions.get::<ClientHandle>().cloned();
+            let result = handler(&daemon, params, client).map_err(ErrorObjectOwned::from)?;
+            serde_json::to_value(result)
+                .map_err(|e| ErrorObjectOwned::owned(ErrorCode::InternalError.code(), e.to_string(), None::<()>))
+        },
+    )?;
     Ok(())
 }
 

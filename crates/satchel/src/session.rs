@@ -113,6 +113,10 @@ pub struct Session {
     pub compactions: Vec<CompactionInfo>,
     /// The last request returned, to recognise a client that sends it back as its history.
     pub last_output: Vec<Value>,
+    /// System prompt of the last `context.prepare`, to count a manual compaction's request.
+    pub last_system: Option<Value>,
+    /// Tool definitions of the last `context.prepare`.
+    pub last_tools: Option<Vec<Value>>,
     /// Token usage of the last request returned.
     pub last_usage: Option<satchel_protocol::TokenUsage>,
     /// What the cached token counts depend on; a change clears them.
@@ -183,8 +187,16 @@ impl Session {
         if original_prefix == known {
             return Alignment::Extends { consumed: known };
         }
-        let view = self.last_output.len();
-        if view > 0 && incoming.len() >= view && incoming[..view] == self.last_output[..] {
+        // After a restart the last view is not in memory: render it again.
+        let rendered;
+        let last_view = if self.last_output.is_empty() && self.summary.is_some() {
+            rendered = self.render(config, false).messages;
+            &rendered
+        } else {
+            &self.last_output
+        };
+        let view = last_view.len();
+        if view > 0 && incoming.len() >= view && incoming[..view] == last_view[..] {
             return Alignment::Extends { consumed: view };
         }
         let compacted_from_here = (original_prefix..known).any(|i| !live_at.contains_key(&i));

@@ -12,6 +12,7 @@
 mod dialog;
 mod durable;
 mod error;
+mod memory;
 mod offload;
 mod sessions;
 mod workspace;
@@ -19,6 +20,7 @@ mod workspace;
 pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload};
 pub use durable::{append_durable, write_atomic};
 pub use error::StorageError;
+pub use memory::{MEMORY_DIR, MemoryFiles};
 pub use offload::{OffloadStore, SavedText, SweepReport};
 pub use sessions::{
     CompactionBegun, CompactionInfo, SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload,

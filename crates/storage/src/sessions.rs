@@ -71,6 +71,9 @@ pub enum SessionRecord {
         id: String,
         /// Where its messages are.
         range: ArchiveRange,
+        /// Request tokens right after it (absent when a restart finished it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens_after: Option<u64>,
     },
 }
 
@@ -93,6 +96,13 @@ pub struct CompactionBegun {
     pub tokens_after: u64,
     /// Requested by `context.compact` rather than triggered by the threshold.
     pub manual: bool,
+    /// Which summariser wrote the summary.
+    #[serde(default = "extractive")]
+    pub summarizer: String,
+}
+
+fn extractive() -> String {
+    "extractive".into()
 }
 
 /// A compaction as replayed: what it did and, once done, where its messages are.
@@ -150,8 +160,13 @@ impl SessionLog {
                 self.summary = Some(begun.summary.clone());
                 self.pending = Some((*begun, removed));
             }
-            SessionRecord::CompactionDone { id, range } => {
-                if let Some((begun, _)) = self.pending.take_if(|(b, _)| b.id == id) {
+            SessionRecord::CompactionDone {
+                id,
+                range,
+                tokens_after,
+            } => {
+                if let Some((mut begun, _)) = self.pending.take_if(|(b, _)| b.id == id) {
+                    begun.tokens_after = tokens_after.unwrap_or(begun.tokens_after);
                     if let Some(summary) = &mut self.summary {
                         summary.archive.push(range.clone());
                     }
@@ -354,6 +369,7 @@ mod tests {
             tokens_before: 10,
             tokens_after: 4,
             manual: false,
+            summarizer: "extractive".into(),
         };
         store
             .append(
@@ -386,6 +402,7 @@ mod tests {
                 &[SessionRecord::CompactionDone {
                     id: "c1".into(),
                     range: range.clone(),
+                    tokens_after: Some(3),
                 }],
             )
             .unwrap();

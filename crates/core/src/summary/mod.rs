@@ -6,6 +6,9 @@
 //! want of a model. [`render`] turns a summary into the text the model reads.
 
 pub mod extractive;
+pub mod llm;
+pub mod memory;
+pub mod prompts;
 pub mod render;
 
 use satchel_protocol::{CompactSummary, MessageFormat};

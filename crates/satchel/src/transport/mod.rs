@@ -3,10 +3,14 @@
 //! jsonrpsee has no stream transport, so this module adds one: [`framing`] cuts the stream
 //! into messages, [`shim`] hands each message to jsonrpsee in memory, and [`serve`] runs
 //! every message in its own task so a slow call never blocks a fast one. Replies go out in
-//! completion order through a single writer, so frames never interleave. LSP-style
-//! `$/cancelRequest` is handled here because jsonrpsee drops client notifications.
+//! completion order through a single writer ([`queue`]), so frames never interleave. LSP-style
+//! `$/cancelRequest` is handled here because jsonrpsee drops client notifications. Handlers
+//! can talk back to their own client through a [`ClientHandle`] ([`client`]); the client's
+//! responses to those requests are routed here, before jsonrpsee sees them.
 
+mod client;
 mod framing;
+mod queue;
 mod shim;
 
 use std::collections::HashMap;
@@ -17,18 +21,23 @@ use jsonrpsee::MethodResponse;
 use jsonrpsee::Methods;
 use jsonrpsee::types::error::{ErrorCode, reject_too_big_request};
 use jsonrpsee::types::{ErrorObject, Id};
-use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::task::AbortHandle;
 
+pub use client::ClientHandle;
+#[allow(unused_imports, reason = "the daemon's handlers will match on it")]
+pub use client::ClientRequestError;
+use client::Peer;
 use framing::{Frame, FrameReader, Framing, Incoming};
+use queue::{WriteQueue, write_frames};
 use shim::Shim;
 
 /// LSP's error code for a request the client cancelled.
 const REQUEST_CANCELLED_CODE: i32 = -32800;
 
-/// Frames waiting for the writer; a full queue makes request tasks wait (backpressure).
+/// Replies waiting for the writer; a full queue makes request tasks wait (backpressure).
 const WRITE_QUEUE: usize = 64;
 
 /// Size limits for one served stream.
@@ -54,17 +63,21 @@ impl Default for TransportLimits {
 /// still in flight, writes their replies and returns.
 ///
 /// Each message may be NDJSON or `Content-Length` framed; its reply uses the same framing.
-/// Returns early with the error if reading or writing the stream fails.
+/// Every request carries a [`ClientHandle`] in its extensions; responses from the client to
+/// the handle's requests are routed to them. At EOF those still waiting fail with
+/// [`ClientRequestError::Disconnected`]. Returns early with the error if reading or writing
+/// the stream fails.
 pub async fn serve<R, W>(reader: R, writer: W, methods: Methods, limits: TransportLimits) -> io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+    let (queue, rx) = WriteQueue::new(WRITE_QUEUE);
     let mut writer_task = tokio::spawn(write_frames(writer, rx));
     let mut conn = Connection {
         shim: Arc::new(Shim::new(methods, limits)),
-        tx,
+        peer: Arc::new(Peer::new(queue.downgrade())),
+        queue,
         in_flight: Arc::default(),
         next_seq: 0,
     };
@@ -78,6 +91,7 @@ where
         let Some(Incoming { framing, frame }) = next else {
             break;
         };
+        conn.peer.saw(framing);
         match frame {
             Frame::Message(body) => conn.dispatch(framing, body).await,
             Frame::TooBig => {
@@ -92,7 +106,8 @@ where
             }
         }
     }
-    // Each request task holds a sender, so the writer drains and ends once all have finished.
+    // Dropping the connection fails the requests waiting for the client. Each request task
+    // holds a sender, so the writer drains and ends once all have finished.
     drop(conn);
     joined(writer_task.await)
 }
@@ -102,15 +117,6 @@ fn joined(result: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<
     result.map_err(io::Error::other)?
 }
 
-/// Writes whole frames in the order they are queued, flushing each so the peer sees it now.
-async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: mpsc::Receiver<Vec<u8>>) -> io::Result<()> {
-    while let Some(frame) = rx.recv().await {
-        writer.write_all(&frame).await?;
-        writer.flush().await?;
-    }
-    Ok(())
-}
-
 /// The fields of a message needed to route it, borrowed from the message.
 #[derive(Deserialize)]
 struct Peek<'a> {
@@ -118,6 +124,35 @@ struct Peek<'a> {
     id: Option<Id<'a>>,
     #[serde(borrow)]
     method: Option<std::borrow::Cow<'a, str>>,
+    /// `Some` whenever the member is there, even as `null` (a valid result).
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+impl Peek<'_> {
+    /// Reads the routing fields of a single message, which must be a JSON object.
+    fn of(body: &[u8]) -> Option<Peek<'_>> {
+        // serde would also read an array into the struct, field by field.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
+        serde_json::from_slice(body).ok()
+    }
+
+    /// Whether this is the client's response to one of our requests rather than a call.
+    ///
+    /// The `id` is not required: answering an id-less error response would only invite
+    /// the client to answer that in turn.
+    fn is_response(&self) -> bool {
+        self.method.is_none() && (self.result.is_some() || self.error.is_some())
+    }
+}
+
+/// Deserializes a member that is present, whatever its value.
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// An LSP `$/cancelRequest` notification.
@@ -146,7 +181,9 @@ type InFlightMap = Arc<Mutex<HashMap<Id<'static>, InFlight>>>;
 /// State of one served stream, owned by the read loop.
 struct Connection {
     shim: Arc<Shim>,
-    tx: mpsc::Sender<Vec<u8>>,
+    queue: WriteQueue,
+    /// The client, as seen by method handlers.
+    peer: Arc<Peer>,
     /// Requests that are running, by id. Whoever removes an entry (the request's task when
     /// it finishes, or a cancel) is the one that replies, so a request gets exactly one reply.
     in_flight: InFlightMap,
@@ -154,10 +191,22 @@ struct Connection {
 }
 
 impl Connection {
-    /// Starts processing one message in its own task, or handles it here if it is a cancel.
-    async fn dispatch(&mut self, framing: Framing, body: Vec<u8>) {
+    /// Starts processing one message in its own task, or handles it here if it is a cancel
+    /// or a response from the client.
+    async fn dispatch(&mut self, framing: Framing, mut body: Vec<u8>) {
+        if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            match self.route_batch(body) {
+                Some(calls) => body = calls,
+                None => return,
+            }
+        }
         // A batch or malformed message does not peek; jsonrpsee answers it as a whole.
-        let peek = serde_json::from_slice::<Peek>(&body).ok();
+        let peek = Peek::of(&body);
+        if let Some(peek) = &peek
+            && peek.is_response()
+        {
+            return self.peer.resolve(peek.id.as_ref(), peek.result, peek.error);
+        }
         let (id, method) = peek.map_or((None, None), |p| (p.id, p.method));
         tracing::debug!(?method, ?id, ?framing, "message");
         if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
@@ -168,7 +217,8 @@ impl Connection {
         let seq = self.next_seq;
         self.next_seq += 1;
         let shim = Arc::clone(&self.shim);
-        let tx = self.tx.clone();
+        let client = self.peer.handle();
+        let queue = self.queue.clone();
         let in_flight = Arc::clone(&self.in_flight);
         // Holding the lock while spawning means the task cannot finish and look for its
         // entry before the entry exists.
@@ -177,7 +227,7 @@ impl Connection {
         let tracked = id.filter(|id| !map.contains_key(id));
         let key = tracked.clone();
         let task = tokio::spawn(async move {
-            let reply = shim.call(body).await;
+            let reply = shim.call(body, client).await;
             if let Some(id) = key {
                 let mut map = lock(&in_flight);
                 if map.get(&id).is_none_or(|entry| entry.seq != seq) {
@@ -186,8 +236,7 @@ impl Connection {
                 map.remove(&id);
             }
             if let Some(reply) = reply {
-                // A closed channel means the writer failed; `serve` reports that.
-                let _ = tx.send(framing::encode(framing, &reply)).await;
+                queue.send(framing::encode(framing, &reply)).await;
             }
         });
         if let Some(id) = tracked {
@@ -214,8 +263,41 @@ impl Connection {
     /// Queues a reply produced here rather than by jsonrpsee.
     async fn send(&self, framing: Framing, reply: MethodResponse) {
         let body = reply.into_json();
-        // A closed channel means the writer failed; `serve` reports that.
-        let _ = self.tx.send(framing::encode(framing, body.get().as_bytes())).await;
+        self.queue.send(framing::encode(framing, body.get().as_bytes())).await;
+    }
+
+    /// Routes the responses in a batch to their requests and returns the rest of the batch
+    /// for jsonrpsee, or `None` if nothing is left to answer.
+    ///
+    /// Clients send a batch of responses when they answer several of our requests at once.
+    fn route_batch(&self, body: Vec<u8>) -> Option<Vec<u8>> {
+        let calls = {
+            let Ok(items) = serde_json::from_slice::<Vec<&RawValue>>(&body) else {
+                return Some(body); // jsonrpsee reports what is wrong with it
+            };
+            let mut calls = Vec::new();
+            for item in &items {
+                match Peek::of(item.get().as_bytes()) {
+                    Some(peek) if peek.is_response() => self.peer.resolve(peek.id.as_ref(), peek.result, peek.error),
+                    _ => calls.push(item.get()),
+                }
+            }
+            if calls.len() == items.len() {
+                None // no responses: pass the batch on untouched
+            } else if calls.is_empty() {
+                return None;
+            } else {
+                Some(format!("[{}]", calls.join(",")).into_bytes())
+            }
+        };
+        Some(calls.unwrap_or(body))
+    }
+}
+
+impl Drop for Connection {
+    /// The stream has ended (or failed): no answer from the client can arrive any more.
+    fn drop(&mut self) {
+        self.peer.close();
     }
 }
 
@@ -231,7 +313,7 @@ mod tests {
     use jsonrpsee::RpcModule;
     use jsonrpsee::types::ErrorObjectOwned;
     use serde_json::{Value, json};
-    use tokio::io::DuplexStream;
+    use tokio::io::{AsyncWriteExt, DuplexStream};
     use tokio::task::JoinHandle;
 
     use super::*;
@@ -257,32 +339,37 @@ mod tests {
     }
 
     /// A peer talking to `serve` over in-memory pipes.
-    struct Client {
+    pub(super) struct Client {
         input: DuplexStream,
         output: FrameReader<BufReader<DuplexStream>>,
         server: JoinHandle<io::Result<()>>,
     }
 
     fn start(limits: TransportLimits) -> Client {
+        start_with(methods(), limits)
+    }
+
+    /// Serves `methods` to a new [`Client`].
+    pub(super) fn start_with(methods: Methods, limits: TransportLimits) -> Client {
         let (input, server_in) = tokio::io::duplex(1 << 16);
         let (server_out, output) = tokio::io::duplex(1 << 16);
         Client {
             input,
             output: FrameReader::new(BufReader::new(output), usize::MAX),
-            server: tokio::spawn(serve(server_in, server_out, methods(), limits)),
+            server: tokio::spawn(serve(server_in, server_out, methods, limits)),
         }
     }
 
-    fn call(id: Value, method: &str, params: Value) -> String {
+    pub(super) fn call(id: Value, method: &str, params: Value) -> String {
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
     }
 
-    fn notify(method: &str, params: Value) -> String {
+    pub(super) fn notify(method: &str, params: Value) -> String {
         json!({"jsonrpc": "2.0", "method": method, "params": params}).to_string()
     }
 
     impl Client {
-        async fn send(&mut self, framing: Framing, body: &str) {
+        pub(super) async fn send(&mut self, framing: Framing, body: &str) {
             self.send_raw(&framing::encode(framing, body.as_bytes())).await;
         }
 
@@ -290,14 +377,14 @@ mod tests {
             self.input.write_all(bytes).await.expect("pipe open");
         }
 
-        async fn recv(&mut self) -> (Framing, Value) {
+        pub(super) async fn recv(&mut self) -> (Framing, Value) {
             let next = tokio::time::timeout(Duration::from_secs(5), self.output.next());
             let incoming = next.await.expect("reply in time").expect("pipe open");
             parse(incoming.expect("a reply, not EOF"))
         }
 
         /// Closes the input and returns every reply written until `serve` returned.
-        async fn finish(mut self) -> Vec<(Framing, Value)> {
+        pub(super) async fn finish(mut self) -> Vec<(Framing, Value)> {
             drop(self.input);
             let mut replies = Vec::new();
             while let Some(incoming) = self.output.next().await.expect("pipe open") {
@@ -315,7 +402,7 @@ mod tests {
         (incoming.framing, serde_json::from_slice(&body).expect("JSON reply"))
     }
 
-    fn by_id(mut replies: Vec<(Framing, Value)>) -> Vec<(Framing, Value)> {
+    pub(super) fn by_id(mut replies: Vec<(Framing, Value)>) -> Vec<(Framing, Value)> {
         replies.sort_by_key(|(_, reply)| reply["id"].to_string());
         replies
     }
