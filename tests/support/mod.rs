@@ -45,6 +45,17 @@ impl Daemon {
 
     /// Starts `satchel serve` with extra `serve` options.
     pub fn start_with_args(workspace: &Path, env: &[(&str, &str)], serve_args: &[&str]) -> Daemon {
+        Daemon::spawn(workspace, env, serve_args, Stdio::inherit())
+    }
+
+    /// Starts `satchel serve` with its stderr (the log, unless `--log-file` is given) written
+    /// to the file `stderr` instead of the test's own.
+    pub fn start_logging_to(workspace: &Path, env: &[(&str, &str)], stderr: &Path) -> Daemon {
+        let file = std::fs::File::create(stderr).expect("create the stderr file");
+        Daemon::spawn(workspace, env, &[], Stdio::from(file))
+    }
+
+    fn spawn(workspace: &Path, env: &[(&str, &str)], serve_args: &[&str], stderr: Stdio) -> Daemon {
         let mut cmd = Command::new(satchel_bin());
         cmd.arg("--workspace")
             .arg(workspace)
@@ -57,7 +68,7 @@ impl Daemon {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn satchel");
         let stdout = child.stdout.take().unwrap();
@@ -121,6 +132,37 @@ impl Daemon {
                 return frame;
             }
         }
+    }
+
+    /// Sends a request and waits for its reply (the whole response object), handing every
+    /// other frame that comes first to `other`: notifications such as `$/progress`, and the
+    /// daemon's own requests (string ids `satchel-N`). When `other` returns a value, it is
+    /// sent back to the daemon as is (the client's response to a server→client request).
+    pub fn call_raw_answering(
+        &mut self,
+        method: &str,
+        params: Value,
+        mut other: impl FnMut(&Value) -> Option<Value>,
+    ) -> Value {
+        let id = self.request(method, params);
+        loop {
+            let (_, frame) = self.next_frame();
+            if frame["id"] == json!(id) && frame.get("method").is_none() {
+                return frame;
+            }
+            if let Some(response) = other(&frame) {
+                let framing = self.framing;
+                self.send(&response, framing);
+            }
+        }
+    }
+
+    /// [`call_raw_answering`](Self::call_raw_answering) for a method that must succeed;
+    /// returns its result.
+    pub fn call_answering(&mut self, method: &str, params: Value, other: impl FnMut(&Value) -> Option<Value>) -> Value {
+        let reply = self.call_raw_answering(method, params, other);
+        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
+        reply["result"].clone()
     }
 
     /// Calls a method that must succeed; returns its result.

@@ -182,6 +182,93 @@ pub struct InspectResult {
     pub offloaded: Vec<OffloadedResult>,
     /// Every compaction, oldest first.
     pub compactions: Vec<CompactionReport>,
+    /// Largest request of this session since the daemon started.
+    pub peak_tokens: u64,
+}
+
+/// `context.sessions`: the sessions this daemon knows, for tools that attach to it.
+pub enum ContextSessions {}
+
+impl Method for ContextSessions {
+    const NAME: &'static str = "context.sessions";
+    const SUMMARY: &'static str = "The sessions of this workspace, with live numbers for those in use.";
+    type Params = SessionsParams;
+    type Result = SessionsResult;
+}
+
+/// Params of `context.sessions` (none).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsParams {}
+
+/// One session in `context.sessions`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SessionSummary {
+    /// The session id.
+    pub session_id: String,
+    /// Loaded in this daemon (driven since it started); only those have live numbers.
+    pub live: bool,
+    /// Messages in the session now (live sessions).
+    pub messages: Option<usize>,
+    /// Tokens of its last request (live sessions that prepared one).
+    pub tokens: Option<u64>,
+    /// Pressure of its last request.
+    pub pressure: Option<Pressure>,
+    /// Compactions so far (live sessions).
+    pub compactions: Option<usize>,
+}
+
+/// Result of `context.sessions`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SessionsResult {
+    /// Every stored session, sorted by id.
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// `context.watch`: subscribe this connection to a session's events (`context.event`
+/// notifications after each prepare and compaction), for live views.
+pub enum ContextWatch {}
+
+impl Method for ContextWatch {
+    const NAME: &'static str = "context.watch";
+    const SUMMARY: &'static str =
+        "Subscribe this connection to `context.event` notifications of a session (after each prepare and compaction).";
+    type Params = WatchParams;
+    type Result = WatchResult;
+}
+
+/// Params of `context.watch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WatchParams {
+    /// The session to follow.
+    pub session_id: String,
+}
+
+/// Result of `context.watch`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WatchResult {
+    /// Always true: events follow as `context.event` notifications on this connection.
+    pub watching: bool,
+}
+
+/// The `context.event` notification sent to watchers.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ContextEvent {
+    /// The session.
+    pub session_id: String,
+    /// `prepare` or `compact`.
+    pub kind: String,
+    /// Tokens per zone of the session's request now.
+    pub tokens: TokenUsage,
+    /// Pressure now.
+    pub pressure: Pressure,
+    /// Messages in the session.
+    pub messages: usize,
+    /// Compactions so far.
+    pub compactions: usize,
+    /// Kinds of the actions the call took (`offloaded`, `compacted`, ...).
+    pub actions: Vec<String>,
 }
 
 /// Params of `context.prepare`. Exactly one of `messages` and `append` is given.

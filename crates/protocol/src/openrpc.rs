@@ -8,7 +8,8 @@ use schemars::{JsonSchema, generate::SchemaSettings};
 use serde_json::{Value, json};
 
 use crate::{
-    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ErrorCode, Initialize, Method, PROTOCOL_VERSION,
+    ContextCompact, ContextEvent, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch,
+    ErrorCode, Initialize, Method, PROTOCOL_VERSION,
 };
 
 fn schema_of<T: JsonSchema>() -> Value {
@@ -45,10 +46,22 @@ pub fn document() -> Value {
             method::<ContextCompact>(),
             method::<ContextRead>(),
             method::<ContextInspect>(),
+            method::<ContextSessions>(),
+            method::<ContextWatch>(),
         ],
         "x-satchel-errors": errors,
         "x-satchel-notifications": [
-            { "name": "$/cancelRequest", "params": { "id": "id of the request to cancel" } }
+            { "name": "$/cancelRequest", "direction": "client→server", "params": { "id": "id of the request to cancel" } },
+            { "name": "$/progress", "direction": "server→client", "params": { "token": "compaction:<session>", "value": { "kind": "report", "message": "string", "percentage": "integer" } } },
+            { "name": "context.event", "direction": "server→client", "params": schema_of::<ContextEvent>() }
+        ],
+        "x-satchel-server-requests": [
+            {
+                "name": "summarizer.complete",
+                "summary": "Sent to a client that declared capabilities.summarizer_complete when the `client` summariser is configured.",
+                "params": { "messages": [{ "role": "system | user", "content": "string" }], "max_tokens": "integer" },
+                "result": { "text": "string: the summary in Markdown with the ## sections" }
+            }
         ],
     })
 }

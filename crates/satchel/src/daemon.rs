@@ -26,9 +26,10 @@ use satchel_core::summary::{Summarizer, SummaryInput};
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{
-    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, FormatHint,
-    InitializeParams, InitializeResult, InspectParams, InspectResult, MessageFormat, OffloadedResult, Phase,
-    PrepareParams, PrepareResult, Pressure, ReadParams, ReadResult, Reconciliation, TokenUsage,
+    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, ContextEvent,
+    FormatHint, InitializeParams, InitializeResult, InspectParams, InspectResult, MessageFormat, OffloadedResult,
+    Phase, PrepareParams, PrepareResult, Pressure, ReadParams, ReadResult, Reconciliation, SessionSummary,
+    SessionsResult, TokenUsage, WatchParams, WatchResult,
 };
 use satchel_storage::{
     CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, MemoryFiles, OffloadStore,
@@ -57,6 +58,8 @@ pub struct Daemon {
     memory: MemoryFiles,
     /// The stdio client declared `summarizer_complete` in `initialize`.
     client_can_complete: AtomicBool,
+    /// Connections following a session (`context.watch`).
+    watchers: Mutex<HashMap<String, Vec<ClientHandle>>>,
     config: Config,
     live: Mutex<HashMap<String, SessionSlot>>,
     /// Held shared by calls that write references, exclusively by the sweep.
@@ -81,6 +84,7 @@ impl Daemon {
             archive: DialogArchive::new(&workspace, &config.dialog_path)?,
             memory: MemoryFiles::new(&workspace),
             client_can_complete: AtomicBool::new(false),
+            watchers: Mutex::new(HashMap::new()),
             workspace,
             config,
             live: Mutex::new(HashMap::new()),
@@ -262,6 +266,8 @@ impl Daemon {
                 ),
             )
         });
+        session.peak_tokens = session.peak_tokens.max(usage.total);
+        self.publish(&id, session, "prepare", &actions);
         session.last_output = rendered.messages.clone();
         session.last_system = params.system.clone();
         session.last_tools = params.tools.clone();
@@ -697,7 +703,16 @@ impl Daemon {
                 return Err(e);
             }
         };
-        let session = guard.as_ref().expect("session present");
+        let session = guard.as_mut().expect("session present");
+        if let Some(report) = &compaction {
+            session.last_usage = Some(self.usage(session, &config, &counter, &extras, false));
+            self.publish(
+                &params.session_id,
+                session,
+                "compact",
+                &[Action::Compacted(report.clone())],
+            );
+        }
         Ok(CompactResult {
             session_id: params.session_id,
             compacted: compaction.as_ref().map_or(0, |c| c.messages),
@@ -705,6 +720,79 @@ impl Daemon {
             summary: session.summary.clone(),
             summary_text: session.summary.as_ref().map(summary_message_text),
         })
+    }
+
+    /// `context.sessions`.
+    pub fn sessions(&self) -> Result<SessionsResult, RpcError> {
+        let stored = self.sessions.list().map_err(RpcError::Storage)?;
+        let live: HashMap<String, SessionSlot> = self.live.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let sessions = stored
+            .into_iter()
+            .map(|session_id| {
+                let slot = live.get(&session_id).cloned();
+                let guard = slot.as_ref().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()));
+                match guard.as_ref().and_then(|g| g.as_ref()) {
+                    Some(session) => SessionSummary {
+                        live: true,
+                        messages: Some(session.entries.len()),
+                        tokens: session.last_usage.as_ref().map(|u| u.total),
+                        pressure: session
+                            .last_usage
+                            .as_ref()
+                            .map(|u| Pressure::of(u.total, u.limit, self.config.compact_threshold_ratio)),
+                        compactions: Some(session.compactions.len()),
+                        session_id: session_id.clone(),
+                    },
+                    None => SessionSummary {
+                        session_id: session_id.clone(),
+                        live: false,
+                        messages: None,
+                        tokens: None,
+                        pressure: None,
+                        compactions: None,
+                    },
+                }
+            })
+            .collect();
+        Ok(SessionsResult { sessions })
+    }
+
+    /// `context.watch`: events of the session go to this connection from now on.
+    pub fn watch(&self, params: WatchParams, client: Option<ClientHandle>) -> Result<WatchResult, RpcError> {
+        SessionStore::validate_id(&params.session_id).map_err(|e| RpcError::invalid_params("session_id", e))?;
+        let Some(client) = client else {
+            return Err(RpcError::invalid_params(
+                "session_id",
+                "this transport cannot push events",
+            ));
+        };
+        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        let list = watchers.entry(params.session_id).or_default();
+        list.retain(ClientHandle::is_connected);
+        list.push(client);
+        Ok(WatchResult { watching: true })
+    }
+
+    /// Tells the session's watchers what a call just did.
+    fn publish(&self, id: &str, session: &Session, kind: &str, actions: &[Action]) {
+        let watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(list) = watchers.get(id).filter(|l| !l.is_empty()) else {
+            return;
+        };
+        let tokens = session.last_usage.clone().unwrap_or_default();
+        let event = ContextEvent {
+            session_id: id.to_owned(),
+            kind: kind.to_owned(),
+            pressure: Pressure::of(tokens.total, tokens.limit.max(1), self.config.compact_threshold_ratio),
+            tokens,
+            messages: session.entries.len(),
+            compactions: session.compactions.len(),
+            actions: actions.iter().map(action_kind).collect(),
+        };
+        let params = serde_json::to_value(&event).unwrap_or_default();
+        for client in list {
+            client.notify("context.event", params.clone());
+        }
     }
 
     /// `context.inspect`.
@@ -751,6 +839,7 @@ impl Daemon {
                 .iter()
                 .map(|c| report_of(&c.begun, c.range.as_ref()))
                 .collect(),
+            peak_tokens: session.peak_tokens,
         })
     }
 
@@ -923,6 +1012,14 @@ fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> Compactio
         archive: range.cloned(),
         summarizer: begun.summarizer.clone(),
     }
+}
+
+/// The wire name of an action's kind.
+fn action_kind(action: &Action) -> String {
+    serde_json::to_value(action)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default()
 }
 
 fn repair_action(repair: &Repair) -> Action {

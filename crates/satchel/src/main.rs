@@ -7,9 +7,11 @@ mod config;
 mod daemon;
 mod demo;
 mod error;
+mod inspect;
 mod llm;
 mod rpc;
 mod session;
+mod socket;
 mod transport;
 
 use std::path::PathBuf;
@@ -47,7 +49,15 @@ enum Command {
         /// Largest request (and reply) in bytes; larger requests get error -32007.
         #[arg(long, default_value_t = 64 << 20)]
         max_message_bytes: u32,
+        /// Also serve on a Unix socket (user-only); without a value, `<workspace>/run/satchel.sock`.
+        #[arg(long, num_args = 0..=1)]
+        socket: Option<Option<PathBuf>>,
+        /// Serve only the socket, until SIGINT/SIGTERM (for a daemon started outside an editor).
+        #[arg(long, requires = "socket")]
+        no_stdio: bool,
     },
+    /// Attach to a running daemon and show a session's context, like `/context list`.
+    Inspect(inspect::InspectArgs),
     /// Run the bundled example conversation through a real `satchel serve` and show what it did.
     Demo,
 }
@@ -57,9 +67,15 @@ fn main() -> anyhow::Result<()> {
     init_logging(cli.log_file.as_deref())?;
     let default_serve = Command::Serve {
         max_message_bytes: transport::TransportLimits::default().max_request_bytes,
+        socket: None,
+        no_stdio: false,
     };
     match cli.command.unwrap_or(default_serve) {
-        Command::Serve { max_message_bytes } => serve(
+        Command::Serve {
+            max_message_bytes,
+            socket,
+            no_stdio,
+        } => serve(
             match cli.workspace {
                 Some(dir) => dir,
                 None => default_workspace()?,
@@ -68,7 +84,10 @@ fn main() -> anyhow::Result<()> {
                 max_request_bytes: max_message_bytes,
                 max_response_bytes: max_message_bytes,
             },
+            socket,
+            no_stdio,
         ),
+        Command::Inspect(args) => inspect::run(&args, cli.workspace.as_deref()),
         // The demo must not touch a real workspace unless asked to.
         Command::Demo => demo::run(&match cli.workspace {
             Some(dir) => dir,
@@ -77,7 +96,7 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn default_workspace() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_workspace() -> anyhow::Result<PathBuf> {
     directories::ProjectDirs::from("", "", "satchel")
         .map(|d| d.data_dir().to_path_buf())
         .context("no home directory: pass --workspace or set SATCHEL_HOME")
@@ -105,26 +124,75 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(workspace_dir: PathBuf, limits: transport::TransportLimits) -> anyhow::Result<()> {
+fn serve(
+    workspace_dir: PathBuf,
+    limits: transport::TransportLimits,
+    socket_path: Option<Option<PathBuf>>,
+    no_stdio: bool,
+) -> anyhow::Result<()> {
     let workspace =
         Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
+    let lock = socket::lock_workspace(workspace.root())?;
     let config = config::load(workspace.root(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
     let daemon = Arc::new(daemon::Daemon::new(workspace, config).context("opening the dialog archive")?);
-    tracing::info!(workspace = %daemon.workspace().root().display(), "satchel serving on stdio");
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
-        let methods = rpc::module(daemon)?.into();
-        let served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), methods, limits).await;
+        let methods: jsonrpsee::Methods = rpc::module(daemon.clone())?.into();
+        let bound = match socket_path {
+            Some(path) => {
+                let path =
+                    path.unwrap_or_else(|| daemon.workspace().root().join(socket::RUN_DIR).join("satchel.sock"));
+                Some(socket::bind(daemon.workspace().root(), &path, &lock)?)
+            }
+            None => None,
+        };
+        let listening = async {
+            match &bound {
+                Some(bound) => socket::accept_loop(&bound.listener, methods.clone(), limits).await,
+                None => std::future::pending().await,
+            }
+        };
+        tracing::info!(
+            workspace = %daemon.workspace().root().display(),
+            stdio = !no_stdio,
+            socket = bound.is_some(),
+            "satchel serving"
+        );
+        let outcome = if no_stdio {
+            tokio::select! {
+                () = listening => Ok(()),
+                () = shutdown_signal() => Ok(()),
+            }
+        } else {
+            tokio::select! {
+                () = listening => Ok(()),
+                served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), methods.clone(), limits) => served.context("stdio transport"),
+            }
+        };
         sweeper.abort();
-        served.context("stdio transport")
+        drop(bound);
+        outcome
     })?;
     // tokio's stdin reader may sit in a blocking read; don't wait for it.
     runtime.shutdown_timeout(Duration::from_millis(100));
-    tracing::info!("stdin closed; satchel exits");
+    tracing::info!("satchel exits");
+    drop(lock);
     Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }
 
 /// Sweeps expired offload files at start-up and then every [`SWEEP_INTERVAL`].

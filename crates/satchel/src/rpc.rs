@@ -8,7 +8,10 @@ use std::sync::Arc;
 use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
-use satchel_protocol::{ContextCompact, ContextInspect, ContextPrepare, ContextRead, ErrorCode, Initialize, Method};
+use satchel_protocol::{
+    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, ErrorCode, Initialize,
+    Method,
+};
 use serde::de::DeserializeOwned;
 
 use crate::daemon::Daemon;
@@ -25,6 +28,8 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
     register::<ContextCompact, _>(&mut module, |daemon, params, client| daemon.compact_now(params, client))?;
     register::<ContextRead, _>(&mut module, |daemon, params, _| daemon.read(params))?;
     register::<ContextInspect, _>(&mut module, |daemon, params, _| daemon.inspect(params))?;
+    register::<ContextSessions, _>(&mut module, |daemon, _, _| daemon.sessions())?;
+    register::<ContextWatch, _>(&mut module, |daemon, params, client| daemon.watch(params, client))?;
     Ok(module)
 }
 
@@ -36,6 +41,8 @@ fn method_names() -> Vec<String> {
         ContextRead::NAME,
         ContextCompact::NAME,
         ContextInspect::NAME,
+        ContextSessions::NAME,
+        ContextWatch::NAME,
     ]
     .map(str::to_owned)
     .to_vec()

@@ -117,6 +117,8 @@ pub struct Session {
     pub last_system: Option<Value>,
     /// Tool definitions of the last `context.prepare`.
     pub last_tools: Option<Vec<Value>>,
+    /// Largest request since the daemon loaded the session.
+    pub peak_tokens: u64,
     /// Token usage of the last request returned.
     pub last_usage: Option<satchel_protocol::TokenUsage>,
     /// What the cached token counts depend on; a change clears them.

@@ -8,9 +8,8 @@
 //! client's responses to the waiting request here instead of to jsonrpsee, which would answer
 //! a response with -32600.
 //!
-//! Waiting for an answer must work both in async handlers and on the blocking pool, where
-//! most of the daemon's handlers run. So a waiter is either a tokio oneshot or a std channel
-//! with `recv_timeout`, and sending never blocks (see [`queue`](super::queue)): a blocked
+//! The daemon's handlers run on the blocking pool, so a waiter is a std channel with
+//! `recv_timeout`, and sending never blocks (see [`queue`](super::queue)): a blocked
 //! handler can never hold up the writer or the read loop that delivers its answer. When the
 //! stream ends nobody can answer any more, so every waiting request fails at once with
 //! [`ClientRequestError::Disconnected`] instead of sitting out its timeout.
@@ -25,7 +24,6 @@ use jsonrpsee::types::error::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tokio::sync::oneshot;
 
 use super::framing::{self, Framing};
 use super::queue::WeakWriteQueue;
@@ -72,8 +70,12 @@ impl std::fmt::Debug for ClientHandle {
     }
 }
 
-#[allow(dead_code, reason = "only the tests call these until the daemon's handlers do")]
 impl ClientHandle {
+    /// False once the connection has closed: a subscriber list can then drop this handle.
+    pub fn is_connected(&self) -> bool {
+        lock(&self.peer.pending).open
+    }
+
     /// Sends a notification to this client (e.g. `$/progress`), without waiting.
     ///
     /// It is written before the reply of the handler that sends it. `params` of `null` are
@@ -112,44 +114,12 @@ impl ClientHandle {
             }
         }
     }
-
-    /// Sends a request to this client and waits up to `timeout` for its response; for
-    /// async handlers (`register_async_method`).
-    ///
-    /// Returns the response's `result`, or an error on timeout, on an error response, or
-    /// when the connection is gone. Dropping the future forgets the request; a late answer
-    /// is then ignored.
-    pub async fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, ClientRequestError> {
-        let (tx, mut rx) = oneshot::channel();
-        let id = self.peer.start(method, params, Waiter::Async(tx))?;
-        let forget = Forget { peer: &self.peer, id };
-        match tokio::time::timeout(timeout, &mut rx).await {
-            Ok(reply) => reply.unwrap_or(Err(ClientRequestError::Disconnected)),
-            Err(_) if self.peer.forget(&forget.id) => Err(ClientRequestError::Timeout),
-            // The answer was being delivered as the time ran out; it comes at once.
-            Err(_) => rx.await.unwrap_or(Err(ClientRequestError::Disconnected)),
-        }
-    }
-}
-
-/// Forgets an async request whose future is dropped before its answer came.
-struct Forget<'a> {
-    peer: &'a Peer,
-    id: String,
-}
-
-impl Drop for Forget<'_> {
-    fn drop(&mut self) {
-        self.peer.forget(&self.id);
-    }
 }
 
 /// Where the answer to one request goes.
 enum Waiter {
     /// A handler blocked in [`ClientHandle::request_blocking`].
     Blocking(std_mpsc::SyncSender<Reply>),
-    /// A handler awaiting [`ClientHandle::request`].
-    Async(oneshot::Sender<Reply>),
 }
 
 impl Waiter {
@@ -157,7 +127,6 @@ impl Waiter {
         // The waiter may have stopped waiting; then nobody wants the reply.
         match self {
             Self::Blocking(tx) => drop(tx.try_send(reply)),
-            Self::Async(tx) => drop(tx.send(reply)),
         }
     }
 }
@@ -348,7 +317,7 @@ mod tests {
         Ok((client, forwarded, Duration::from_millis(ms)))
     }
 
-    /// `ask` and `ask_async` forward their params to the client's `client.echo` and return
+    /// `ask` forwards its params to the client's `client.echo` and returns
     /// its answer; `progress` and `progress_async` notify twice, then return.
     fn methods() -> Methods {
         let mut module = RpcModule::new(());
@@ -358,12 +327,6 @@ mod tests {
                 client
                     .request_blocking("client.echo", forwarded, timeout)
                     .map_err(failure)
-            })
-            .expect("fresh name");
-        module
-            .register_async_method("ask_async", |params, _, ext| async move {
-                let (client, forwarded, timeout) = ask_args(&params, &ext)?;
-                client.request("client.echo", forwarded, timeout).await.map_err(failure)
             })
             .expect("fresh name");
         module
@@ -433,7 +396,7 @@ mod tests {
     #[tokio::test]
     async fn an_error_answer_is_rejected_with_its_code_and_message() {
         let mut client = start();
-        for method in ["ask", "ask_async"] {
+        for method in ["ask"] {
             client
                 .send(Framing::Ndjson, &call(json!(1), method, json!([[], 5000])))
                 .await;
@@ -451,7 +414,7 @@ mod tests {
     #[tokio::test]
     async fn an_unanswered_request_times_out_and_a_late_answer_is_ignored() {
         let mut client = start();
-        for method in ["ask", "ask_async"] {
+        for method in ["ask"] {
             let started = Instant::now();
             client
                 .send(Framing::Ndjson, &call(json!(1), method, json!([null, 100])))
@@ -478,7 +441,7 @@ mod tests {
             .send(Framing::Ndjson, &call(json!(1), "ask", json!([1, 10_000])))
             .await;
         client
-            .send(Framing::Ndjson, &call(json!(2), "ask_async", json!([2, 10_000])))
+            .send(Framing::Ndjson, &call(json!(2), "ask", json!([2, 10_000])))
             .await;
         next_request(&mut client, Framing::Ndjson).await;
         next_request(&mut client, Framing::Ndjson).await;
@@ -559,7 +522,7 @@ mod tests {
         const CALLS: u64 = 8;
         let mut client = start();
         for n in 0..CALLS {
-            let method = if n % 2 == 0 { "ask" } else { "ask_async" };
+            let method = "ask";
             client
                 .send(Framing::Ndjson, &call(json!(n), method, json!([{"n": n}, 5000])))
                 .await;

@@ -1,0 +1,352 @@
+"""Typed shapes of satchel's params and results, for editors and type checkers.
+
+Hand-written rather than generated, so the package needs no build step and no code generator;
+``tests/test_protocol_types.py`` compares every class here with ``protocol/openrpc.json``
+(keys, which keys are required, and each value's type), so a change to the protocol that is
+not mirrored here fails the tests. At run time these are plain dicts: nothing is validated or
+converted, and keys a newer daemon adds simply appear.
+
+A key that the protocol lets satchel leave out is in a ``total=False`` class (Python 3.9 has
+no ``NotRequired``). Field meanings are documented in ``protocol/openrpc.json``.
+"""
+
+from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
+
+# --- enumerations ---------------------------------------------------------------------------
+
+MessageFormat = Literal["openai", "anthropic"]
+FormatHint = Literal["auto", "openai", "anthropic"]
+Tokenizer = Literal["o200k_base", "cl100k_base", "estimate"]
+SummarizerKind = Literal["extractive", "openai", "client"]
+SummaryLanguage = Literal["en", "zh"]
+Pressure = Literal["low", "medium", "high", "critical"]
+Phase = Literal["recent", "old"]
+
+# --- params (the keyword arguments of the client's methods) ----------------------------------
+
+
+class ClientCapabilities(TypedDict, total=False):
+    summarizer_complete: bool
+
+
+class InitializeParams(TypedDict, total=False):
+    client_info: Any
+    capabilities: ClientCapabilities
+
+
+class _PrepareParamsRequired(TypedDict):
+    session_id: str
+
+
+class PrepareParams(_PrepareParamsRequired, total=False):
+    messages: Optional[List[Any]]
+    append: Optional[List[Any]]
+    format: FormatHint
+    system: Any
+    tools: Optional[List[Any]]
+    config: Optional[Dict[str, Any]]
+
+
+class _CompactParamsRequired(TypedDict):
+    session_id: str
+
+
+class CompactParams(_CompactParamsRequired, total=False):
+    instruction: Optional[str]
+    config: Optional[Dict[str, Any]]
+
+
+class _ReadParamsRequired(TypedDict):
+    path: str
+
+
+class ReadParams(_ReadParamsRequired, total=False):
+    start_line: Optional[int]
+    byte_offset: Optional[int]
+    max_bytes: Optional[int]
+
+
+class InspectParams(TypedDict):
+    session_id: str
+
+
+class SessionsParams(TypedDict):
+    pass
+
+
+class WatchParams(TypedDict):
+    session_id: str
+
+
+# --- results ---------------------------------------------------------------------------------
+
+
+class Config(TypedDict, total=False):
+    max_input_length: int
+    compact_enabled: bool
+    compact_threshold_ratio: float
+    reserve_threshold_ratio: float
+    summary_max_tokens: int
+    summarizer: SummarizerKind
+    summary_language: SummaryLanguage
+    llm_base_url: str
+    llm_model: str
+    llm_api_key_env: str
+    llm_timeout_secs: float
+    llm_max_output_tokens: int
+    llm_temperature: float
+    llm_extra_headers: Dict[str, str]
+    llm_input_budget_tokens: int
+    memory_enabled: bool
+    token_count_estimate_divisor: float
+    tokenizer: Tokenizer
+    dialog_path: str
+    pruning_enabled: bool
+    pruning_recent_n: int
+    pruning_old_msg_max_bytes: int
+    pruning_recent_msg_max_bytes: int
+    pruning_slack_bytes: int
+    pruning_tail_ratio: float
+    markdown_recent_msg_max_bytes: int
+    markdown_old_msg_max_bytes: int
+    markdown_tool_names: List[str]
+    markdown_file_extensions: List[str]
+    read_file_tool_names: List[str]
+    offload_retention_days: float
+
+
+class InitializeResult(TypedDict):
+    server_name: str
+    server_version: str
+    protocol_version: str
+    workspace: str
+    config: Config
+    methods: List[str]
+
+
+class TokenUsage(TypedDict):
+    system: int
+    tools: int
+    summary: int
+    compactable: int
+    reserved: int
+    messages: int
+    total: int
+    limit: int
+    threshold: int
+    tokenizer: Tokenizer
+
+
+class Reconciliation(TypedDict):
+    session_messages: int
+    reused: int
+    appended: int
+    replaced: int
+
+
+class ArchiveRange(TypedDict):
+    file: str
+    start_line: int
+    end_line: int
+    first_index: int
+    last_index: int
+    messages: int
+
+
+class _CompactionReportRequired(TypedDict):
+    id: str
+    at: str
+    manual: bool
+    messages: int
+    tokens_before: int
+    tokens_after: int
+    summarizer: str
+
+
+class CompactionReport(_CompactionReportRequired, total=False):
+    archive: Optional[ArchiveRange]
+
+
+class CriticalContext(TypedDict):
+    files_read: List[str]
+    files_modified: List[str]
+    commands: List[str]
+    errors: List[str]
+    notes: List[str]
+
+
+class _CompactSummaryRequired(TypedDict):
+    goal: List[str]
+    constraints: List[str]
+    done: List[str]
+    in_progress: List[str]
+    blocked: List[str]
+    key_decisions: List[str]
+    next_steps: List[str]
+    critical_context: CriticalContext
+    archive: List[ArchiveRange]
+
+
+class CompactSummary(_CompactSummaryRequired, total=False):
+    instruction: Optional[str]
+
+
+class OffloadedAction(TypedDict):
+    kind: Literal["offloaded"]
+    index: int
+    pointer: str
+    file: str
+    total_bytes: int
+    total_lines: int
+    newly_written: bool
+
+
+class CompactedAction(CompactionReport):
+    kind: Literal["compacted"]
+
+
+class CompactionFailedAction(TypedDict):
+    kind: Literal["compaction_failed"]
+    reason: str
+
+
+class _RepairedActionRequired(TypedDict):
+    kind: Literal["repaired"]
+    index: int
+    repair: str
+
+
+class RepairedAction(_RepairedActionRequired, total=False):
+    call_id: Optional[str]
+
+
+class TruncatedAction(TypedDict):
+    kind: Literal["truncated"]
+    index: int
+    pointer: str
+    phase: Phase
+    file: str
+    kept_bytes: int
+    total_bytes: int
+
+
+#: One thing ``context.prepare`` did; tell them apart by ``action["kind"]``.
+Action = Union[OffloadedAction, CompactedAction, CompactionFailedAction, RepairedAction, TruncatedAction]
+
+
+class _PrepareResultRequired(TypedDict):
+    session_id: str
+    format: MessageFormat
+    messages: List[Any]
+    tokens: TokenUsage
+    actions: List[Action]
+    reconciliation: Reconciliation
+
+
+class PrepareResult(_PrepareResultRequired, total=False):
+    compact_summary: Optional[CompactSummary]
+    over_limit: Optional[str]
+
+
+class _CompactResultRequired(TypedDict):
+    session_id: str
+    compacted: int
+
+
+class CompactResult(_CompactResultRequired, total=False):
+    compaction: Optional[CompactionReport]
+    summary: Optional[CompactSummary]
+    summary_text: Optional[str]
+
+
+class _ReadResultRequired(TypedDict):
+    path: str
+    content: str
+    byte_offset: int
+    start_line: int
+    end_line: int
+    eof: bool
+    total_lines: int
+    total_bytes: int
+
+
+class ReadResult(_ReadResultRequired, total=False):
+    next_line: Optional[int]
+    next_byte_offset: Optional[int]
+
+
+class OffloadedResult(TypedDict):
+    index: int
+    pointer: str
+    file: str
+    total_bytes: int
+    total_lines: int
+
+
+class _InspectResultRequired(TypedDict):
+    session_id: str
+    tokens: TokenUsage
+    pressure: Pressure
+    messages: int
+    archived_messages: int
+    offloaded: List[OffloadedResult]
+    compactions: List[CompactionReport]
+    peak_tokens: int
+
+
+class InspectResult(_InspectResultRequired, total=False):
+    format: Optional[MessageFormat]
+    summary: Optional[CompactSummary]
+
+
+class _SessionSummaryRequired(TypedDict):
+    session_id: str
+    live: bool
+
+
+class SessionSummary(_SessionSummaryRequired, total=False):
+    messages: Optional[int]
+    tokens: Optional[int]
+    pressure: Optional[Pressure]
+    compactions: Optional[int]
+
+
+class SessionsResult(TypedDict):
+    sessions: List[SessionSummary]
+
+
+class WatchResult(TypedDict):
+    watching: bool
+
+
+# --- notifications from the daemon -------------------------------------------------------
+
+
+class ContextEvent(TypedDict):
+    """Params of ``context.event``, sent to connections that called ``watch``."""
+
+    session_id: str
+    kind: str
+    tokens: TokenUsage
+    pressure: Pressure
+    messages: int
+    compactions: int
+    actions: List[str]
+
+
+# --- server -> client requests ---------------------------------------------------------------
+# Described informally in openrpc.json's x-satchel-server-requests (no JSON Schema to check).
+
+
+class ChatMessage(TypedDict):
+    role: str
+    content: str
+
+
+class SummarizerCompleteParams(TypedDict):
+    messages: List[ChatMessage]
+    max_tokens: int
+
+
+class SummarizerCompleteResult(TypedDict):
+    text: str

@@ -1,0 +1,275 @@
+"""The blocking Client against the real daemon."""
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import (
+    CLIENT_SUMMARIZER_CONFIG,
+    MODEL_SUMMARY,
+    README,
+    anthropic_conversation,
+    long_conversation,
+    openai_conversation,
+    tool_log,
+)
+
+from satchel_client import (
+    Client,
+    ConnectionClosed,
+    FileNotFound,
+    InvalidParams,
+    MethodNotFound,
+    PathOutsideWorkspace,
+    PayloadTooLarge,
+    SatchelError,
+    UnknownSession,
+)
+
+
+def test_spawn_and_initialize(client: Client, workspace: Path) -> None:
+    result = client.initialize()
+    assert result["server_name"] == "satchel"
+    assert Path(result["workspace"]) == workspace.resolve()
+    assert "context.prepare" in result["methods"]
+    assert result["config"]["max_input_length"] > 0
+
+
+def test_prepare_openai_offloads_and_read_rebuilds_the_output(client: Client) -> None:
+    log = tool_log()
+    result = client.prepare("openai-session", messages=openai_conversation(log))
+    assert result["format"] == "openai"
+    assert result["tokens"]["total"] == sum(result["tokens"][z] for z in ("system", "tools", "summary", "messages"))
+    (offloaded,) = [a for a in result["actions"] if a["kind"] == "offloaded"]
+    assert offloaded["total_bytes"] == len(log.encode())
+    excerpt = result["messages"][-1]["content"]
+    assert "<<<TRUNCATED>>>" in excerpt and offloaded["file"] in excerpt
+    assert len(excerpt) < len(log)
+
+    # Page through the file the notice names: the pieces are the original, byte for byte.
+    pieces, offset = [], 0
+    while True:
+        page = client.read(offloaded["file"], byte_offset=offset, max_bytes=16_000)
+        pieces.append(page["content"])
+        if page["eof"]:
+            break
+        offset = page["next_byte_offset"]
+    assert "".join(pieces) == log
+
+    by_line = client.read(offloaded["file"], start_line=4999)
+    assert by_line["content"].endswith("FAILED test_parse: expected 3, got 4")
+
+
+def test_prepare_anthropic_keeps_the_format(client: Client) -> None:
+    log = tool_log(tag="a")
+    result = client.prepare("anthropic-session", messages=anthropic_conversation(log), format="anthropic")
+    assert result["format"] == "anthropic"
+    block = result["messages"][-1]["content"][0]
+    assert block["type"] == "tool_result" and block["tool_use_id"] == "toolu_1"
+    text = block["content"] if isinstance(block["content"], str) else block["content"][0]["text"]
+    assert "<<<TRUNCATED>>>" in text
+    # append adds to the same session; inspect sees all of it.
+    client.prepare("anthropic-session", append=[{"role": "assistant", "content": "One test fails."}])
+    inspected = client.inspect("anthropic-session")
+    assert inspected["messages"] == 4 and inspected["format"] == "anthropic"
+    assert [o["total_bytes"] for o in inspected["offloaded"]] == [len(log.encode())]
+
+
+def test_errors_raise_the_class_of_their_code(client: Client) -> None:
+    with pytest.raises(UnknownSession) as unknown:
+        client.prepare("never-seen", append=[{"role": "user", "content": "hi"}])
+    assert unknown.value.code == -32001 and "never-seen" in unknown.value.message
+    with pytest.raises(PathOutsideWorkspace):
+        client.read("../outside.txt")
+    with pytest.raises(FileNotFound):
+        client.read("tool_result/missing.txt")
+    with pytest.raises(InvalidParams) as invalid:
+        client.call("context.prepare", {"session_id": "s", "messages": [], "bogus": 1})
+    assert invalid.value.data["details"]["field"] == "bogus"
+    with pytest.raises(MethodNotFound):
+        client.call("context.nope", {})
+    assert isinstance(invalid.value, SatchelError)
+    # The client still works after errors.
+    assert client.initialize()["server_name"] == "satchel"
+
+
+def test_request_over_the_size_limit_raises_payload_too_large(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    # satchel cannot read the id of a request over the limit and answers with `id: null`;
+    # the client still hands the error to the call that caused it.
+    with Client.spawn(satchel_bin, workspace, args=["--max-message-bytes", "4096"], stderr=log_file) as client:
+        with pytest.raises(PayloadTooLarge):
+            client.prepare("big", messages=[{"role": "user", "content": "x" * 10_000}])
+        assert client.prepare("small", messages=[{"role": "user", "content": "hi"}])["session_id"] == "small"
+
+
+def test_concurrent_calls_from_threads_get_their_own_replies(client: Client) -> None:
+    def work(i: int) -> None:
+        session = f"thread-{i}"
+        # Mix slow (big offload), fast and failing calls so replies come back out of order.
+        messages = openai_conversation(tool_log(lines=3000 if i % 3 == 0 else 10, tag=f"t{i}_"))
+        result = client.prepare(session, messages=messages)
+        assert result["session_id"] == session
+        assert f"t{i}_" in result["messages"][-1]["content"]
+        assert client.inspect(session)["session_id"] == session
+        with pytest.raises(UnknownSession) as e:
+            client.inspect(f"missing-{i}")
+        assert f"missing-{i}" in e.value.message
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        for future in [pool.submit(work, i) for i in range(36)]:
+            future.result()
+
+
+def test_client_summarizer_answers_summarizer_complete(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    calls = []
+    progress = []
+
+    def summarize(messages, max_tokens):
+        calls.append((messages, max_tokens))
+        return MODEL_SUMMARY
+
+    with Client.spawn(satchel_bin, workspace, stderr=log_file, summarizer=summarize) as client:
+        client.on_notification("$/progress", progress.append)
+        result = client.prepare("summarized", messages=long_conversation(), config=CLIENT_SUMMARIZER_CONFIG)
+    (compacted,) = [a for a in result["actions"] if a["kind"] == "compacted"]
+    assert compacted["summarizer"] == "client"
+    assert calls, "summarizer.complete was never sent"
+    messages, max_tokens = calls[0]
+    assert [m["role"] for m in messages] == ["system", "user"] and isinstance(max_tokens, int)
+    assert any("client model" in goal for goal in result["compact_summary"]["goal"])
+    assert progress and progress[0]["token"] == "compaction:summarized"
+
+
+def test_failing_summarizer_is_an_error_reply_and_satchel_falls_back(
+    satchel_bin: str, workspace: Path, log_file: Path
+) -> None:
+    def summarize(messages, max_tokens):
+        raise RuntimeError("model unavailable")
+
+    with Client.spawn(satchel_bin, workspace, stderr=log_file) as client:
+        client.set_summarizer(summarize)
+        result = client.prepare("fallback", messages=long_conversation(), config=CLIENT_SUMMARIZER_CONFIG)
+    (compacted,) = [a for a in result["actions"] if a["kind"] == "compacted"]
+    assert compacted["summarizer"].startswith("extractive (fallback")
+    assert "model unavailable" in compacted["summarizer"]
+
+
+def test_context_manager_shuts_the_daemon_down(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    with Client.spawn(satchel_bin, workspace, stderr=log_file) as client:
+        client.prepare("s", messages=[{"role": "user", "content": "hi"}])
+        process = client.process
+        assert process is not None and process.poll() is None
+    assert process.returncode == 0
+    with pytest.raises(ConnectionClosed):
+        client.inspect("s")
+    client.close()  # twice is fine
+
+
+def test_a_daemon_that_dies_fails_waiting_calls(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    # The summarizer runs while `context.prepare` waits: a good moment to kill the daemon.
+    def kill_daemon(messages, max_tokens):
+        assert client.process is not None
+        client.process.send_signal(signal.SIGKILL)
+        client.process.wait()
+        return MODEL_SUMMARY
+
+    client = Client.spawn(satchel_bin, workspace, stderr=log_file, summarizer=kill_daemon)
+    with client:
+        with pytest.raises(ConnectionClosed, match="exited with code -9"):
+            client.prepare("doomed", messages=long_conversation(), config=CLIENT_SUMMARIZER_CONFIG)
+        with pytest.raises(ConnectionClosed):
+            client.inspect("doomed")
+
+
+def test_missing_binary_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="SATCHEL_BIN"):
+        Client.spawn(tmp_path / "no-such-satchel")
+
+
+def test_spawn_uses_satchel_bin_and_env(satchel_bin: str, workspace: Path, log_file: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SATCHEL_BIN", satchel_bin)
+    with Client.spawn(workspace=workspace, env={"SATCHEL_PRUNING_RECENT_N": "3"}, stderr=log_file) as client:
+        assert client.initialize()["config"]["pruning_recent_n"] == 3
+
+
+def test_call_timeout_raises_and_the_client_goes_on(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    # A summarizer that stalls keeps `context.prepare` busy past the caller's timeout.
+    release = threading.Event()
+
+    def slow(messages, max_tokens):
+        release.wait(10)
+        return MODEL_SUMMARY
+
+    with Client.spawn(satchel_bin, workspace, stderr=log_file, summarizer=slow) as client:
+        params = {"session_id": "slow", "messages": long_conversation(), "config": CLIENT_SUMMARIZER_CONFIG}
+        with pytest.raises(TimeoutError):
+            client.call("context.prepare", params, timeout=0.5)
+        release.set()
+        assert client.initialize()["server_name"] == "satchel"
+
+
+def wait_for_socket(path: Path, process=None) -> None:
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"satchel exited with {process.returncode} before creating {path}")
+        assert time.monotonic() < deadline, f"satchel did not create {path}"
+        time.sleep(0.05)
+
+
+def test_connect_to_the_socket_shares_sessions(
+    satchel_bin: str, serve_help: str, socket_path: Path, workspace: Path, log_file: Path
+) -> None:
+    if "--socket" not in serve_help:
+        pytest.skip("this satchel has no `serve --socket` yet (`satchel serve --help` does not mention it)")
+    sock = socket_path
+    with Client.spawn(satchel_bin, workspace, args=["--socket", str(sock)], stderr=log_file) as agent:
+        agent.prepare("shared", messages=openai_conversation(tool_log(lines=10)))
+        wait_for_socket(sock, agent.process)
+        assert os.stat(sock).st_mode & 0o777 == 0o600
+        with Client.connect(sock) as observer:
+            assert observer.inspect("shared")["messages"] == 3
+            assert [s["session_id"] for s in observer.sessions()["sessions"] if s["live"]] == ["shared"]
+            # A live view: the observer watches while the agent drives the session over stdio.
+            events: "queue.Queue[dict]" = queue.Queue()
+            observer.on_notification("context.event", events.put)
+            assert observer.watch("shared")["watching"] is True
+            agent.prepare("shared", append=[{"role": "assistant", "content": "Done."}])
+            event = events.get(timeout=10)
+            assert (event["session_id"], event["kind"], event["messages"]) == ("shared", "prepare", 4)
+            assert observer.inspect("shared")["messages"] == 4
+            with pytest.raises(UnknownSession):
+                observer.inspect("nobody")
+        # Closing the observer leaves the daemon serving the agent.
+        assert agent.inspect("shared")["messages"] == 4
+
+
+def test_the_readme_example_runs_as_written(satchel_bin: str, tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {**os.environ, "SATCHEL_BIN": satchel_bin, "SATCHEL_HOME": str(tmp_path / "home")}
+    run = subprocess.run(
+        [sys.executable, "-c", example],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"^\d+ tokens of \d+$", run.stdout, re.M) and "<<<TRUNCATED>>>" in run.stdout
+    assert "context.read" in run.stdout
+
+
+def test_log_file_receives_satchel_stderr(client: Client, log_file: Path) -> None:
+    client.initialize()
+    client.close()
+    assert "satchel" in log_file.read_text()

@@ -1,0 +1,66 @@
+// Errors: a JSON-RPC error response becomes a SatchelError subclass chosen by its code
+// (protocol/errors.md, openrpc.json `x-satchel-errors`).
+
+/** An error response from satchel (or from a client-side handler, sent back to satchel). */
+export class SatchelError extends Error {
+  /** The JSON-RPC error code. */
+  readonly code: number;
+  /** The error's `data`: satchel sends `{name, details}` for some errors (e.g. the field of InvalidParams). */
+  readonly data: unknown;
+
+  constructor(code: number, message: string, data?: unknown) {
+    super(message);
+    this.name = new.target.name;
+    this.code = code;
+    this.data = data;
+  }
+}
+
+/** The connection ended (daemon exited, socket closed, or `close()` was called) before a reply. */
+export class ConnectionClosed extends Error {
+  override name = 'ConnectionClosed';
+}
+
+type Sub = new (message: string, data?: unknown) => SatchelError;
+const sub = (code: number): Sub =>
+  class extends SatchelError {
+    constructor(message: string, data?: unknown) {
+      super(code, message, data);
+    }
+  };
+
+// One class per code; `class X extends sub(code) {}` keeps X's name on instances.
+export class ParseError extends sub(-32700) {}
+export class InvalidRequest extends sub(-32600) {}
+export class MethodNotFound extends sub(-32601) {}
+export class InvalidParams extends sub(-32602) {}
+export class InternalError extends sub(-32603) {}
+export class RequestCancelled extends sub(-32800) {}
+export class UnknownSession extends sub(-32001) {}
+export class PathOutsideWorkspace extends sub(-32002) {}
+export class FileNotFound extends sub(-32003) {}
+export class StorageFailure extends sub(-32004) {}
+export class SummarizeFailed extends sub(-32005) {}
+export class PayloadTooLarge extends sub(-32007) {}
+
+/** Error class by code. */
+export const ERROR_CLASSES: Readonly<Record<number, Sub>> = {
+  [-32700]: ParseError,
+  [-32600]: InvalidRequest,
+  [-32601]: MethodNotFound,
+  [-32602]: InvalidParams,
+  [-32603]: InternalError,
+  [-32800]: RequestCancelled,
+  [-32001]: UnknownSession,
+  [-32002]: PathOutsideWorkspace,
+  [-32003]: FileNotFound,
+  [-32004]: StorageFailure,
+  [-32005]: SummarizeFailed,
+  [-32007]: PayloadTooLarge,
+};
+
+/** The error for a JSON-RPC `error` object: the class of its code, else a plain SatchelError. */
+export function errorFromResponse(error: { code: number; message: string; data?: unknown }): SatchelError {
+  const Class = ERROR_CLASSES[error.code];
+  return Class ? new Class(error.message, error.data) : new SatchelError(error.code, error.message, error.data);
+}

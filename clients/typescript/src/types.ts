@@ -1,0 +1,347 @@
+// Params and results of satchel's methods, written from ../../protocol/openrpc.json.
+// `SCHEMA_FIELDS`, `ACTION_FIELDS`, `SCHEMA_ENUMS` and `METHODS` below list the same names as
+// data: the compiler ties each list to its type, and test/protocol.test.mjs ties it to
+// openrpc.json, so a protocol change fails the tests until these types follow it.
+
+/** A chat message, OpenAI or Anthropic format; satchel returns unmanaged fields untouched. */
+export type Message = { [key: string]: any };
+
+export type FormatHint = 'auto' | 'openai' | 'anthropic';
+export type MessageFormat = 'openai' | 'anthropic';
+export type Tokenizer = 'o200k_base' | 'cl100k_base' | 'estimate';
+export type SummarizerKind = 'extractive' | 'openai' | 'client';
+export type SummaryLanguage = 'en' | 'zh';
+export type Pressure = 'low' | 'medium' | 'high' | 'critical';
+export type Phase = 'recent' | 'old';
+
+/** Configuration keys; in a request every key is an optional override. */
+export interface Config {
+  max_input_length?: number;
+  compact_enabled?: boolean;
+  compact_threshold_ratio?: number;
+  reserve_threshold_ratio?: number;
+  summary_max_tokens?: number;
+  summarizer?: SummarizerKind;
+  summary_language?: SummaryLanguage;
+  llm_base_url?: string;
+  llm_model?: string;
+  llm_api_key_env?: string;
+  llm_timeout_secs?: number;
+  llm_max_output_tokens?: number;
+  llm_temperature?: number;
+  llm_extra_headers?: Record<string, string>;
+  llm_input_budget_tokens?: number;
+  memory_enabled?: boolean;
+  token_count_estimate_divisor?: number;
+  tokenizer?: Tokenizer;
+  dialog_path?: string;
+  pruning_enabled?: boolean;
+  pruning_recent_n?: number;
+  pruning_old_msg_max_bytes?: number;
+  pruning_recent_msg_max_bytes?: number;
+  pruning_slack_bytes?: number;
+  pruning_tail_ratio?: number;
+  markdown_recent_msg_max_bytes?: number;
+  markdown_old_msg_max_bytes?: number;
+  markdown_tool_names?: string[];
+  markdown_file_extensions?: string[];
+  read_file_tool_names?: string[];
+  offload_retention_days?: number;
+}
+
+export interface ClientCapabilities {
+  /** The client answers `summarizer.complete` (see `SatchelClient.setSummarizer`). */
+  summarizer_complete?: boolean;
+}
+
+export interface InitializeParams {
+  client_info?: unknown;
+  capabilities?: ClientCapabilities;
+}
+
+export interface InitializeResult {
+  server_name: string;
+  server_version: string;
+  protocol_version: string;
+  workspace: string;
+  /** The effective configuration: the daemon reports every key. */
+  config: Required<Config>;
+  methods: string[];
+}
+
+export interface PrepareParams {
+  session_id: string;
+  messages?: Message[] | null;
+  append?: Message[] | null;
+  format?: FormatHint;
+  system?: unknown;
+  tools?: unknown[] | null;
+  config?: Config | null;
+}
+
+export interface TokenUsage {
+  system: number;
+  tools: number;
+  summary: number;
+  compactable: number;
+  reserved: number;
+  messages: number;
+  total: number;
+  limit: number;
+  threshold: number;
+  tokenizer: Tokenizer;
+}
+
+export interface ArchiveRange {
+  file: string;
+  start_line: number;
+  end_line: number;
+  first_index: number;
+  last_index: number;
+  messages: number;
+}
+
+export interface CompactionReport {
+  id: string;
+  at: string;
+  manual: boolean;
+  messages: number;
+  tokens_before: number;
+  tokens_after: number;
+  archive?: ArchiveRange | null;
+  /** `extractive`, `openai:<model>`, `client`, or `extractive (fallback: …)`. */
+  summarizer: string;
+}
+
+export interface CriticalContext {
+  files_read: string[];
+  files_modified: string[];
+  commands: string[];
+  errors: string[];
+  notes: string[];
+}
+
+export interface CompactSummary {
+  goal: string[];
+  constraints: string[];
+  done: string[];
+  in_progress: string[];
+  blocked: string[];
+  key_decisions: string[];
+  next_steps: string[];
+  critical_context: CriticalContext;
+  archive: ArchiveRange[];
+  instruction?: string | null;
+}
+
+export interface Reconciliation {
+  session_messages: number;
+  reused: number;
+  appended: number;
+  replaced: number;
+}
+
+export interface OffloadedAction {
+  kind: 'offloaded';
+  index: number;
+  pointer: string;
+  file: string;
+  total_bytes: number;
+  total_lines: number;
+  newly_written: boolean;
+}
+export interface CompactedAction extends CompactionReport {
+  kind: 'compacted';
+}
+export interface CompactionFailedAction {
+  kind: 'compaction_failed';
+  reason: string;
+}
+export interface RepairedAction {
+  kind: 'repaired';
+  index: number;
+  repair: string;
+  call_id?: string | null;
+}
+export interface TruncatedAction {
+  kind: 'truncated';
+  index: number;
+  pointer: string;
+  phase: Phase;
+  file: string;
+  kept_bytes: number;
+  total_bytes: number;
+}
+export type Action = OffloadedAction | CompactedAction | CompactionFailedAction | RepairedAction | TruncatedAction;
+
+export interface PrepareResult {
+  session_id: string;
+  format: MessageFormat;
+  messages: Message[];
+  tokens: TokenUsage;
+  actions: Action[];
+  reconciliation: Reconciliation;
+  compact_summary?: CompactSummary | null;
+  over_limit?: string | null;
+}
+
+export interface CompactParams {
+  session_id: string;
+  instruction?: string | null;
+  config?: Config | null;
+}
+
+export interface CompactResult {
+  session_id: string;
+  compacted: number;
+  compaction?: CompactionReport | null;
+  summary?: CompactSummary | null;
+  summary_text?: string | null;
+}
+
+export interface ReadParams {
+  path: string;
+  start_line?: number | null;
+  byte_offset?: number | null;
+  max_bytes?: number | null;
+}
+
+export interface ReadResult {
+  path: string;
+  content: string;
+  byte_offset: number;
+  start_line: number;
+  end_line: number;
+  next_line?: number | null;
+  next_byte_offset?: number | null;
+  eof: boolean;
+  total_lines: number;
+  total_bytes: number;
+}
+
+export interface InspectParams {
+  session_id: string;
+}
+
+export interface OffloadedResult {
+  index: number;
+  pointer: string;
+  file: string;
+  total_bytes: number;
+  total_lines: number;
+}
+
+export interface InspectResult {
+  session_id: string;
+  format?: MessageFormat | null;
+  tokens: TokenUsage;
+  pressure: Pressure;
+  messages: number;
+  archived_messages: number;
+  summary?: CompactSummary | null;
+  offloaded: OffloadedResult[];
+  compactions: CompactionReport[];
+}
+
+/** Method name → [params, result]. */
+export interface Methods {
+  initialize: [InitializeParams, InitializeResult];
+  'context.prepare': [PrepareParams, PrepareResult];
+  'context.compact': [CompactParams, CompactResult];
+  'context.read': [ReadParams, ReadResult];
+  'context.inspect': [InspectParams, InspectResult];
+}
+
+/** `summarizer.complete`, a request satchel sends to the client (not in openrpc.json). */
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
+export interface SummarizerCompleteParams {
+  messages: ChatMessage[];
+  max_tokens: number;
+}
+export interface SummarizerCompleteResult {
+  text: string;
+}
+
+// ---- the same names as data, checked by the compiler against the types above ----
+
+/** `name` for a required field, `name?` for an optional one. */
+type FieldSpec<T> = { [K in keyof T & string]-?: {} extends Pick<T, K> ? `${K}?` : K }[keyof T & string];
+type Exactly<U, L extends readonly string[]> = [U] extends [L[number]] ? ([L[number]] extends [U] ? true : false) : false;
+/** `exact<U>()([...])` compiles only when the list holds every member of U and nothing else. */
+const exact =
+  <U extends string>() =>
+  <const L extends readonly string[]>(list: L, ..._exact: Exactly<U, L> extends true ? [] : [never]): readonly string[] =>
+    list;
+const fields = <T>() => exact<FieldSpec<T>>();
+
+export const METHODS = exact<keyof Methods>()(['initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect']);
+
+/** Fields of every object schema in openrpc.json (params, results and `$defs`), `?` = optional. */
+export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
+  InitializeParams: fields<InitializeParams>()(['client_info?', 'capabilities?']),
+  ClientCapabilities: fields<ClientCapabilities>()(['summarizer_complete?']),
+  InitializeResult: fields<InitializeResult>()(['server_name', 'server_version', 'protocol_version', 'workspace', 'config', 'methods']),
+  Config: fields<Config>()([
+    'max_input_length?', 'compact_enabled?', 'compact_threshold_ratio?', 'reserve_threshold_ratio?', 'summary_max_tokens?',
+    'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?', 'llm_api_key_env?', 'llm_timeout_secs?',
+    'llm_max_output_tokens?', 'llm_temperature?', 'llm_extra_headers?', 'llm_input_budget_tokens?', 'memory_enabled?',
+    'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
+    'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
+    'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
+    'read_file_tool_names?', 'offload_retention_days?',
+  ]),
+  PrepareParams: fields<PrepareParams>()(['session_id', 'messages?', 'append?', 'format?', 'system?', 'tools?', 'config?']),
+  PrepareResult: fields<PrepareResult>()([
+    'session_id', 'format', 'messages', 'tokens', 'actions', 'reconciliation', 'compact_summary?', 'over_limit?',
+  ]),
+  TokenUsage: fields<TokenUsage>()([
+    'system', 'tools', 'summary', 'compactable', 'reserved', 'messages', 'total', 'limit', 'threshold', 'tokenizer',
+  ]),
+  ArchiveRange: fields<ArchiveRange>()(['file', 'start_line', 'end_line', 'first_index', 'last_index', 'messages']),
+  CompactionReport: fields<CompactionReport>()([
+    'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer',
+  ]),
+  Reconciliation: fields<Reconciliation>()(['session_messages', 'reused', 'appended', 'replaced']),
+  CompactSummary: fields<CompactSummary>()([
+    'goal', 'constraints', 'done', 'in_progress', 'blocked', 'key_decisions', 'next_steps', 'critical_context', 'archive',
+    'instruction?',
+  ]),
+  CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes']),
+  CompactParams: fields<CompactParams>()(['session_id', 'instruction?', 'config?']),
+  CompactResult: fields<CompactResult>()(['session_id', 'compacted', 'compaction?', 'summary?', 'summary_text?']),
+  ReadParams: fields<ReadParams>()(['path', 'start_line?', 'byte_offset?', 'max_bytes?']),
+  ReadResult: fields<ReadResult>()([
+    'path', 'content', 'byte_offset', 'start_line', 'end_line', 'next_line?', 'next_byte_offset?', 'eof', 'total_lines',
+    'total_bytes',
+  ]),
+  InspectParams: fields<InspectParams>()(['session_id']),
+  InspectResult: fields<InspectResult>()([
+    'session_id', 'format?', 'tokens', 'pressure', 'messages', 'archived_messages', 'summary?', 'offloaded', 'compactions',
+  ]),
+  OffloadedResult: fields<OffloadedResult>()(['index', 'pointer', 'file', 'total_bytes', 'total_lines']),
+};
+
+/** Fields of each variant of `Action`, by `kind`. */
+export const ACTION_FIELDS: Record<Action['kind'], readonly string[]> = {
+  offloaded: fields<OffloadedAction>()(['kind', 'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'newly_written']),
+  compacted: fields<CompactedAction>()([
+    'kind', 'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer',
+  ]),
+  compaction_failed: fields<CompactionFailedAction>()(['kind', 'reason']),
+  repaired: fields<RepairedAction>()(['kind', 'index', 'repair', 'call_id?']),
+  truncated: fields<TruncatedAction>()(['kind', 'index', 'pointer', 'phase', 'file', 'kept_bytes', 'total_bytes']),
+};
+
+/** Values of every string enum in openrpc.json. */
+export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
+  FormatHint: exact<FormatHint>()(['auto', 'openai', 'anthropic']),
+  MessageFormat: exact<MessageFormat>()(['openai', 'anthropic']),
+  Tokenizer: exact<Tokenizer>()(['o200k_base', 'cl100k_base', 'estimate']),
+  SummarizerKind: exact<SummarizerKind>()(['extractive', 'openai', 'client']),
+  SummaryLanguage: exact<SummaryLanguage>()(['en', 'zh']),
+  Pressure: exact<Pressure>()(['low', 'medium', 'high', 'critical']),
+  Phase: exact<Phase>()(['recent', 'old']),
+};

@@ -1,0 +1,166 @@
+// The client against the real daemon (SATCHEL_BIN, default <repo>/target/debug/satchel).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import {
+  ConnectionClosed,
+  FileNotFound,
+  InvalidParams,
+  METHODS,
+  MethodNotFound,
+  PathOutsideWorkspace,
+  PayloadTooLarge,
+  SatchelClient,
+  SatchelError,
+  UnknownSession,
+} from '../dist/index.js';
+import { anthropicConversation, bigLog, longChat, openaiConversation, spawnClient } from './helpers.mjs';
+
+/** Reads a whole offloaded file back through `context.read`, slice by slice. */
+async function readAll(client, path) {
+  let text = '';
+  for (let offset = 0; ; ) {
+    const slice = await client.read({ path, byte_offset: offset, max_bytes: 20_000 });
+    assert.equal(slice.byte_offset, offset);
+    text += slice.content;
+    if (slice.eof) return text;
+    offset = slice.next_byte_offset;
+  }
+}
+
+test('spawn + initialize reports the server and its methods', async () => {
+  const client = spawnClient();
+  const init = await client.initialize({ client_info: { name: 'satchel-client tests' } });
+  assert.equal(init.server_name, 'satchel');
+  assert.match(init.protocol_version, /^\d+\.\d+\.\d+$/);
+  assert.equal(typeof init.config.max_input_length, 'number');
+  for (const method of METHODS) assert.ok(init.methods.includes(method), method);
+  assert.equal(await client.close(), 0);
+});
+
+test('prepare (OpenAI) offloads a big tool output, and read rebuilds it byte for byte', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const output = bigLog();
+  const res = await client.prepare({ session_id: 'openai-1', messages: openaiConversation(output) });
+  assert.equal(res.format, 'openai');
+  assert.equal(res.messages.length, 3);
+  const offloaded = res.actions.find((a) => a.kind === 'offloaded');
+  assert.ok(offloaded, JSON.stringify(res.actions));
+  assert.equal(offloaded.total_bytes, Buffer.byteLength(output));
+  assert.ok(res.actions.some((a) => a.kind === 'truncated' && a.phase === 'recent'));
+  const excerpt = res.messages[2].content;
+  assert.ok(excerpt.includes('<<<TRUNCATED>>>') && excerpt.includes(offloaded.file), excerpt.slice(0, 200));
+  assert.ok(excerpt.length < output.length);
+  assert.equal(await readAll(client, offloaded.file), output);
+
+  const inspect = await client.inspect({ session_id: 'openai-1' });
+  assert.equal(inspect.messages, 3);
+  assert.deepEqual(inspect.offloaded.map((o) => o.file), [offloaded.file]);
+  assert.ok(['low', 'medium', 'high', 'critical'].includes(inspect.pressure));
+  await client.close();
+});
+
+test('prepare (Anthropic) keeps the format and offloads the tool_result', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const output = bigLog();
+  const res = await client.prepare({ session_id: 'anthropic-1', messages: anthropicConversation(output) });
+  assert.equal(res.format, 'anthropic');
+  const block = res.messages[2].content[0];
+  assert.equal(block.type, 'tool_result');
+  assert.equal(block.tool_use_id, 'toolu_1');
+  const offloaded = res.actions.find((a) => a.kind === 'offloaded');
+  assert.ok(offloaded);
+  assert.equal(await readAll(client, offloaded.file), output);
+  const again = await client.prepare({ session_id: 'anthropic-1', append: [{ role: 'assistant', content: 'One test fails.' }] });
+  assert.equal(again.reconciliation.session_messages, 4);
+  await client.close();
+});
+
+test('error responses become SatchelError subclasses', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const rejectsWith = (promise, Class, code) =>
+    assert.rejects(promise, (e) => e instanceof Class && e instanceof SatchelError && e.code === code && e.name === Class.name);
+  await rejectsWith(client.inspect({ session_id: 'nobody' }), UnknownSession, -32001);
+  await rejectsWith(client.read({ path: '../etc/passwd' }), PathOutsideWorkspace, -32002);
+  await rejectsWith(client.read({ path: 'tool_result/missing.txt' }), FileNotFound, -32003);
+  await rejectsWith(client.call('context.nothing', {}), MethodNotFound, -32601);
+  await assert.rejects(client.call('context.prepare', { session_id: 's', messagez: [] }), (e) => {
+    assert.ok(e instanceof InvalidParams);
+    assert.equal(e.data?.details?.field, 'messagez');
+    return true;
+  });
+  await client.close();
+
+  const small = spawnClient({ args: ['--max-message-bytes', '4096'] });
+  await rejectsWith(small.prepare({ session_id: 'big', messages: openaiConversation(bigLog(200)) }), PayloadTooLarge, -32007);
+  assert.equal((await small.inspect({ session_id: 'big' }).catch((e) => e)).code, -32001, 'the daemon keeps serving');
+  await small.close();
+});
+
+test('concurrent calls with Promise.all are matched to their replies', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const sessions = Array.from({ length: 16 }, (_, i) => `par-${i}`);
+  const results = await Promise.all(
+    sessions.map((session_id, i) => client.prepare({ session_id, messages: openaiConversation(bigLog(100 + 200 * i)) })),
+  );
+  assert.deepEqual(results.map((r) => r.session_id), sessions);
+  const inspects = await Promise.all(sessions.map((session_id) => client.inspect({ session_id })));
+  assert.deepEqual(inspects.map((r) => r.session_id), sessions);
+  await client.close();
+});
+
+const CLIENT_SUMMARY = { summarizer: 'client', max_input_length: 4096, summary_max_tokens: 800 };
+
+test('setSummarizer answers summarizer.complete, and the compaction says "client"', async () => {
+  const client = spawnClient();
+  const asked = [];
+  client.setSummarizer(async (messages, maxTokens) => {
+    asked.push({ messages, maxTokens });
+    return '## Goal\n- Explain every module\n\n## Progress\n### Done\n- [x] Read `src/module_0.rs`\n\n## Next Steps\n1. Continue\n';
+  });
+  const progress = [];
+  const unsubscribe = client.onNotification('$/progress', (params) => progress.push(params));
+  await client.initialize();
+  const res = await client.prepare({ session_id: 'sum', messages: longChat(), config: CLIENT_SUMMARY });
+  const compacted = res.actions.find((a) => a.kind === 'compacted');
+  assert.ok(compacted, JSON.stringify(res.actions));
+  assert.equal(compacted.summarizer, 'client');
+  assert.ok(asked.length >= 1);
+  assert.equal(typeof asked[0].maxTokens, 'number');
+  assert.ok(asked[0].messages.every((m) => typeof m.role === 'string' && typeof m.content === 'string'));
+  assert.ok(res.compact_summary.goal.some((g) => g.includes('Explain every module')));
+  assert.ok(progress.length >= 1 && progress[0].token === 'compaction:sum');
+  unsubscribe();
+  await client.close();
+});
+
+test('a throwing request handler becomes an error response (the daemon falls back)', async () => {
+  const client = spawnClient();
+  client.setSummarizer(() => {
+    throw new Error('model unavailable');
+  });
+  await client.initialize();
+  const res = await client.prepare({ session_id: 'sum', messages: longChat(), config: CLIENT_SUMMARY });
+  const compacted = res.actions.find((a) => a.kind === 'compacted');
+  assert.match(compacted.summarizer, /^extractive \(fallback: .*model unavailable/);
+  await client.close();
+});
+
+test('close() waits for the daemon to exit; later calls reject', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const inFlight = client.prepare({ session_id: 'last', messages: openaiConversation('short output') });
+  assert.equal(await client.close(), 0);
+  assert.equal((await inFlight).session_id, 'last', 'in-flight requests are answered before exit');
+  await assert.rejects(client.inspect({ session_id: 'last' }), ConnectionClosed);
+});
+
+test('a missing executable rejects calls instead of hanging', async () => {
+  const client = SatchelClient.spawn({ satchel: '/nonexistent/satchel' });
+  await assert.rejects(client.initialize(), /ENOENT/);
+  assert.equal(await client.close(), null);
+});

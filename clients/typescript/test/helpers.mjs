@@ -1,0 +1,58 @@
+// Shared by the tests: the real satchel binary, fresh workspaces, and conversations.
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { SatchelClient } from '../dist/index.js';
+
+export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const REPO_DIR = resolve(PACKAGE_DIR, '../..');
+export const SATCHEL_BIN = process.env.SATCHEL_BIN ?? join(REPO_DIR, 'target/debug/satchel');
+if (!existsSync(SATCHEL_BIN)) {
+  throw new Error(`no satchel binary at ${SATCHEL_BIN}: run \`cargo build -p satchel\` or set SATCHEL_BIN`);
+}
+
+export const tempDir = (prefix = 'satchel-ts-') => mkdtempSync(join(tmpdir(), prefix));
+
+/** A daemon on a fresh workspace, its log discarded. */
+export const spawnClient = (options = {}) =>
+  SatchelClient.spawn({ satchel: SATCHEL_BIN, workspace: tempDir(), stderr: 'ignore', ...options });
+
+/** A test log of `lines` lines (about 46 bytes each), big enough to be offloaded. */
+export const bigLog = (lines = 3000) =>
+  Array.from({ length: lines }, (_, i) => `test case_${i} ... ok (${(i * 7) % 1000} ms)`).join('\n') +
+  '\nerror: test failed, to rerun pass `--lib`\n';
+
+export function openaiConversation(output) {
+  return [
+    { role: 'user', content: 'Run the tests and tell me what fails.' },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'shell', arguments: '{"cmd":"cargo test"}' } }],
+    },
+    { role: 'tool', tool_call_id: 'call_1', content: output },
+  ];
+}
+
+export function anthropicConversation(output) {
+  return [
+    { role: 'user', content: [{ type: 'text', text: 'Run the tests and tell me what fails.' }] },
+    {
+      role: 'assistant',
+      content: [{ type: 'tool_use', id: 'toolu_1', name: 'shell', input: { cmd: 'cargo test' } }],
+    },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: output }] },
+  ];
+}
+
+/** 28 chatty messages, about 9,000 tokens: over the threshold of a 4,096-token window. */
+export function longChat() {
+  const messages = [];
+  for (let i = 0; i < 14; i++) {
+    messages.push({ role: 'user', content: `Step ${i}: look at src/module_${i}.rs and explain it. ${`word${i} `.repeat(150)}` });
+    messages.push({ role: 'assistant', content: `Module ${i} parses the input. ${`detail${i} `.repeat(150)}` });
+  }
+  return messages;
+}

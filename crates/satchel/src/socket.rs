@@ -1,0 +1,154 @@
+//! The local socket: the same protocol as stdio, for tools that attach to a running daemon
+//! (`satchel inspect`, Python agents, live views).
+//!
+//! One daemon owns a workspace: it holds `run/satchel.lock` for its lifetime, so a second one
+//! is refused instead of interleaving writes to the same session logs. The socket is created
+//! user-only (0600) under a temporary name and renamed into place, so it is never reachable
+//! with wider permissions; `run/daemon.json` says where it is, for discovery.
+
+use std::fs::{self, File};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use jsonrpsee::Methods;
+use serde::{Deserialize, Serialize};
+use tokio::net::UnixListener;
+
+use crate::transport::{self, TransportLimits};
+
+/// Directory of run-time files inside the workspace.
+pub const RUN_DIR: &str = "run";
+/// The file that tells tools where the socket of a workspace's daemon is.
+pub const DAEMON_FILE: &str = "daemon.json";
+/// `sun_path` holds 108 bytes including the terminating NUL.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// What `run/daemon.json` records.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Absolute socket path.
+    pub socket: PathBuf,
+    /// Daemon version.
+    pub version: String,
+    /// Start time (RFC 3339).
+    pub started_at: String,
+}
+
+/// Exclusive ownership of a workspace for this process: released when dropped or when the
+/// process dies (the OS drops the lock even on `kill -9`).
+pub struct WorkspaceLock {
+    _file: File,
+}
+
+/// Takes the workspace lock, or explains who holds it.
+pub fn lock_workspace(workspace: &Path) -> anyhow::Result<WorkspaceLock> {
+    let run = workspace.join(RUN_DIR);
+    fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
+    let path = run.join("satchel.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(WorkspaceLock { _file: file }),
+        Err(fs::TryLockError::WouldBlock) => {
+            let holder = read_daemon_info(workspace)
+                .map(|i| format!(" (pid {}, socket {})", i.pid, i.socket.display()))
+                .unwrap_or_default();
+            bail!(
+                "another satchel is serving workspace {}{holder}: attach to its socket, or use another --workspace",
+                workspace.display()
+            )
+        }
+        Err(fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+/// Reads `run/daemon.json` of a workspace.
+pub fn read_daemon_info(workspace: &Path) -> anyhow::Result<DaemonInfo> {
+    let path = workspace.join(RUN_DIR).join(DAEMON_FILE);
+    let text = fs::read_to_string(&path).with_context(|| format!("no running daemon found ({})", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A bound socket; removes the socket file and `run/daemon.json` when dropped.
+pub struct BoundSocket {
+    /// The listener.
+    pub listener: UnixListener,
+    path: PathBuf,
+    info_file: PathBuf,
+}
+
+impl Drop for BoundSocket {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+        let _ = fs::remove_file(&self.info_file);
+    }
+}
+
+/// Binds the socket at `path` (user-only), replacing a stale one, and records it in
+/// `run/daemon.json`. The caller must hold the workspace lock, which is what makes an
+/// existing socket file stale.
+pub fn bind(workspace: &Path, path: &Path, _lock: &WorkspaceLock) -> anyhow::Result<BoundSocket> {
+    let path = std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))?;
+    if path.as_os_str().len() > MAX_SOCKET_PATH {
+        bail!("socket path {} is longer than {MAX_SOCKET_PATH} bytes", path.display());
+    }
+    let dir = path.parent().context("socket path has no directory")?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    match fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            fs::remove_file(&path).with_context(|| format!("removing stale socket {}", path.display()))?
+        }
+        Ok(_) => bail!("{} exists and is not a socket", path.display()),
+        Err(_) => {}
+    }
+    let staging = dir.join(format!(".satchel-{}.sock", uuid::Uuid::new_v4().simple()));
+    let listener = UnixListener::bind(&staging).with_context(|| format!("binding {}", staging.display()))?;
+    let placed =
+        fs::set_permissions(&staging, fs::Permissions::from_mode(0o600)).and_then(|()| fs::rename(&staging, &path));
+    if let Err(e) = placed {
+        let _ = fs::remove_file(&staging);
+        return Err(e).with_context(|| format!("placing socket at {}", path.display()));
+    }
+    let info = DaemonInfo {
+        pid: std::process::id(),
+        socket: path.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        started_at: chrono::Utc::now().to_rfc3339(),
+    };
+    let info_file = workspace.join(RUN_DIR).join(DAEMON_FILE);
+    satchel_storage::write_atomic(&info_file, serde_json::to_string_pretty(&info)?.as_bytes())?;
+    Ok(BoundSocket {
+        listener,
+        path,
+        info_file,
+    })
+}
+
+/// Serves every connection accepted on `listener` with the same methods as stdio; each
+/// connection gets its own client handle, sessions are shared through the daemon.
+pub async fn accept_loop(listener: &UnixListener, methods: Methods, limits: TransportLimits) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let methods = methods.clone();
+                tokio::spawn(async move {
+                    let (reader, writer) = stream.into_split();
+                    if let Err(e) = transport::serve(reader, writer, methods, limits).await {
+                        tracing::debug!("socket connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("accepting a socket connection failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

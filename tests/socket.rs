@@ -1,0 +1,1 @@
+//! Socket and inspect black-box tests: being written.
