@@ -8,7 +8,6 @@
 //! a call decides to reuse it and the moment its reference is logged.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -56,8 +55,8 @@ pub struct Daemon {
     sessions: SessionStore,
     archive: DialogArchive,
     memory: MemoryFiles,
-    /// The stdio client declared `summarizer_complete` in `initialize`.
-    client_can_complete: AtomicBool,
+    /// Connections whose client declared `summarizer_complete` in `initialize`.
+    completing_clients: Mutex<std::collections::HashSet<u64>>,
     /// Connections following a session (`context.watch`).
     watchers: Mutex<HashMap<String, Vec<ClientHandle>>>,
     config: Config,
@@ -83,7 +82,7 @@ impl Daemon {
             sessions: SessionStore::new(&workspace),
             archive: DialogArchive::new(&workspace, &config.dialog_path)?,
             memory: MemoryFiles::new(&workspace),
-            client_can_complete: AtomicBool::new(false),
+            completing_clients: Mutex::default(),
             watchers: Mutex::new(HashMap::new()),
             workspace,
             config,
@@ -98,9 +97,20 @@ impl Daemon {
     }
 
     /// `initialize`.
-    pub fn initialize(&self, params: InitializeParams, methods: Vec<String>) -> InitializeResult {
-        self.client_can_complete
-            .store(params.capabilities.summarizer_complete, Ordering::Relaxed);
+    pub fn initialize(
+        &self,
+        params: InitializeParams,
+        client: Option<ClientHandle>,
+        methods: Vec<String>,
+    ) -> InitializeResult {
+        if let Some(client) = client {
+            let mut completing = self.completing_clients.lock().unwrap_or_else(|p| p.into_inner());
+            if params.capabilities.summarizer_complete {
+                completing.insert(client.connection_id());
+            } else {
+                completing.remove(&client.connection_id());
+            }
+        }
         if let Some(info) = &params.client_info {
             tracing::info!(client = %info, "initialize");
         }
@@ -599,7 +609,13 @@ impl Daemon {
             SummarizerKind::Extractive => extractive("extractive"),
             SummarizerKind::Openai => Ok(staged(Box::new(OpenAiCompleter::from_config(config)))),
             SummarizerKind::Client => match client {
-                Some(handle) if self.client_can_complete.load(Ordering::Relaxed) => {
+                Some(handle)
+                    if self
+                        .completing_clients
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&handle.connection_id()) =>
+                {
                     let timeout = Duration::from_secs_f64(config.llm_timeout_secs);
                     Ok(staged(Box::new(ClientCompleter::new(handle.clone(), timeout))))
                 }

@@ -21,8 +21,8 @@ use crate::transport::ClientHandle;
 /// The module serving every method of [`satchel_protocol`].
 pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {
     let mut module = RpcModule::from_arc(daemon);
-    register::<Initialize, _>(&mut module, |daemon, params, _| {
-        Ok(daemon.initialize(params, method_names()))
+    register::<Initialize, _>(&mut module, |daemon, params, client| {
+        Ok(daemon.initialize(params, client, method_names()))
     })?;
     register::<ContextPrepare, _>(&mut module, |daemon, params, client| daemon.prepare(params, client))?;
     register::<ContextCompact, _>(&mut module, |daemon, params, client| daemon.compact_now(params, client))?;

@@ -108,7 +108,8 @@ pub fn bind(workspace: &Path, path: &Path, _lock: &WorkspaceLock) -> anyhow::Res
         Ok(_) => bail!("{} exists and is not a socket", path.display()),
         Err(_) => {}
     }
-    let staging = dir.join(format!(".satchel-{}.sock", uuid::Uuid::new_v4().simple()));
+    // Short, so any path that fits `sun_path` also fits while staging.
+    let staging = dir.join(format!(".s{:08x}", rand_u32()));
     let listener = UnixListener::bind(&staging).with_context(|| format!("binding {}", staging.display()))?;
     let placed =
         fs::set_permissions(&staging, fs::Permissions::from_mode(0o600)).and_then(|()| fs::rename(&staging, &path));
@@ -129,6 +130,11 @@ pub fn bind(workspace: &Path, path: &Path, _lock: &WorkspaceLock) -> anyhow::Res
         path,
         info_file,
     })
+}
+
+/// A random number for the staging name (no extra dependency: a v4 uuid's bits).
+fn rand_u32() -> u32 {
+    uuid::Uuid::new_v4().as_u128() as u32
 }
 
 /// Serves every connection accepted on `listener` with the same methods as stdio; each

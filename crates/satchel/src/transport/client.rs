@@ -71,6 +71,12 @@ impl std::fmt::Debug for ClientHandle {
 }
 
 impl ClientHandle {
+    /// A number unique to this connection in this process, for per-connection state such as
+    /// the capabilities a client declared in `initialize`.
+    pub fn connection_id(&self) -> u64 {
+        self.peer.connection
+    }
+
     /// False once the connection has closed: a subscriber list can then drop this handle.
     pub fn is_connected(&self) -> bool {
         lock(&self.peer.pending).open
@@ -116,6 +122,9 @@ impl ClientHandle {
     }
 }
 
+/// Source of connection ids.
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
 /// Where the answer to one request goes.
 enum Waiter {
     /// A handler blocked in [`ClientHandle::request_blocking`].
@@ -144,6 +153,8 @@ pub(super) struct Peer {
     /// Framing of the latest incoming message, used for messages to the client.
     content_length: AtomicBool,
     next_id: AtomicU64,
+    /// Identifies the connection for per-connection state kept by the daemon.
+    connection: u64,
     pending: Mutex<Pending>,
 }
 
@@ -154,6 +165,7 @@ impl Peer {
             queue,
             content_length: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
+            connection: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
             pending: Mutex::new(Pending {
                 open: true,
                 waiters: HashMap::new(),
