@@ -21,8 +21,12 @@ import type {
   PrepareResult,
   ReadParams,
   ReadResult,
+  SessionsParams,
+  SessionsResult,
   SummarizerCompleteParams,
   SummarizerCompleteResult,
+  WatchParams,
+  WatchResult,
 } from './types.js';
 
 export interface SpawnOptions {
@@ -46,6 +50,8 @@ export type Summarizer = (messages: ChatMessage[], maxTokens: number) => string 
 interface Pending {
   resolve: (result: unknown) => void;
   reject: (error: Error) => void;
+  /** Bytes of the request line, to find the one a PayloadTooLarge with id null is about. */
+  bytes: number;
 }
 
 type JsonRpcMessage = {
@@ -149,6 +155,16 @@ export class SatchelClient {
     return this.call('context.inspect', params);
   }
 
+  /** Lists the workspace's sessions, with live numbers for those this daemon drives. */
+  sessions(params: SessionsParams = {}): Promise<SessionsResult> {
+    return this.call('context.sessions', params);
+  }
+
+  /** Subscribes this connection to `context.event` notifications of a session (see `onNotification`). */
+  watch(params: WatchParams): Promise<WatchResult> {
+    return this.call('context.watch', params);
+  }
+
   /** Sends a request and resolves with its result; an error response rejects with a SatchelError. */
   call<M extends keyof Methods>(method: M, params: Methods[M][0]): Promise<Methods[M][1]>;
   call(method: string, params?: unknown): Promise<unknown>;
@@ -156,8 +172,8 @@ export class SatchelClient {
     if (this.#closed) return Promise.reject(this.#closed);
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject });
-      this.#send({ id, method, ...(params === undefined ? {} : { params }) });
+      const bytes = this.#send({ id, method, ...(params === undefined ? {} : { params }) });
+      this.#pending.set(id, { resolve, reject, bytes });
     });
   }
 
@@ -208,8 +224,11 @@ export class SatchelClient {
     }
   }
 
-  #send(message: object): void {
-    this.#output.write(JSON.stringify({ jsonrpc: '2.0', ...message }) + '\n');
+  /** Writes one message as one line; returns its size in bytes. */
+  #send(message: object): number {
+    const line = JSON.stringify({ jsonrpc: '2.0', ...message }) + '\n';
+    this.#output.write(line);
+    return Buffer.byteLength(line);
   }
 
   #receive(line: string): void {
@@ -227,9 +246,16 @@ export class SatchelClient {
       }
       return;
     }
-    const pending = typeof message.id === 'number' ? this.#pending.get(message.id) : undefined;
+    let id = message.id;
+    if (id === null && message.error?.code === -32007) {
+      // satchel skips an oversized line unread, so its error has id null. Every request over
+      // the limit is larger than every request under it: the largest pending one is it.
+      let largest = -1;
+      for (const [key, { bytes }] of this.#pending) if (bytes > largest) [id, largest] = [key, bytes];
+    }
+    const pending = typeof id === 'number' ? this.#pending.get(id) : undefined;
     if (!pending) return; // e.g. a parse error with id null
-    this.#pending.delete(message.id as number);
+    this.#pending.delete(id as number);
     if (message.error) pending.reject(errorFromResponse(message.error));
     else pending.resolve(message.result);
   }

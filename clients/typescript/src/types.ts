@@ -241,6 +241,46 @@ export interface InspectResult {
   summary?: CompactSummary | null;
   offloaded: OffloadedResult[];
   compactions: CompactionReport[];
+  /** Largest request of this session since the daemon started. */
+  peak_tokens: number;
+}
+
+/** `context.sessions` takes no params. */
+export interface SessionsParams {}
+
+export interface SessionSummary {
+  session_id: string;
+  /** Loaded in this daemon; only live sessions have the numbers below. */
+  live: boolean;
+  messages?: number | null;
+  tokens?: number | null;
+  pressure?: Pressure | null;
+  compactions?: number | null;
+}
+
+export interface SessionsResult {
+  sessions: SessionSummary[];
+}
+
+export interface WatchParams {
+  session_id: string;
+}
+
+export interface WatchResult {
+  watching: boolean;
+}
+
+/** The `context.event` notification a watcher receives after each prepare and compaction. */
+export interface ContextEvent {
+  session_id: string;
+  /** `prepare` or `compact`. */
+  kind: string;
+  tokens: TokenUsage;
+  pressure: Pressure;
+  messages: number;
+  compactions: number;
+  /** Kinds of the actions the call took (`offloaded`, `compacted`, …). */
+  actions: string[];
 }
 
 /** Method name → [params, result]. */
@@ -250,6 +290,8 @@ export interface Methods {
   'context.compact': [CompactParams, CompactResult];
   'context.read': [ReadParams, ReadResult];
   'context.inspect': [InspectParams, InspectResult];
+  'context.sessions': [SessionsParams, SessionsResult];
+  'context.watch': [WatchParams, WatchResult];
 }
 
 /** `summarizer.complete`, a request satchel sends to the client (not in openrpc.json). */
@@ -277,7 +319,10 @@ const exact =
     list;
 const fields = <T>() => exact<FieldSpec<T>>();
 
-export const METHODS = exact<keyof Methods>()(['initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect']);
+export const METHODS = exact<keyof Methods>()([
+  'initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect',
+  'context.sessions', 'context.watch',
+]);
 
 /** Fields of every object schema in openrpc.json (params, results and `$defs`), `?` = optional. */
 export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
@@ -320,8 +365,15 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   InspectParams: fields<InspectParams>()(['session_id']),
   InspectResult: fields<InspectResult>()([
     'session_id', 'format?', 'tokens', 'pressure', 'messages', 'archived_messages', 'summary?', 'offloaded', 'compactions',
+    'peak_tokens',
   ]),
   OffloadedResult: fields<OffloadedResult>()(['index', 'pointer', 'file', 'total_bytes', 'total_lines']),
+  SessionsParams: fields<SessionsParams>()([]),
+  SessionsResult: fields<SessionsResult>()(['sessions']),
+  SessionSummary: fields<SessionSummary>()(['session_id', 'live', 'messages?', 'tokens?', 'pressure?', 'compactions?']),
+  WatchParams: fields<WatchParams>()(['session_id']),
+  WatchResult: fields<WatchResult>()(['watching']),
+  ContextEvent: fields<ContextEvent>()(['session_id', 'kind', 'tokens', 'pressure', 'messages', 'compactions', 'actions']),
 };
 
 /** Fields of each variant of `Action`, by `kind`. */

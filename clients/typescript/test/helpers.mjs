@@ -1,5 +1,5 @@
 // Shared by the tests: the real satchel binary, fresh workspaces, and conversations.
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,7 +13,14 @@ if (!existsSync(SATCHEL_BIN)) {
   throw new Error(`no satchel binary at ${SATCHEL_BIN}: run \`cargo build -p satchel\` or set SATCHEL_BIN`);
 }
 
-export const tempDir = (prefix = 'satchel-ts-') => mkdtempSync(join(tmpdir(), prefix));
+const made = [];
+process.on('exit', () => made.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+/** A fresh temporary directory, removed when the test file's process exits. */
+export const tempDir = (prefix = 'satchel-ts-') => {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  made.push(dir);
+  return dir;
+};
 
 /** A daemon on a fresh workspace, its log discarded. */
 export const spawnClient = (options = {}) =>

@@ -277,11 +277,12 @@ impl Daemon {
             )
         });
         session.peak_tokens = session.peak_tokens.max(usage.total);
-        self.publish(&id, session, "prepare", &actions);
         session.last_output = rendered.messages.clone();
         session.last_system = params.system.clone();
         session.last_tools = params.tools.clone();
         session.last_usage = Some(usage.clone());
+        // After `last_usage`: the event carries this call's numbers, not the previous call's.
+        self.publish(&id, session, "prepare", &actions);
         Ok(PrepareResult {
             session_id: id,
             format: format_or_default(session.format),
