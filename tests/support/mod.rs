@@ -2,11 +2,13 @@
 //! workspace and speaks JSON-RPC to it over stdio, in either framing.
 #![allow(dead_code, reason = "each test binary uses a different part of the harness")]
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -194,6 +196,158 @@ impl Daemon {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
+
+    /// Process id of the daemon.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Closes stdin (the stdio client goes away) without waiting.
+    pub fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+
+    /// Waits up to `timeout` for the process to exit and returns how it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll satchel") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "satchel did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Waits until `path` exists (a daemon started with `--no-stdio` says nothing when ready).
+pub fn wait_for_path(path: &Path) {
+    let deadline = Instant::now() + REPLY_TIMEOUT;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} did not appear", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A JSON-RPC connection to a daemon's Unix socket, in either framing, with a reader thread.
+/// Notifications that arrive while waiting for a reply are kept for [`next_notification`].
+///
+/// [`next_notification`]: SocketClient::next_notification
+pub struct SocketClient {
+    stream: UnixStream,
+    frames: mpsc::Receiver<(Framing, Value)>,
+    notifications: VecDeque<Value>,
+    next_id: u64,
+    /// Framing used by `call`/`request`.
+    pub framing: Framing,
+}
+
+impl SocketClient {
+    /// Connects to the socket at `path`.
+    pub fn connect(path: &Path) -> SocketClient {
+        let stream = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect to {}: {e}", path.display()));
+        let reader = stream.try_clone().expect("clone the socket");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || read_frames(reader, tx));
+        SocketClient {
+            stream,
+            frames: rx,
+            notifications: VecDeque::new(),
+            next_id: 1,
+            framing: Framing::Ndjson,
+        }
+    }
+
+    /// Sends one JSON value as it is, in [`framing`](Self::framing).
+    pub fn send(&mut self, value: &Value) {
+        let body = value.to_string();
+        let bytes = match self.framing {
+            Framing::Ndjson => format!("{body}\n"),
+            Framing::ContentLength => format!("Content-Length: {}\r\n\r\n{body}", body.len()),
+        };
+        self.stream.write_all(bytes.as_bytes()).expect("write to the socket");
+    }
+
+    /// Sends a request and returns its id.
+    pub fn request(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// Next frame from the daemon on this connection, with its framing.
+    pub fn next_frame(&mut self) -> (Framing, Value) {
+        match self.frames.recv_timeout(REPLY_TIMEOUT) {
+            Ok(frame) => frame,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("nothing on the socket within {REPLY_TIMEOUT:?}"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the daemon closed the socket connection"),
+        }
+    }
+
+    /// Waits for the reply to request `id` (the whole response object), keeping notifications.
+    pub fn reply_to(&mut self, id: u64) -> Value {
+        loop {
+            let (_, frame) = self.next_frame();
+            if frame.get("method").is_some() && frame.get("id").is_none() {
+                self.notifications.push_back(frame);
+            } else if frame["id"] == json!(id) {
+                return frame;
+            }
+        }
+    }
+
+    /// Sends a request and waits for its reply (the whole response object).
+    pub fn call_raw(&mut self, method: &str, params: Value) -> Value {
+        let id = self.request(method, params);
+        self.reply_to(id)
+    }
+
+    /// Calls a method that must succeed; returns its result.
+    pub fn call(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.call_raw(method, params);
+        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
+        reply["result"].clone()
+    }
+
+    /// Calls a method that must fail; returns the error object.
+    pub fn call_err(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.call_raw(method, params);
+        assert!(
+            reply.get("result").is_none(),
+            "{method} unexpectedly succeeded: {reply}"
+        );
+        reply["error"].clone()
+    }
+
+    /// The next notification (`method` without `id`), kept or still to arrive.
+    pub fn next_notification(&mut self) -> Value {
+        if let Some(kept) = self.notifications.pop_front() {
+            return kept;
+        }
+        loop {
+            let (_, frame) = self.next_frame();
+            if frame.get("method").is_some() && frame.get("id").is_none() {
+                return frame;
+            }
+        }
+    }
+
+    /// A notification that arrives within `wait`, if any (for checking that none comes).
+    pub fn notification_within(&mut self, wait: Duration) -> Option<Value> {
+        if let Some(kept) = self.notifications.pop_front() {
+            return Some(kept);
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok((_, frame)) if frame.get("method").is_some() && frame.get("id").is_none() => return Some(frame),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
 }
 
 impl Drop for Daemon {
@@ -203,15 +357,25 @@ impl Drop for Daemon {
     }
 }
 
-/// Parses stdout into frames, detecting the framing of each; anything else fails the test.
-fn read_frames(stdout: ChildStdout, tx: mpsc::Sender<(Framing, Value)>) {
-    let mut reader = BufReader::new(stdout);
+impl Drop for SocketClient {
+    /// Closes the connection for both sides (the reader thread holds a clone of the stream).
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Parses satchel's output (stdout or a socket) into frames, detecting the framing of each; anything else fails the test.
+fn read_frames(stream: impl Read, tx: mpsc::Sender<(Framing, Value)>) {
+    let mut reader = BufReader::new(stream);
     let mut line = String::new();
     loop {
         line.clear();
-        // Invalid UTF-8 on stdout is a failure, not an end of stream.
-        if reader.read_line(&mut line).expect("satchel's stdout is UTF-8") == 0 {
-            return;
+        // Invalid UTF-8 is a failure, not an end of stream; a connection reset is an end.
+        match reader.read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => panic!("satchel's output is not UTF-8: {e}"),
+            Err(_) => return,
         }
         let (framing, body) = if let Some(len) = line.strip_prefix("Content-Length: ") {
             let len: usize = len.trim().parse().expect("Content-Length value");

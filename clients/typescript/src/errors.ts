@@ -42,6 +42,7 @@ export class FileNotFound extends sub(-32003) {}
 export class StorageFailure extends sub(-32004) {}
 export class SummarizeFailed extends sub(-32005) {}
 export class PayloadTooLarge extends sub(-32007) {}
+export class ResponseTooLarge extends sub(-32008) {}
 
 /** Error class by code. */
 export const ERROR_CLASSES: Readonly<Record<number, Sub>> = {
@@ -57,6 +58,7 @@ export const ERROR_CLASSES: Readonly<Record<number, Sub>> = {
   [-32004]: StorageFailure,
   [-32005]: SummarizeFailed,
   [-32007]: PayloadTooLarge,
+  [-32008]: ResponseTooLarge,
 };
 
 /** The error for a JSON-RPC `error` object: the class of its code, else a plain SatchelError. */

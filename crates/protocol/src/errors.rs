@@ -34,11 +34,13 @@ pub enum ErrorCode {
     SummarizeFailed,
     /// -32007: the request exceeds the size limit (jsonrpsee's own code, kept as is).
     PayloadTooLarge,
+    /// -32008: the reply would exceed the size limit (jsonrpsee's own code, kept as is).
+    ResponseTooLarge,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used to generate the documentation).
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -51,6 +53,7 @@ impl ErrorCode {
         ErrorCode::StorageFailure,
         ErrorCode::SummarizeFailed,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::ResponseTooLarge,
     ];
 
     /// The numeric code sent on the wire.
@@ -68,6 +71,7 @@ impl ErrorCode {
             ErrorCode::StorageFailure => -32004,
             ErrorCode::SummarizeFailed => -32005,
             ErrorCode::PayloadTooLarge => -32007,
+            ErrorCode::ResponseTooLarge => -32008,
         }
     }
 
@@ -86,6 +90,7 @@ impl ErrorCode {
             ErrorCode::StorageFailure => "StorageFailure",
             ErrorCode::SummarizeFailed => "SummarizeFailed",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
+            ErrorCode::ResponseTooLarge => "ResponseTooLarge",
         }
     }
 
@@ -110,6 +115,9 @@ impl ErrorCode {
                 "The summariser failed (`context.compact`); nothing was compacted and the session is unchanged."
             }
             ErrorCode::PayloadTooLarge => "The request is larger than the transport's size limit.",
+            ErrorCode::ResponseTooLarge => {
+                "The reply would be larger than the transport's size limit (`--max-message-bytes`)."
+            }
         }
     }
 }

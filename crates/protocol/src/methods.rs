@@ -361,6 +361,14 @@ pub enum Pressure {
     Critical,
 }
 
+impl TokenUsage {
+    /// The pressure of this request, with the threshold of the request that produced it (a
+    /// request may override the configured ratio).
+    pub fn pressure(&self) -> Pressure {
+        Pressure::of(self.total, self.limit, self.threshold as f64 / self.limit.max(1) as f64)
+    }
+}
+
 impl Pressure {
     /// The pressure of `total` tokens under `limit` with compaction at `threshold_ratio`.
     pub fn of(total: u64, limit: u64, threshold_ratio: f64) -> Pressure {

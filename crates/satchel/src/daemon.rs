@@ -27,8 +27,8 @@ use satchel_core::truncate::TextStats;
 use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, ContextEvent,
     FormatHint, InitializeParams, InitializeResult, InspectParams, InspectResult, MessageFormat, OffloadedResult,
-    Phase, PrepareParams, PrepareResult, Pressure, ReadParams, ReadResult, Reconciliation, SessionSummary,
-    SessionsResult, TokenUsage, WatchParams, WatchResult,
+    Phase, PrepareParams, PrepareResult, ReadParams, ReadResult, Reconciliation, SessionSummary, SessionsResult,
+    TokenUsage, WatchParams, WatchResult,
 };
 use satchel_storage::{
     CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, MemoryFiles, OffloadStore,
@@ -753,10 +753,7 @@ impl Daemon {
                         live: true,
                         messages: Some(session.entries.len()),
                         tokens: session.last_usage.as_ref().map(|u| u.total),
-                        pressure: session
-                            .last_usage
-                            .as_ref()
-                            .map(|u| Pressure::of(u.total, u.limit, self.config.compact_threshold_ratio)),
+                        pressure: session.last_usage.as_ref().map(TokenUsage::pressure),
                         compactions: Some(session.compactions.len()),
                         session_id: session_id.clone(),
                     },
@@ -800,7 +797,7 @@ impl Daemon {
         let event = ContextEvent {
             session_id: id.to_owned(),
             kind: kind.to_owned(),
-            pressure: Pressure::of(tokens.total, tokens.limit.max(1), self.config.compact_threshold_ratio),
+            pressure: tokens.pressure(),
             tokens,
             messages: session.entries.len(),
             compactions: session.compactions.len(),
@@ -828,12 +825,7 @@ impl Daemon {
         Ok(InspectResult {
             session_id: params.session_id,
             format: session.format,
-            // The threshold of the request that produced these figures, which may override the base config.
-            pressure: Pressure::of(
-                tokens.total,
-                tokens.limit,
-                tokens.threshold as f64 / tokens.limit.max(1) as f64,
-            ),
+            pressure: tokens.pressure(),
             tokens,
             messages: session.entries.len(),
             archived_messages: session.archived_count(),

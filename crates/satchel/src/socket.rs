@@ -55,7 +55,11 @@ pub fn lock_workspace(workspace: &Path) -> anyhow::Result<WorkspaceLock> {
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
     match file.try_lock() {
-        Ok(()) => Ok(WorkspaceLock { _file: file }),
+        Ok(()) => {
+            // Holding the lock proves no daemon runs here: a leftover record is from a crash.
+            let _ = fs::remove_file(run.join(DAEMON_FILE));
+            Ok(WorkspaceLock { _file: file })
+        }
         Err(fs::TryLockError::WouldBlock) => {
             let holder = read_daemon_info(workspace)
                 .map(|i| format!(" (pid {}, socket {})", i.pid, i.socket.display()))
@@ -108,8 +112,11 @@ pub fn bind(workspace: &Path, path: &Path, _lock: &WorkspaceLock) -> anyhow::Res
         Ok(_) => bail!("{} exists and is not a socket", path.display()),
         Err(_) => {}
     }
-    // Short, so any path that fits `sun_path` also fits while staging.
-    let staging = dir.join(format!(".s{:08x}", rand_u32()));
+    // No longer than the final name (within reason), so a path that fits `sun_path` also fits
+    // while staging.
+    let final_len = path.file_name().map_or(0, |n| n.len());
+    let hex = format!("{:08x}", rand_u32());
+    let staging = dir.join(format!(".{}", &hex[..final_len.saturating_sub(1).clamp(2, 8)]));
     let listener = UnixListener::bind(&staging).with_context(|| format!("binding {}", staging.display()))?;
     let placed =
         fs::set_permissions(&staging, fs::Permissions::from_mode(0o600)).and_then(|()| fs::rename(&staging, &path));

@@ -124,6 +124,11 @@ class PayloadTooLarge(SatchelError):
     """The request is larger than the transport's size limit (``--max-message-bytes``)."""
 
 
+@_code(-32008)
+class ResponseTooLarge(SatchelError):
+    """The reply would be larger than the transport's size limit (``--max-message-bytes``)."""
+
+
 def error_from_response(error: Mapping[str, Any]) -> SatchelError:
     """The exception for a JSON-RPC ``error`` object: its code's class, else the base class."""
     code = error.get("code")
