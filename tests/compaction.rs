@@ -7,12 +7,12 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Daemon, reconstruct};
+use support::{Daemon, archive_lines, archived, reconstruct};
 
 /// First line of the summary message.
 const HEADING: &str = "# Summary of previous conversation";
@@ -455,49 +455,6 @@ fn check_report(report: &Value, manual: bool) {
 // ---------------------------------------------------------------------------------------------
 // Workspace files
 // ---------------------------------------------------------------------------------------------
-
-/// Every line of the dialog archive: (workspace-relative file, 1-based line number, line).
-fn archive_lines(workspace: &Path) -> Vec<(String, usize, Value)> {
-    let Ok(dir) = std::fs::read_dir(workspace.join("dialog")) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = dir
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".jsonl"))
-        .collect();
-    names.sort();
-    let mut lines = Vec::new();
-    for name in names {
-        let text = std::fs::read_to_string(workspace.join("dialog").join(&name)).unwrap();
-        assert!(
-            text.is_empty() || text.ends_with('\n'),
-            "dialog/{name} ends with a torn line"
-        );
-        for (i, line) in text.lines().enumerate() {
-            let value: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("dialog/{name}:{}: {e}", i + 1));
-            lines.push((format!("dialog/{name}"), i + 1, value));
-        }
-    }
-    lines
-}
-
-/// The archived lines of `session` by original index; fails when an index is archived twice.
-fn archived(workspace: &Path, session: &str) -> BTreeMap<usize, Value> {
-    let mut by_index = BTreeMap::new();
-    for (file, line, value) in archive_lines(workspace) {
-        if value["session_id"] != session {
-            continue;
-        }
-        let index = n(&value["index"]) as usize;
-        if let Some(earlier) = by_index.insert(index, value) {
-            panic!(
-                "message {index} is archived twice ({file}:{line}, earlier by compaction {})",
-                earlier["compaction_id"]
-            );
-        }
-    }
-    by_index
-}
 
 /// The records of a session log.
 fn session_records(workspace: &Path, session: &str) -> Vec<Value> {

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Daemon, reconstruct};
+use support::{Daemon, archived, reconstruct};
 
 const API_KEY_ENV: &str = "SATCHEL_TEST_KEY";
 const API_KEY: &str = "sk-test-secret";
@@ -655,38 +655,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// The dialog archive lines of `session` by original index; fails when one is archived twice.
-fn archived(workspace: &Path, session: &str) -> BTreeMap<usize, Value> {
-    let mut by_index = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir(workspace.join("dialog")) else {
-        return by_index;
-    };
-    for entry in dir {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "jsonl") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(
-            text.is_empty() || text.ends_with('\n'),
-            "{} ends with a torn line",
-            path.display()
-        );
-        for (i, line) in text.lines().enumerate() {
-            let value: Value =
-                serde_json::from_str(line).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1));
-            if value["session_id"] != session {
-                continue;
-            }
-            let index = n(&value["index"]) as usize;
-            if by_index.insert(index, value).is_some() {
-                panic!("message {index} is archived twice");
-            }
-        }
-    }
-    by_index
 }
 
 /// Every compaction the session log begins is also logged done, once, in order.

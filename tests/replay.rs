@@ -19,44 +19,20 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::trajectories::{
+    Format, MARKER, NOTICE_START, Trajectory, call_ids, check_pairing, diff_strings, has_tool_call, load_shared_data,
+    parse_notice, result_ids, result_text_pointers, role, str_field,
+};
 use support::{Daemon, number_after, quoted_after, read_from, reconstruct};
 
-/// First line of every truncation notice.
-const MARKER: &str = "<<<TRUNCATED>>>";
-/// How a notice starts, right after the kept head.
-const NOTICE_START: &str = "<<<TRUNCATED>>>\nThe output above was truncated.\n\
-                            The full content is saved to the file and contains ";
 /// Separates the notice from the kept tail.
 const TAIL_MARKER: &str = "<<<TAIL>>>";
 /// At most this many failures are kept per replay job (the first ones matter).
 const MAX_FAILURES: usize = 20;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
-    Openai,
-    Anthropic,
-}
-
-impl Format {
-    fn wire_name(self) -> &'static str {
-        match self {
-            Format::Openai => "openai",
-            Format::Anthropic => "anthropic",
-        }
-    }
-}
-
-struct Trajectory {
-    name: String,
-    session_id: String,
-    format: Format,
-    system: Option<Value>,
-    messages: Vec<Value>,
-}
 
 /// One configuration the trajectories are replayed under.
 struct Pass {
@@ -129,179 +105,8 @@ impl Stats {
     }
 }
 
-fn data_dir() -> PathBuf {
-    match std::env::var_os("SATCHEL_SHARED_DATA") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
-    }
-}
-
-/// `[A-Za-z0-9._-]`, prefixed with the file's position so two names cannot collide.
-fn session_id(position: usize, stem: &str) -> String {
-    let clean: String = stem
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let mut id = format!("{position:03}-{clean}");
-    id.truncate(128);
-    id
-}
-
-fn load_folder(dir: &Path, format: Format) -> Vec<Trajectory> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut paths: Vec<PathBuf> = entries
-        .map(|e| e.expect("read data dir").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .enumerate()
-        .map(|(position, path)| {
-            let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-            let doc: Value = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
-            let messages = doc["messages"]
-                .as_array()
-                .unwrap_or_else(|| panic!("{} has no `messages` list", path.display()))
-                .clone();
-            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-            Trajectory {
-                name: format!("{}/{}", dir.file_name().unwrap().to_string_lossy(), stem),
-                session_id: session_id(position, &stem),
-                format,
-                system: doc.get("system").filter(|s| !s.is_null()).cloned(),
-                messages,
-            }
-        })
-        .collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Format knowledge, written independently of satchel's crates.
-
-fn role(message: &Value) -> &str {
-    message.get("role").and_then(Value::as_str).unwrap_or("")
-}
-
-fn blocks(message: &Value) -> impl Iterator<Item = &Value> {
-    message.get("content").and_then(Value::as_array).into_iter().flatten()
-}
-
-fn block_type(block: &Value) -> &str {
-    block.get("type").and_then(Value::as_str).unwrap_or("")
-}
-
-fn str_field(value: &Value, key: &str) -> String {
-    value.get(key).and_then(Value::as_str).unwrap_or("").to_owned()
-}
-
-fn call_ids(message: &Value, format: Format) -> Vec<String> {
-    if role(message) != "assistant" {
-        return Vec::new();
-    }
-    match format {
-        Format::Openai => message
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|c| str_field(c, "id"))
-            .collect(),
-        Format::Anthropic => blocks(message)
-            .filter(|b| block_type(b) == "tool_use")
-            .map(|b| str_field(b, "id"))
-            .collect(),
-    }
-}
-
-fn result_ids(message: &Value, format: Format) -> Vec<String> {
-    match format {
-        Format::Openai if role(message) == "tool" => vec![str_field(message, "tool_call_id")],
-        Format::Openai => Vec::new(),
-        Format::Anthropic => blocks(message)
-            .filter(|b| block_type(b) == "tool_result")
-            .map(|b| str_field(b, "tool_use_id"))
-            .collect(),
-    }
-}
-
-fn has_tool_call(message: &Value) -> bool {
-    !call_ids(message, Format::Openai).is_empty() || !call_ids(message, Format::Anthropic).is_empty()
-}
-
-/// JSON pointers of the texts of a message's tool results (the only strings satchel may cut).
-fn result_text_pointers(message: &Value, format: Format) -> HashSet<String> {
-    fn push(content: Option<&Value>, base: String, out: &mut HashSet<String>) {
-        match content {
-            Some(Value::String(_)) => {
-                out.insert(base);
-            }
-            Some(Value::Array(parts)) => {
-                for (i, part) in parts.iter().enumerate() {
-                    if block_type(part) == "text" && part.get("text").is_some_and(Value::is_string) {
-                        out.insert(format!("{base}/{i}/text"));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = HashSet::new();
-    match format {
-        Format::Openai if role(message) == "tool" => push(message.get("content"), "/content".into(), &mut out),
-        Format::Openai => {}
-        Format::Anthropic => {
-            for (i, block) in blocks(message).enumerate() {
-                if block_type(block) == "tool_result" {
-                    push(block.get("content"), format!("/content/{i}/content"), &mut out);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The API's pairing rule: every result answers an open call of the nearest preceding assistant
-/// message, with only other results in between (OpenAI) or in the very next message
-/// (Anthropic), each call answered once; calls still open at the end of the list are allowed.
-fn check_pairing(messages: &[Value], format: Format) -> Result<(), String> {
-    let mut open: Vec<String> = Vec::new();
-    let mut last_assistant: Option<usize> = None;
-    for (index, message) in messages.iter().enumerate() {
-        for id in result_ids(message, format) {
-            match open.iter().position(|c| *c == id) {
-                Some(pos) => {
-                    open.remove(pos);
-                }
-                None => {
-                    return Err(format!(
-                        "message {index}: tool result {id:?} answers no open call of the preceding assistant \
-                         message ({last_assistant:?})"
-                    ));
-                }
-            }
-        }
-        let may_answer_later = format == Format::Openai && role(message) == "tool";
-        if !may_answer_later && !open.is_empty() {
-            return Err(format!(
-                "message {index}: calls {open:?} of message {last_assistant:?} are not answered before it"
-            ));
-        }
-        if role(message) == "assistant" {
-            open = call_ids(message, format);
-            last_assistant = Some(index);
-        }
-    }
-    Ok(())
-}
 
 type Shape = (String, Vec<String>, Vec<String>);
 
@@ -315,63 +120,6 @@ fn shape(message: &Value, format: Format) -> Shape {
 
 // ---------------------------------------------------------------------------------------------
 // Comparing a returned message with the one sent.
-
-fn escape_pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
-/// Walks both values together: any difference other than between two strings is an error;
-/// differing strings are collected with their pointer.
-fn diff_strings<'a>(
-    sent: &'a Value,
-    got: &'a Value,
-    pointer: &mut String,
-    out: &mut Vec<(String, &'a str, &'a str)>,
-) -> Result<(), String> {
-    match (sent, got) {
-        (Value::String(a), Value::String(b)) => {
-            if a != b {
-                out.push((pointer.clone(), a, b));
-            }
-            Ok(())
-        }
-        (Value::Array(a), Value::Array(b)) => {
-            if a.len() != b.len() {
-                return Err(format!(
-                    "array at {pointer:?} has {} items, {} were sent",
-                    b.len(),
-                    a.len()
-                ));
-            }
-            for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                let len = pointer.len();
-                pointer.push_str(&format!("/{i}"));
-                diff_strings(x, y, pointer, out)?;
-                pointer.truncate(len);
-            }
-            Ok(())
-        }
-        (Value::Object(a), Value::Object(b)) => {
-            if a.len() != b.len() || a.keys().any(|k| !b.contains_key(k)) {
-                let sent_keys: Vec<_> = a.keys().collect();
-                let got_keys: Vec<_> = b.keys().collect();
-                return Err(format!(
-                    "object at {pointer:?} has keys {got_keys:?}, {sent_keys:?} were sent"
-                ));
-            }
-            for (k, x) in a {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&escape_pointer_token(k));
-                diff_strings(x, &b[k], pointer, out)?;
-                pointer.truncate(len);
-            }
-            Ok(())
-        }
-        _ if sent == got => Ok(()),
-        _ => Err(format!("value at {pointer:?} is {got}, {sent} was sent")),
-    }
-}
 
 /// A tool-result text returned as an excerpt.
 struct Cut<'a> {
@@ -440,37 +188,6 @@ fn check_list<'a>(sent: &'a [Value], returned: &'a [Value], format: Format) -> R
 
 // ---------------------------------------------------------------------------------------------
 // Checking one excerpt against the original, the file and `context.read`.
-
-/// The numbers of a notice, located robustly: the head is `original[..head_bytes]`, so the
-/// notice is the occurrence of [`NOTICE_START`] right after such a head (an original may itself
-/// contain notice-like text).
-struct Notice {
-    head_bytes: usize,
-    /// Where the notice starts in the excerpt.
-    start: usize,
-    path: String,
-    total_lines: usize,
-    total_bytes: usize,
-}
-
-fn parse_notice(excerpt: &str, original: &str) -> Option<Notice> {
-    excerpt.match_indices(NOTICE_START).find_map(|(start, _)| {
-        let notice = &excerpt[start..];
-        let head_bytes = number_after(notice, "covers the next ")?;
-        let head = original.get(..head_bytes)?;
-        let separator = usize::from(!head.is_empty() && !head.ends_with('\n'));
-        if head_bytes + separator != start || !excerpt.starts_with(head) {
-            return None;
-        }
-        Some(Notice {
-            head_bytes,
-            start,
-            path: quoted_after(notice, "file_path=")?,
-            total_lines: number_after(notice, "and contains ")?,
-            total_bytes: number_after(notice, "lines in total (")?,
-        })
-    })
-}
 
 fn line_count(text: &str) -> usize {
     text.bytes().filter(|&b| b == b'\n').count() + usize::from(!text.is_empty() && !text.ends_with('\n'))
@@ -772,26 +489,10 @@ fn replay_job(trajectories: &[Trajectory], pass: &Pass) -> Stats {
 
 #[test]
 fn replaying_the_shared_trajectories_keeps_pairs_and_loses_no_byte() {
-    let dir = data_dir();
-    if !dir.is_dir() {
-        eprintln!("SKIPPED: no shared data at {} (set SATCHEL_SHARED_DATA)", dir.display());
-        return;
-    }
-    let dir = dir.canonicalize().unwrap_or(dir);
     let started = Instant::now();
-    let folders = [
-        ("trajectories", load_folder(&dir.join("trajectories"), Format::Openai)),
-        (
-            "trajectories_anthropic",
-            load_folder(&dir.join("trajectories_anthropic"), Format::Anthropic),
-        ),
-    ];
-    let total_files: usize = folders.iter().map(|(_, t)| t.len()).sum();
-    assert!(
-        total_files > 0,
-        "{} exists but holds no trajectories/*.json nor trajectories_anthropic/*.json",
-        dir.display()
-    );
+    let Some((dir, folders)) = load_shared_data() else {
+        return;
+    };
 
     let passes = [
         Pass {

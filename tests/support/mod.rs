@@ -2,7 +2,7 @@
 //! workspace and speaks JSON-RPC to it over stdio, in either framing.
 #![allow(dead_code, reason = "each test binary uses a different part of the harness")]
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -11,6 +11,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+pub mod trajectories;
 
 /// How long a test waits for one reply before failing (generous: CI machines are shared).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -434,4 +436,49 @@ pub fn quoted_after(text: &str, prefix: &str) -> Option<String> {
     let start = text.find(prefix)? + prefix.len();
     let mut de = serde_json::Deserializer::from_str(&text[start..]).into_iter::<String>();
     de.next()?.ok()
+}
+
+/// Every line of the dialog archive: (workspace-relative file, 1-based line number, line).
+pub fn archive_lines(workspace: &Path) -> Vec<(String, usize, Value)> {
+    let Ok(dir) = std::fs::read_dir(workspace.join("dialog")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".jsonl"))
+        .collect();
+    names.sort();
+    let mut lines = Vec::new();
+    for name in names {
+        let text = std::fs::read_to_string(workspace.join("dialog").join(&name)).unwrap();
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "dialog/{name} ends with a torn line"
+        );
+        for (i, line) in text.lines().enumerate() {
+            let value: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("dialog/{name}:{}: {e}", i + 1));
+            lines.push((format!("dialog/{name}"), i + 1, value));
+        }
+    }
+    lines
+}
+
+/// The archived lines of `session` by original index; fails when an index is archived twice.
+pub fn archived(workspace: &Path, session: &str) -> BTreeMap<usize, Value> {
+    let mut by_index = BTreeMap::new();
+    for (file, line, value) in archive_lines(workspace) {
+        if value["session_id"] != session {
+            continue;
+        }
+        let index = value["index"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("not a number: {}", value["index"])) as usize;
+        if let Some(earlier) = by_index.insert(index, value) {
+            panic!(
+                "message {index} is archived twice ({file}:{line}, earlier by compaction {})",
+                earlier["compaction_id"]
+            );
+        }
+    }
+    by_index
 }
