@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use satchel_protocol::{ArchiveRange, CompactSummary, CriticalContext, MessageFormat};
 use serde_json::Value;
 
-use super::render::{ARCHIVE_HINT, SUMMARY_HEADING, archive_line, code_span, render_summary};
+use super::render::{SUMMARY_HEADING, budget_before_next_range, code_span, render_summary};
 use super::{SummarizeError, Summarizer, SummaryInput};
 use crate::format::{self, ToolCall};
 use crate::tokens::TokenCounter;
@@ -1025,19 +1025,7 @@ impl Draft {
     /// The largest summary (fewest items dropped, in [`Draft::drop_order`]) whose rendering
     /// fits `max_tokens`, leaving room for the archive range the caller appends next.
     fn fit(self, max_tokens: u64, counter: &TokenCounter) -> CompactSummary {
-        let next_range = ArchiveRange {
-            file: "dialog/0000-00-00.jsonl".into(),
-            start_line: 999_999,
-            end_line: 999_999,
-            first_index: 999_999,
-            last_index: 999_999,
-            messages: 999_999,
-        };
-        let mut reserve = counter.count_text(&archive_line(&next_range)) + 1;
-        if self.archive.is_empty() {
-            reserve += counter.count_text(ARCHIVE_HINT) + 1;
-        }
-        let budget = max_tokens.saturating_sub(reserve);
+        let budget = budget_before_next_range(self.archive.is_empty(), max_tokens, counter);
         let order = self.drop_order();
         let tokens = |dropped: usize| counter.count_text(&render_summary(&self.build(&order, dropped)));
         if tokens(0) <= budget {

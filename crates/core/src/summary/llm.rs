@@ -21,12 +21,12 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
+use satchel_protocol::{CompactSummary, MessageFormat};
 use serde_json::Value;
 
 use super::extractive::ExtractiveSummarizer;
 use super::prompts;
-use super::render::{ARCHIVE_HINT, SUMMARY_HEADING, archive_line, render_summary};
+use super::render::{SUMMARY_HEADING, budget_before_next_range, render_summary};
 use super::{SummarizeError, Summarizer, SummaryInput};
 use crate::format;
 use crate::tokens::TokenCounter;
@@ -1000,19 +1000,7 @@ fn fit(
     max_tokens: u64,
     counter: &TokenCounter,
 ) -> CompactSummary {
-    let next_range = ArchiveRange {
-        file: "dialog/0000-00-00.jsonl".into(),
-        start_line: 999_999,
-        end_line: 999_999,
-        first_index: 999_999,
-        last_index: 999_999,
-        messages: 999_999,
-    };
-    let mut reserve = counter.count_text(&archive_line(&next_range)) + 1;
-    if summary.archive.is_empty() {
-        reserve += counter.count_text(ARCHIVE_HINT) + 1;
-    }
-    let budget = max_tokens.saturating_sub(reserve);
+    let budget = budget_before_next_range(summary.archive.is_empty(), max_tokens, counter);
     let fits = |s: &CompactSummary| counter.count_text(&render_summary(s)) <= budget;
     if fits(&summary) {
         return summary;
@@ -1037,6 +1025,7 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
+    use satchel_protocol::ArchiveRange;
     use satchel_protocol::config::Tokenizer;
     use serde_json::json;
 

@@ -14,6 +14,8 @@ use std::borrow::Cow;
 
 use satchel_protocol::{ArchiveRange, CompactSummary};
 
+use crate::tokens::TokenCounter;
+
 /// First line of the message that carries the summary into the context.
 pub const SUMMARY_HEADING: &str = "# Summary of previous conversation";
 
@@ -64,6 +66,25 @@ pub fn render_summary(summary: &CompactSummary) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Tokens a summary's rendering may use so that it still fits `max_tokens` once the caller
+/// appends the archive range of the compaction in progress (and, for a first compaction, the
+/// reading hint that comes with the path guide). Both summarisers budget with it.
+pub(crate) fn budget_before_next_range(first_range: bool, max_tokens: u64, counter: &TokenCounter) -> u64 {
+    let widest = ArchiveRange {
+        file: "dialog/0000-00-00.jsonl".into(),
+        start_line: 999_999,
+        end_line: 999_999,
+        first_index: 999_999,
+        last_index: 999_999,
+        messages: 999_999,
+    };
+    let mut reserve = counter.count_text(&archive_line(&widest)) + 1;
+    if first_range {
+        reserve += counter.count_text(ARCHIVE_HINT) + 1;
+    }
+    max_tokens.saturating_sub(reserve)
 }
 
 /// The full text of the summary message: [`SUMMARY_HEADING`], the peer's introduction, the
