@@ -94,6 +94,27 @@ pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
     }
 }
 
+/// Ids of the tool calls an assistant message makes, borrowed: the repair pass needs only
+/// these, on every call, for every message, so it must not copy arguments.
+pub fn tool_call_ids(message: &Value, format: MessageFormat) -> Vec<&str> {
+    if role(message) != Some("assistant") {
+        return Vec::new();
+    }
+    match format {
+        MessageFormat::Openai => message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|call| call.get("id")?.as_str())
+            .collect(),
+        MessageFormat::Anthropic => content_blocks(message)
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .filter_map(|b| b.get("id")?.as_str())
+            .collect(),
+    }
+}
+
 fn content_blocks(message: &Value) -> impl Iterator<Item = &Value> {
     message.get("content").and_then(Value::as_array).into_iter().flatten()
 }

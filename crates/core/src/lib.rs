@@ -7,6 +7,7 @@
 
 pub mod compact;
 pub mod format;
+pub mod hash;
 pub mod offload;
 pub mod render;
 pub mod repair;

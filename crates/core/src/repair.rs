@@ -65,13 +65,45 @@ pub enum Repair {
     InsertedLeadingUser,
 }
 
+/// A message as the repair pass handles it: read in place, taken apart only when it must
+/// change.
+///
+/// The daemon hands in its cached rendered messages by reference, so repairing a valid list of
+/// thousands of messages copies none of them; only a message the pass changes becomes owned.
+pub trait RepairItem: Sized {
+    /// The message.
+    fn value(&self) -> &Value;
+    /// The message as an owned value, to be changed.
+    fn into_value(self) -> Value;
+    /// An item for a message the pass wrote or changed.
+    fn from_value(value: Value) -> Self;
+}
+
+impl RepairItem for Value {
+    fn value(&self) -> &Value {
+        self
+    }
+
+    fn into_value(self) -> Value {
+        self
+    }
+
+    fn from_value(value: Value) -> Self {
+        value
+    }
+}
+
 /// Makes `messages` valid for `format`; returns the repaired list and what changed.
 ///
 /// A valid list comes back identical with no repairs. With `allow_pending_tail`, calls of an
 /// assistant message at the very end (OpenAI: followed only by some of its results) are left
 /// unanswered, because the client is about to run them; otherwise they get synthetic results.
 /// Runs in time linear in the size of the list.
-pub fn repair(messages: Vec<Value>, format: MessageFormat, allow_pending_tail: bool) -> (Vec<Value>, Vec<Repair>) {
+pub fn repair<M: RepairItem>(
+    messages: Vec<M>,
+    format: MessageFormat,
+    allow_pending_tail: bool,
+) -> (Vec<M>, Vec<Repair>) {
     match format {
         MessageFormat::Openai => repair_openai(messages, allow_pending_tail),
         MessageFormat::Anthropic => repair_anthropic(messages, allow_pending_tail),
@@ -94,7 +126,10 @@ struct OpenCalls {
 
 impl OpenCalls {
     fn of(message: &Value, format: MessageFormat) -> Self {
-        let order: Vec<String> = format::tool_calls(message, format).into_iter().map(|c| c.id).collect();
+        let order: Vec<String> = format::tool_call_ids(message, format)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let mut waiting = HashMap::with_capacity(order.len());
         for id in &order {
             *waiting.entry(id.clone()).or_insert(0) += 1;
@@ -124,15 +159,19 @@ fn take_one(waiting: &mut HashMap<String, usize>, id: &str) -> bool {
     }
 }
 
-fn repair_openai(messages: Vec<Value>, allow_pending_tail: bool) -> (Vec<Value>, Vec<Repair>) {
+fn repair_openai<M: RepairItem>(messages: Vec<M>, allow_pending_tail: bool) -> (Vec<M>, Vec<Repair>) {
     let mut out = Vec::with_capacity(messages.len());
     let mut repairs = Vec::new();
     // Calls of the nearest preceding assistant message while its run of `tool` messages lasts;
     // `None` once another message ended the run, since later results can no longer answer.
     let mut run: Option<OpenCalls> = None;
     for message in messages {
-        if role(&message) == Some("tool") {
-            let id = message.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
+        if role(message.value()) == Some("tool") {
+            let id = message
+                .value()
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             if run.as_mut().is_some_and(|calls| calls.answer(id)) {
                 out.push(message);
             } else {
@@ -146,8 +185,8 @@ fn repair_openai(messages: Vec<Value>, allow_pending_tail: bool) -> (Vec<Value>,
         if let Some(calls) = run.take() {
             close_openai(calls, &mut out, &mut repairs);
         }
-        if role(&message) == Some("assistant") {
-            run = Some(OpenCalls::of(&message, MessageFormat::Openai));
+        if role(message.value()) == Some("assistant") {
+            run = Some(OpenCalls::of(message.value(), MessageFormat::Openai));
         }
         out.push(message);
     }
@@ -160,22 +199,32 @@ fn repair_openai(messages: Vec<Value>, allow_pending_tail: bool) -> (Vec<Value>,
 }
 
 /// Ends a run of `tool` messages with a synthetic result for each call it left unanswered.
-fn close_openai(calls: OpenCalls, out: &mut Vec<Value>, repairs: &mut Vec<Repair>) {
+fn close_openai<M: RepairItem>(calls: OpenCalls, out: &mut Vec<M>, repairs: &mut Vec<Repair>) {
     for call_id in calls.unanswered() {
         repairs.push(Repair::SyntheticResult {
             index: out.len(),
             call_id: call_id.clone(),
         });
-        out.push(json!({"role": "tool", "tool_call_id": call_id, "content": NO_RESULT}));
+        out.push(M::from_value(
+            json!({"role": "tool", "tool_call_id": call_id, "content": NO_RESULT}),
+        ));
     }
 }
 
 /// Consecutive non-empty messages of one role, which the API needs as a single message.
-#[derive(Default)]
-struct Turn {
-    messages: Vec<Value>,
+struct Turn<M> {
+    messages: Vec<M>,
     /// Empty messages dropped inside or just before the turn, reported at its position.
     dropped_empty: usize,
+}
+
+impl<M> Default for Turn<M> {
+    fn default() -> Self {
+        Turn {
+            messages: Vec::new(),
+            dropped_empty: 0,
+        }
+    }
 }
 
 /// The Anthropic repair, turn by turn.
@@ -183,14 +232,14 @@ struct Turn {
 /// Grouping by turn before pairing means a call and its result survive a same-role split (two
 /// assistant messages, then the results of both) instead of being torn apart by a synthetic
 /// result inserted between them.
-struct Anthropic {
-    out: Vec<Value>,
+struct Anthropic<M> {
+    out: Vec<M>,
     repairs: Vec<Repair>,
     /// Calls of the last assistant turn, until the turn after it answers them.
     open: Option<OpenCalls>,
 }
 
-fn repair_anthropic(messages: Vec<Value>, allow_pending_tail: bool) -> (Vec<Value>, Vec<Repair>) {
+fn repair_anthropic<M: RepairItem>(messages: Vec<M>, allow_pending_tail: bool) -> (Vec<M>, Vec<Repair>) {
     let mut state = Anthropic {
         out: Vec::with_capacity(messages.len() + 1),
         repairs: Vec::new(),
@@ -201,11 +250,15 @@ fn repair_anthropic(messages: Vec<Value>, allow_pending_tail: bool) -> (Vec<Valu
     for message in messages {
         // The API rejects empty messages, and one between two messages of a role would keep
         // them from being merged.
-        if is_empty(&message) {
+        if is_empty(message.value()) {
             dropped_empty += 1;
             continue;
         }
-        if turn.messages.first().is_some_and(|first| role(first) != role(&message)) {
+        if turn
+            .messages
+            .first()
+            .is_some_and(|first: &M| role(first.value()) != role(message.value()))
+        {
             state.finish_turn(mem::take(&mut turn));
         }
         turn.dropped_empty += mem::take(&mut dropped_empty);
@@ -262,9 +315,9 @@ fn set_content(message: &mut Value, blocks: Vec<Value>) {
     }
 }
 
-impl Anthropic {
-    fn finish_turn(&mut self, turn: Turn) {
-        if turn.messages.first().and_then(role) == Some("user") {
+impl<M: RepairItem> Anthropic<M> {
+    fn finish_turn(&mut self, turn: Turn<M>) {
+        if turn.messages.first().and_then(|m| role(m.value())) == Some("user") {
             self.user_turn(turn);
         } else {
             self.other_turn(turn);
@@ -273,16 +326,17 @@ impl Anthropic {
 
     /// An assistant turn (or one of a role the API does not know, treated alike) becomes one
     /// message, after a user message that starts the list and closes calls left open.
-    fn other_turn(&mut self, turn: Turn) {
+    fn other_turn(&mut self, turn: Turn<M>) {
         // Only a turn of an unknown role can follow an assistant turn directly.
         self.close_calls();
         if self.out.is_empty() {
-            self.out.push(json!({"role": "user", "content": LEADING_USER}));
+            self.out
+                .push(M::from_value(json!({"role": "user", "content": LEADING_USER})));
             self.repairs.push(Repair::InsertedLeadingUser);
         }
         let mut messages = turn.messages;
         // A user turn that held nothing but orphans is gone; the turns around it join.
-        if self.out.last().map(role) == messages.first().map(role)
+        if self.out.last().map(|m| role(m.value())) == messages.first().map(|m| role(m.value()))
             && let Some(last) = self.out.pop()
         {
             messages.insert(0, last);
@@ -293,28 +347,29 @@ impl Anthropic {
         };
         let index = self.out.len();
         let message = self.join(first, messages, index);
-        self.open = Some(OpenCalls::of(&message, MessageFormat::Anthropic));
+        self.open = Some(OpenCalls::of(message.value(), MessageFormat::Anthropic));
         self.out.push(message);
         self.report_dropped_empty(turn.dropped_empty, index);
     }
 
     /// Joins `rest` into `first`, whose other fields the joined message keeps.
-    fn join(&mut self, mut first: Value, rest: impl ExactSizeIterator<Item = Value>, index: usize) -> Value {
+    fn join(&mut self, first: M, rest: impl ExactSizeIterator<Item = M>, index: usize) -> M {
         if rest.len() == 0 {
             return first;
         }
+        let mut first = first.into_value();
         let mut blocks = into_blocks(take_content(&mut first));
-        for mut message in rest {
+        for message in rest {
             self.repairs.push(Repair::MergedSameRole { index });
-            blocks.extend(into_blocks(take_content(&mut message)));
+            blocks.extend(into_blocks(take_content(&mut message.into_value())));
         }
         set_content(&mut first, blocks);
-        first
+        M::from_value(first)
     }
 
     /// A user turn answers the calls of the assistant turn before it: its answers go first,
     /// foreign and repeated answers go, missing ones are written, and it becomes one message.
-    fn user_turn(&mut self, turn: Turn) {
+    fn user_turn(&mut self, turn: Turn<M>) {
         let index = self.out.len();
         let mut open = self.open.take().unwrap_or_default();
         // Every result's fate is decided before anything is touched, so that a turn needing no
@@ -323,7 +378,7 @@ impl Anthropic {
         let mut seen_other = false;
         let mut moved = false;
         for message in &turn.messages {
-            match message.get("content") {
+            match message.value().get("content") {
                 Some(Value::Array(blocks)) => {
                     for block in blocks {
                         if !is_result(block) {
@@ -353,14 +408,15 @@ impl Anthropic {
             return;
         }
 
-        let Some(mut first) = messages.next() else {
+        let Some(first) = messages.next() else {
             return;
         };
+        let mut first = first.into_value();
         let merged = messages.len();
         let mut answers = answers.into_iter();
         let mut results = Vec::new();
         let mut others = Vec::new();
-        for content in iter::once(take_content(&mut first)).chain(messages.map(|mut m| take_content(&mut m))) {
+        for content in iter::once(take_content(&mut first)).chain(messages.map(|m| take_content(&mut m.into_value()))) {
             match content {
                 Value::Array(blocks) => {
                     for block in blocks {
@@ -393,7 +449,7 @@ impl Anthropic {
         self.repairs
             .extend(iter::repeat_n(Repair::MergedSameRole { index }, merged));
         set_content(&mut first, results);
-        self.out.push(first);
+        self.out.push(M::from_value(first));
     }
 
     /// Answers the calls still open with a user message of synthetic results.
@@ -411,7 +467,7 @@ impl Anthropic {
             blocks.push(synthetic_block(call_id));
         }
         if !blocks.is_empty() {
-            self.out.push(json!({"role": "user", "content": blocks}));
+            self.out.push(M::from_value(json!({"role": "user", "content": blocks})));
         }
     }
 

@@ -272,18 +272,24 @@ pub struct ContextEvent {
 }
 
 /// Params of `context.prepare`. Exactly one of `messages` and `append` is given.
+// `M` is how a message is held: a parsed `Value` for clients, while the daemon reads each
+// message as its raw JSON text (`Box<RawValue>`) so that a resent history is recognised by
+// hashing its text, without building a tree for messages it already has.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PrepareParams {
+#[schemars(rename = "PrepareParams", bound = "")]
+pub struct PrepareParams<M = Value> {
     /// Session to use; created on first use with `messages`. 1–128 characters of `[A-Za-z0-9._-]`.
     pub session_id: String,
     /// The full conversation. Satchel reconciles it with what it holds: a known prefix is not
     /// processed again, so sending the same list twice changes nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub messages: Option<Vec<Value>>,
+    #[schemars(with = "Option<Vec<Value>>")]
+    pub messages: Option<Vec<M>>,
     /// Only the messages that are new since the last call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub append: Option<Vec<Value>>,
+    #[schemars(with = "Option<Vec<Value>>")]
+    pub append: Option<Vec<M>>,
     /// Declared format; `auto` (default) detects it.
     #[serde(default)]
     pub format: FormatHint,
@@ -299,14 +305,19 @@ pub struct PrepareParams {
 }
 
 /// Result of `context.prepare`.
+// `L` is how the message list is held: parsed for clients, while the daemon writes the list
+// from the JSON text it keeps for each rendered message (`Box<RawValue>`), without encoding
+// unchanged messages again on every call.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct PrepareResult {
+#[schemars(rename = "PrepareResult", bound = "")]
+pub struct PrepareResult<L = Vec<Value>> {
     /// Echo of the session id.
     pub session_id: String,
     /// The format of `messages` (as received).
     pub format: MessageFormat,
     /// The request-ready conversation, every field satchel does not manage preserved.
-    pub messages: Vec<Value>,
+    #[schemars(with = "Vec<Value>")]
+    pub messages: L,
     /// Token usage per zone.
     pub tokens: TokenUsage,
     /// What this call did.

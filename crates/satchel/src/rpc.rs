@@ -9,9 +9,10 @@ use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
-    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, ErrorCode, Initialize,
-    Method,
+    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, Initialize, Method,
+    SessionsParams,
 };
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::daemon::Daemon;
@@ -21,15 +22,16 @@ use crate::transport::ClientHandle;
 /// The module serving every method of [`satchel_protocol`].
 pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {
     let mut module = RpcModule::from_arc(daemon);
-    register::<Initialize, _>(&mut module, |daemon, params, client| {
+    register::<Initialize, _, _, _>(&mut module, |daemon, params, client| {
         Ok(daemon.initialize(params, client, method_names()))
     })?;
-    register::<ContextPrepare, _>(&mut module, |daemon, params, client| daemon.prepare(params, client))?;
-    register::<ContextCompact, _>(&mut module, |daemon, params, client| daemon.compact_now(params, client))?;
-    register::<ContextRead, _>(&mut module, |daemon, params, _| daemon.read(params))?;
-    register::<ContextInspect, _>(&mut module, |daemon, params, _| daemon.inspect(params))?;
-    register::<ContextSessions, _>(&mut module, |daemon, _, _| daemon.sessions())?;
-    register::<ContextWatch, _>(&mut module, |daemon, params, client| daemon.watch(params, client))?;
+    // Messages stay JSON text on the way in and out: see `PrepareParams`.
+    register::<ContextPrepare, _, _, _>(&mut module, |daemon, params, client| daemon.prepare(params, client))?;
+    register::<ContextCompact, _, _, _>(&mut module, |daemon, params, client| daemon.compact_now(params, client))?;
+    register::<ContextRead, _, _, _>(&mut module, |daemon, params, _| daemon.read(params))?;
+    register::<ContextInspect, _, _, _>(&mut module, |daemon, params, _| daemon.inspect(params))?;
+    register::<ContextSessions, _, _, _>(&mut module, |daemon, _: SessionsParams, _| daemon.sessions())?;
+    register::<ContextWatch, _, _, _>(&mut module, |daemon, params, client| daemon.watch(params, client))?;
     Ok(module)
 }
 
@@ -48,37 +50,42 @@ fn method_names() -> Vec<String> {
     .to_vec()
 }
 
-fn register<M, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
+/// Registers method `M`, whose params decode as `P` and whose result encodes from `R`: the
+/// protocol's types, or for `context.prepare` the same shapes with messages kept as JSON text.
+fn register<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
 where
     M: Method,
-    M::Params: Send,
-    F: Fn(&Daemon, M::Params, Option<ClientHandle>) -> Result<M::Result, RpcError> + Clone + Send + Sync + 'static,
+    P: DeserializeOwned + Send,
+    R: Serialize + Clone + Send + 'static,
+    F: Fn(&Daemon, P, Option<ClientHandle>) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
 {
     module.register_blocking_method(
         M::NAME,
         move |params: Params, daemon: Arc<Daemon>, extensions: Extensions| {
-            let params = decode::<M::Params>(&params)?;
+            let params = decode::<P>(&params)?;
             // The connection's handle lets a method talk back to its own client.
             let client = extensions.get::<ClientHandle>().cloned();
-            let result = handler(&daemon, params, client).map_err(ErrorObjectOwned::from)?;
-            serde_json::to_value(result)
-                .map_err(|e| ErrorObjectOwned::owned(ErrorCode::InternalError.code(), e.to_string(), None::<()>))
+            handler(&daemon, params, client).map_err(ErrorObjectOwned::from)
         },
     )?;
     Ok(())
 }
 
-/// Decodes by-name params; absent params decode like `{}`, so a missing field is named.
+/// Decodes by-name params straight from their text; absent params decode like `{}`, so a
+/// missing field is named.
 fn decode<T: DeserializeOwned>(params: &Params) -> Result<T, ErrorObjectOwned> {
-    let value: serde_json::Value = match params.as_str() {
-        Some(raw) => serde_json::from_str(raw).map_err(|e| RpcError::invalid_params("params", e))?,
-        None => serde_json::Value::Object(Default::default()),
-    };
-    if !value.is_object() {
+    let raw = params.as_str().unwrap_or("{}");
+    if !raw.trim_start().starts_with('{') {
         return Err(RpcError::invalid_params("params", "params must be an object (by-name)").into());
     }
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    let mut deserializer = serde_json::Deserializer::from_str(raw);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let field = e.path().to_string();
-        RpcError::invalid_params(if field == "." { "params" } else { &field }, e.into_inner()).into()
+        let error = e.into_inner();
+        // The field path says where; a line and column inside the params say nothing more.
+        let position = format!(" at line {} column {}", error.line(), error.column());
+        let message = error.to_string();
+        let message = message.strip_suffix(&position).unwrap_or(&message);
+        RpcError::invalid_params(if field == "." { "params" } else { &field }, message).into()
     })
 }

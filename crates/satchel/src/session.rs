@@ -7,17 +7,21 @@
 //! summary message goes first, and a repair pass makes sure every tool call has its result.
 //! Nothing is ever cut from what satchel keeps.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
+use satchel_core::hash::MessageHash;
 use satchel_core::offload::recent_start;
 use satchel_core::render::{OffloadedText, RenderedText, render_message};
-use satchel_core::repair::{Repair, repair};
+use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text;
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::{CompactSummary, Config, Phase};
 use satchel_storage::{CompactionInfo, StoredMessage, StoredOffload};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 /// One live message of a session.
 #[derive(Debug, Clone)]
@@ -25,25 +29,64 @@ pub struct Entry {
     /// Index in the session's original history.
     pub index: usize,
     /// Hash of the message as the client sent it.
-    pub hash: String,
+    pub hash: MessageHash,
     /// The message as the client sent it, full texts included.
     pub message: Value,
     /// Texts of this message that live in offload files.
     pub offloaded: Vec<OffloadedText>,
-    /// Token counts of the rendered message, per phase, valid for `Session::count_key`.
+    /// The message rendered for the phase it is in, ready to send: slot 0 is the old phase
+    /// (and the only slot of a message without offloaded texts, which renders the same in both),
+    /// slot 1 the recent phase. Valid for `Session::render_key`.
+    views: [Option<View>; 2],
+    /// Hash of the rendering in each slot, kept after its view is dropped, so that a client
+    /// resending an earlier rendering is recognised without rendering it again.
+    view_hashes: [Option<MessageHash>; 2],
+    /// Token counts of the rendering in each slot.
     tokens: [Option<u64>; 2],
 }
 
+/// A message rendered for one phase, with its JSON text, so that sending it again costs a copy.
+#[derive(Debug, Clone)]
+struct View {
+    /// The rendered message; `None` when it is the original (nothing offloaded).
+    value: Option<Value>,
+    /// Its JSON text, shared with the replies that carry it.
+    raw: Arc<RawValue>,
+    /// How its offloaded texts came out.
+    texts: Vec<RenderedText>,
+}
+
+const OLD_SLOT: usize = 0;
+const RECENT_SLOT: usize = 1;
+
 impl Entry {
-    /// An entry for a message; `offloaded` lists its texts already saved to files.
-    pub fn new(index: usize, hash: String, message: Value, offloaded: Vec<OffloadedText>) -> Self {
-        Entry {
+    /// An entry for a message; `offloaded` lists its texts already saved to files, `raw` is
+    /// the message's JSON text as the client sent it, when at hand.
+    pub fn new(
+        index: usize,
+        hash: MessageHash,
+        message: Value,
+        offloaded: Vec<OffloadedText>,
+        raw: Option<Box<RawValue>>,
+    ) -> Self {
+        let mut entry = Entry {
             index,
             hash,
             message,
             offloaded,
+            views: [None, None],
+            view_hashes: [None, None],
             tokens: [None; 2],
+        };
+        if let Some(raw) = raw.filter(|_| entry.offloaded.is_empty()) {
+            entry.views[OLD_SLOT] = Some(View {
+                value: None,
+                raw: Arc::from(raw),
+                texts: Vec::new(),
+            });
+            entry.view_hashes[OLD_SLOT] = Some(hash);
         }
+        entry
     }
 
     /// The persisted form: offloaded texts emptied, since the files hold them.
@@ -55,7 +98,7 @@ impl Entry {
             }
         }
         StoredMessage {
-            hash: self.hash.clone(),
+            hash: self.hash.to_string(),
             message,
             offloads: self
                 .offloaded
@@ -69,6 +112,71 @@ impl Entry {
                 .collect(),
         }
     }
+
+    /// The view slot of `phase`.
+    fn slot(&self, phase: Phase) -> usize {
+        match phase {
+            Phase::Recent if !self.offloaded.is_empty() => RECENT_SLOT,
+            _ => OLD_SLOT,
+        }
+    }
+
+    /// Renders the message for `phase` unless that is done already.
+    fn ensure_view(&mut self, phase: Phase, config: &Config) -> usize {
+        let slot = self.slot(phase);
+        if self.views[slot].is_none() {
+            let view = if self.offloaded.is_empty() {
+                View {
+                    value: None,
+                    raw: to_raw(&self.message),
+                    texts: Vec::new(),
+                }
+            } else {
+                let (value, texts) = render_message(&self.message, &self.offloaded, phase, config);
+                View {
+                    raw: to_raw(&value),
+                    value: Some(value),
+                    texts,
+                }
+            };
+            self.view_hashes[slot] = Some(match &view.value {
+                None => self.hash,
+                Some(value) => MessageHash::of_value(value),
+            });
+            self.views[slot] = Some(view);
+        }
+        slot
+    }
+
+    /// Hash of the message rendered for `phase`.
+    fn rendered_hash(&mut self, phase: Phase, config: &Config) -> MessageHash {
+        let slot = self.slot(phase);
+        match self.view_hashes[slot] {
+            Some(hash) => hash,
+            None => {
+                self.ensure_view(phase, config);
+                self.view_hashes[slot].unwrap_or(self.hash)
+            }
+        }
+    }
+
+    /// The message as rendered in `slot`; the view must exist.
+    fn rendered(&self, slot: usize) -> (&Value, &View) {
+        let view = self.views[slot].as_ref().expect("view rendered before use");
+        (view.value.as_ref().unwrap_or(&self.message), view)
+    }
+
+    /// Forgets renderings made under another configuration.
+    fn clear_views(&mut self) {
+        self.views = [None, None];
+        self.view_hashes = [None, None];
+        self.tokens = [None; 2];
+    }
+}
+
+/// The JSON text of a message.
+fn to_raw(value: &Value) -> Arc<RawValue> {
+    Arc::from(serde_json::value::to_raw_value(value).expect("a JSON value always serialises"))
 }
 
 /// A rendered message with at least one truncated text.
@@ -76,25 +184,82 @@ impl Entry {
 pub struct TruncatedMessage {
     /// Position among the live messages.
     pub position: usize,
+    /// Index in the session's original history.
+    pub index: usize,
     /// The phase it was rendered in.
     pub phase: Phase,
     /// Its offloaded texts as rendered.
     pub texts: Vec<RenderedText>,
 }
 
+/// One message of the outgoing request: a cached rendering, borrowed, or one the summary
+/// insertion or the repair pass wrote.
+#[derive(Debug)]
+pub enum Outgoing<'a> {
+    /// A live message as rendered, with its JSON text and hash.
+    Cached {
+        /// The rendered message.
+        value: &'a Value,
+        /// Its JSON text.
+        raw: &'a Arc<RawValue>,
+        /// Its hash.
+        hash: MessageHash,
+    },
+    /// A message made for this request.
+    Owned(Value),
+}
+
+impl RepairItem for Outgoing<'_> {
+    fn value(&self) -> &Value {
+        match self {
+            Outgoing::Cached { value, .. } => value,
+            Outgoing::Owned(value) => value,
+        }
+    }
+
+    fn into_value(self) -> Value {
+        match self {
+            Outgoing::Cached { value, .. } => value.clone(),
+            Outgoing::Owned(value) => value,
+        }
+    }
+
+    fn from_value(value: Value) -> Self {
+        Outgoing::Owned(value)
+    }
+}
+
 /// The request as it leaves satchel, with what is needed to account for it.
 #[derive(Debug)]
-pub struct RenderedRequest {
+pub struct RenderedRequest<'a> {
     /// The messages, summary first, repaired.
-    pub messages: Vec<Value>,
-    /// Each live entry rendered (before the summary is inserted), in order.
-    pub entries: Vec<Value>,
+    pub messages: Vec<Outgoing<'a>>,
     /// Live messages carrying truncated texts.
     pub truncated: Vec<TruncatedMessage>,
     /// What the repair pass changed.
     pub repairs: Vec<Repair>,
-    /// The text of the summary message, when there is a summary.
-    pub summary_text: Option<String>,
+}
+
+impl RenderedRequest<'_> {
+    /// The messages as JSON texts (shared, not copied, for cached renderings), and the hash of
+    /// each.
+    pub fn to_json(&self) -> (Vec<Arc<RawValue>>, Vec<MessageHash>) {
+        self.messages
+            .iter()
+            .map(|message| match message {
+                Outgoing::Cached { raw, hash, .. } => (Arc::clone(raw), *hash),
+                Outgoing::Owned(value) => (to_raw(value), MessageHash::of_value(value)),
+            })
+            .unzip()
+    }
+}
+
+/// The summary as the model reads it, rendered once per summary.
+#[derive(Debug, Clone)]
+struct SummaryView {
+    text: String,
+    /// Token count and the counter key it was made with.
+    tokens: Option<(String, u64)>,
 }
 
 /// The messages of one session.
@@ -104,15 +269,17 @@ pub struct Session {
     pub format: Option<MessageFormat>,
     /// Hash of every message of the original history, by original index (compacted ones too,
     /// so a client resending its full history is recognised).
-    pub original_hashes: Vec<String>,
+    pub original_hashes: Vec<MessageHash>,
     /// Live messages in order.
     pub entries: Vec<Entry>,
-    /// The summary in force.
-    pub summary: Option<CompactSummary>,
+    /// The summary in force; change it with [`Session::set_summary`].
+    summary: Option<CompactSummary>,
+    /// The summary's text and token count.
+    summary_view: Option<SummaryView>,
     /// Finished compactions, oldest first.
     pub compactions: Vec<CompactionInfo>,
-    /// The last request returned, to recognise a client that sends it back as its history.
-    pub last_output: Vec<Value>,
+    /// Hashes of the last request returned, to recognise a client that sends it back as its history.
+    pub last_output: Vec<MessageHash>,
     /// System prompt of the last `context.prepare`, to count a manual compaction's request.
     pub last_system: Option<Value>,
     /// Tool definitions of the last `context.prepare`.
@@ -121,8 +288,12 @@ pub struct Session {
     pub peak_tokens: u64,
     /// Token usage of the last request returned.
     pub last_usage: Option<satchel_protocol::TokenUsage>,
-    /// What the cached token counts depend on; a change clears them.
+    /// What the cached renderings depend on; a change clears them.
+    render_key: Option<String>,
+    /// What the cached token counts depend on besides the renderings.
     count_key: Option<String>,
+    /// Token counts of system prompts and tool definitions, by hash, valid for `count_key`.
+    extras_tokens: HashMap<MessageHash, u64>,
 }
 
 /// How a received full list relates to the session.
@@ -143,15 +314,30 @@ pub enum Alignment {
     Reset,
 }
 
-/// Hash identifying a message's exact content.
-pub fn message_hash(message: &Value) -> String {
-    let bytes = serde_json::to_vec(message).unwrap_or_default();
-    hex::encode(Sha256::digest(&bytes))
-}
-
 /// The format to process with when none is known yet: plain-text turns look the same in both.
 pub fn format_or_default(format: Option<MessageFormat>) -> MessageFormat {
     format.unwrap_or(MessageFormat::Openai)
+}
+
+/// What the renderings depend on.
+fn render_key(config: &Config) -> String {
+    format!(
+        "{}/{}/{}/{}/{}/{}/{}/{:?}/{:?}",
+        config.pruning_enabled,
+        config.pruning_recent_msg_max_bytes,
+        config.pruning_old_msg_max_bytes,
+        config.markdown_recent_msg_max_bytes,
+        config.markdown_old_msg_max_bytes,
+        config.pruning_slack_bytes,
+        config.pruning_tail_ratio,
+        config.read_file_tool_names,
+        config.markdown_tool_names,
+    )
+}
+
+/// What token counts depend on besides the rendering.
+fn counter_key(counter: &TokenCounter, config: &Config) -> String {
+    format!("{:?}/{}", counter.tokenizer(), config.token_count_estimate_divisor)
 }
 
 impl Session {
@@ -168,40 +354,90 @@ impl Session {
         self.original_hashes.len() - self.entries.len()
     }
 
+    /// The summary in force.
+    pub fn summary(&self) -> Option<&CompactSummary> {
+        self.summary.as_ref()
+    }
+
+    /// Replaces the summary (a compaction finished).
+    pub fn set_summary(&mut self, summary: Option<CompactSummary>) {
+        self.summary_view = summary.as_ref().map(|s| SummaryView {
+            text: summary_message_text(s),
+            tokens: None,
+        });
+        self.summary = summary;
+    }
+
+    /// The text of the summary message.
+    pub fn summary_text(&self) -> Option<&str> {
+        self.summary_view.as_ref().map(|v| v.text.as_str())
+    }
+
+    /// Tokens of the summary message, counted once per summary and counter.
+    pub fn summary_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
+        let key = counter_key(counter, config);
+        let Some(view) = &mut self.summary_view else {
+            return 0;
+        };
+        match &view.tokens {
+            Some((made_with, tokens)) if *made_with == key => *tokens,
+            _ => {
+                let tokens = counter.count_text(&view.text) + 4;
+                view.tokens = Some((key, tokens));
+                tokens
+            }
+        }
+    }
+
+    /// Drops every cached rendering when the configuration they depend on changed.
+    fn check_render_key(&mut self, config: &Config) {
+        let key = render_key(config);
+        if self.render_key.as_deref() != Some(&key) {
+            self.entries.iter_mut().for_each(Entry::clear_views);
+            self.render_key = Some(key);
+        }
+    }
+
     /// Aligns a full list sent by a client with what the session holds.
     ///
-    /// A message matches when it is byte-identical to what the client first sent, or to what
+    /// A message matches when it is identical to what the client first sent, or to what
     /// satchel returned for it; a client may also send back the whole last request (summary
-    /// message included) followed by new messages.
-    pub fn align(&self, incoming: &[Value], incoming_hashes: &[String], config: &Config) -> Alignment {
-        let live_at: std::collections::HashMap<usize, &Entry> = self.entries.iter().map(|e| (e.index, e)).collect();
-        let matches = |j: usize| {
-            incoming_hashes[j] == self.original_hashes[j]
-                || live_at.get(&j).is_some_and(|entry| {
-                    !entry.offloaded.is_empty()
-                        && [Phase::Recent, Phase::Old].into_iter().any(|phase| {
-                            render_message(&entry.message, &entry.offloaded, phase, config).0 == incoming[j]
-                        })
-                })
-        };
+    /// message included) followed by new messages. Costs one hash comparison per message
+    /// unless a message differs from its original.
+    pub fn align(&mut self, incoming_hashes: &[MessageHash], config: &Config) -> Alignment {
+        self.check_render_key(config);
         let known = self.original_hashes.len();
-        let original_prefix = (0..incoming.len().min(known)).take_while(|&j| matches(j)).count();
+        // Live entries are sorted by original index: find them by binary search.
+        let live_position = |entries: &[Entry], j: usize| entries.binary_search_by_key(&j, |e| e.index).ok();
+        let mut original_prefix = 0;
+        while original_prefix < incoming_hashes.len().min(known) {
+            let j = original_prefix;
+            let matches = incoming_hashes[j] == self.original_hashes[j]
+                || live_position(&self.entries, j).is_some_and(|p| {
+                    let entry = &mut self.entries[p];
+                    !entry.offloaded.is_empty()
+                        && [Phase::Recent, Phase::Old]
+                            .into_iter()
+                            .any(|phase| entry.rendered_hash(phase, config) == incoming_hashes[j])
+                });
+            if !matches {
+                break;
+            }
+            original_prefix += 1;
+        }
         if original_prefix == known {
             return Alignment::Extends { consumed: known };
         }
         // After a restart the last view is not in memory: render it again.
-        let rendered;
-        let last_view = if self.last_output.is_empty() && self.summary.is_some() {
-            rendered = self.render(config, false).messages;
-            &rendered
-        } else {
-            &self.last_output
-        };
-        let view = last_view.len();
-        if view > 0 && incoming.len() >= view && incoming[..view] == last_view[..] {
+        if self.last_output.is_empty() && self.summary.is_some() {
+            let (_, hashes) = self.render(config, false).to_json();
+            self.last_output = hashes;
+        }
+        let view = self.last_output.len();
+        if view > 0 && incoming_hashes.len() >= view && incoming_hashes[..view] == self.last_output[..] {
             return Alignment::Extends { consumed: view };
         }
-        let compacted_from_here = (original_prefix..known).any(|i| !live_at.contains_key(&i));
+        let compacted_from_here = (original_prefix..known).any(|i| live_position(&self.entries, i).is_none());
         if compacted_from_here {
             Alignment::Reset
         } else {
@@ -219,74 +455,121 @@ impl Session {
         recent_start(&values, format_or_default(self.format), config.pruning_recent_n)
     }
 
-    /// Renders the request: live messages with their phase, the summary first, repaired.
-    pub fn render(&self, config: &Config, squeeze: bool) -> RenderedRequest {
-        let format = format_or_default(self.format);
+    /// Renders every live message for the phase it is in (from the cache where possible) and
+    /// returns each one's view slot. Renderings of a phase a message has left are dropped.
+    fn sync_views(&mut self, config: &Config, squeeze: bool) -> Vec<usize> {
+        self.check_render_key(config);
         let recent_start = self.recent_start(config, squeeze);
-        let mut entries = Vec::with_capacity(self.entries.len());
+        self.entries
+            .iter_mut()
+            .enumerate()
+            .map(|(position, entry)| {
+                let phase = if position >= recent_start {
+                    Phase::Recent
+                } else {
+                    Phase::Old
+                };
+                let slot = entry.ensure_view(phase, config);
+                if !entry.offloaded.is_empty() {
+                    entry.views[1 - slot] = None;
+                }
+                slot
+            })
+            .collect()
+    }
+
+    /// Each live message as rendered now (before the summary is inserted), in order.
+    pub fn rendered_entries(&mut self, config: &Config, squeeze: bool) -> Vec<&Value> {
+        let slots = self.sync_views(config, squeeze);
+        self.entries
+            .iter()
+            .zip(slots)
+            .map(|(entry, slot)| entry.rendered(slot).0)
+            .collect()
+    }
+
+    /// Renders the request: live messages with their phase, the summary first, repaired.
+    pub fn render(&mut self, config: &Config, squeeze: bool) -> RenderedRequest<'_> {
+        let format = format_or_default(self.format);
+        let slots = self.sync_views(config, squeeze);
+        let mut messages = Vec::with_capacity(self.entries.len() + 1);
         let mut truncated = Vec::new();
-        for (position, entry) in self.entries.iter().enumerate() {
-            let phase = if position >= recent_start {
-                Phase::Recent
-            } else {
-                Phase::Old
-            };
-            let (message, texts) = render_message(&entry.message, &entry.offloaded, phase, config);
-            if texts.iter().any(|t| t.kept_bytes.is_some()) {
-                truncated.push(TruncatedMessage { position, phase, texts });
+        for (position, (entry, slot)) in self.entries.iter().zip(slots).enumerate() {
+            let (value, view) = entry.rendered(slot);
+            if view.texts.iter().any(|t| t.kept_bytes.is_some()) {
+                truncated.push(TruncatedMessage {
+                    position,
+                    index: entry.index,
+                    phase: if slot == RECENT_SLOT { Phase::Recent } else { Phase::Old },
+                    texts: view.texts.clone(),
+                });
             }
-            entries.push(message);
+            messages.push(Outgoing::Cached {
+                value,
+                raw: &view.raw,
+                hash: entry.view_hashes[slot].unwrap_or(entry.hash),
+            });
         }
-        let summary_text = self.summary.as_ref().map(summary_message_text);
-        let mut messages = entries.clone();
-        if let Some(text) = &summary_text {
+        if let Some(text) = self.summary_view.as_ref().map(|v| v.text.as_str()) {
             insert_summary(&mut messages, text, format);
         }
         let (messages, repairs) = repair(messages, format, true);
         RenderedRequest {
             messages,
-            entries,
             truncated,
             repairs,
-            summary_text,
         }
     }
 
-    /// Token count of each rendered live message, from the cache where possible.
-    pub fn count_tokens(
-        &mut self,
-        rendered: &[Value],
-        counter: &TokenCounter,
-        config: &Config,
-        squeeze: bool,
-    ) -> Vec<u64> {
-        let key = format!(
-            "{:?}/{}/{}/{}/{}/{}/{}/{}/{}/{:?}/{:?}",
-            counter.tokenizer(),
-            config.token_count_estimate_divisor,
-            config.pruning_enabled,
-            config.pruning_recent_msg_max_bytes,
-            config.pruning_old_msg_max_bytes,
-            config.markdown_recent_msg_max_bytes,
-            config.markdown_old_msg_max_bytes,
-            config.pruning_slack_bytes,
-            config.pruning_tail_ratio,
-            config.read_file_tool_names,
-            config.markdown_tool_names,
-        );
+    /// Clears the token counts when the counter changed.
+    fn check_count_key(&mut self, counter: &TokenCounter, config: &Config) {
+        let key = counter_key(counter, config);
         if self.count_key.as_deref() != Some(&key) {
             self.entries.iter_mut().for_each(|e| e.tokens = [None; 2]);
+            self.extras_tokens.clear();
             self.count_key = Some(key);
         }
-        let recent_start = self.recent_start(config, squeeze);
+    }
+
+    /// Tokens of the system prompt and of the tool definitions sent beside the messages,
+    /// counted once per distinct prompt or definition.
+    pub fn extras_tokens(
+        &mut self,
+        system: Option<&Value>,
+        tools: Option<&[Value]>,
+        counter: &TokenCounter,
+        config: &Config,
+    ) -> (u64, u64) {
+        self.check_count_key(counter, config);
+        // A prompt that changes on every call (a clock in it) must not grow the cache forever.
+        if self.extras_tokens.len() > 256 {
+            self.extras_tokens.clear();
+        }
+        let mut count = |value: &Value| {
+            *self
+                .extras_tokens
+                .entry(MessageHash::of_value(value))
+                .or_insert_with(|| counter.count_message(value))
+        };
+        let system = system.map_or(0, &mut count);
+        let tools = tools.map_or(0, |t| t.iter().map(&mut count).sum());
+        (system, tools)
+    }
+
+    /// Token count of each rendered live message, from the cache where possible.
+    pub fn count_tokens(&mut self, counter: &TokenCounter, config: &Config, squeeze: bool) -> Vec<u64> {
+        let slots = self.sync_views(config, squeeze);
+        self.check_count_key(counter, config);
         self.entries
             .iter_mut()
-            .zip(rendered)
-            .enumerate()
-            .map(|(position, (entry, message))| {
-                // Messages without offloaded texts render the same in both phases.
-                let slot = usize::from(position < recent_start && !entry.offloaded.is_empty());
-                *entry.tokens[slot].get_or_insert_with(|| counter.count_message(message))
+            .zip(slots)
+            .map(|(entry, slot)| {
+                if let Some(tokens) = entry.tokens[slot] {
+                    return tokens;
+                }
+                let tokens = counter.count_message(entry.rendered(slot).0);
+                entry.tokens[slot] = Some(tokens);
+                tokens
             })
             .collect()
     }
@@ -296,15 +579,13 @@ impl Session {
 /// system messages); for Anthropic, whose roles must alternate, a text block at the start of
 /// the first user message, or a user message of its own when the kept part starts with the
 /// assistant.
-fn insert_summary(messages: &mut Vec<Value>, text: &str, format: MessageFormat) {
+fn insert_summary(messages: &mut Vec<Outgoing<'_>>, text: &str, format: MessageFormat) {
     let at = messages
         .iter()
-        .take_while(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+        .take_while(|m| m.value().get("role").and_then(Value::as_str) == Some("system"))
         .count();
-    if format == MessageFormat::Anthropic
-        && let Some(first) = messages.get_mut(at)
-        && is_user_turn(first, format)
-    {
+    if format == MessageFormat::Anthropic && messages.get(at).is_some_and(|m| is_user_turn(m.value(), format)) {
+        let mut first = messages.remove(at).into_value();
         let block = json!({"type": "text", "text": text});
         match first.get_mut("content") {
             Some(Value::Array(blocks)) => blocks.insert(0, block),
@@ -314,7 +595,8 @@ fn insert_summary(messages: &mut Vec<Value>, text: &str, format: MessageFormat) 
             }
             _ => first["content"] = json!([block]),
         }
+        messages.insert(at, Outgoing::Owned(first));
         return;
     }
-    messages.insert(at, json!({"role": "user", "content": text}));
+    messages.insert(at, Outgoing::Owned(json!({"role": "user", "content": text})));
 }

@@ -5,12 +5,10 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use crate::durable::write_atomic;
+use xxhash_rust::xxh3::xxh3_128;
+
 use crate::error::{StorageError, io};
 use crate::workspace::{TOOL_RESULT_DIR, Workspace};
-
-/// Fixed namespace of the v5 uuids naming offload files; changing it would orphan every file.
-const OFFLOAD_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x5a7c_4e1b_0f3d_4c2a_9e8b_71d6_3f20_a1c9);
 
 /// Where a text was saved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,33 +42,67 @@ impl OffloadStore {
         }
     }
 
-    /// Saves a full text and returns its path. The name is a v5 uuid of the content, so the
-    /// same output offloaded twice (or by two sessions) is one file. An existing file gets its
-    /// mtime refreshed, so the retention clock restarts for content that is in use again.
+    /// Saves a full text and returns its path; see [`OffloadStore::save_all`].
     pub fn save(&self, text: &str) -> Result<SavedText, StorageError> {
-        let name = format!(
-            "{}.txt",
-            uuid::Uuid::new_v5(&OFFLOAD_NAMESPACE, text.as_bytes()).simple()
-        );
-        let path = self.dir.join(&name);
-        let rel_path = format!("{TOOL_RESULT_DIR}/{name}");
-        if let Ok(meta) = fs::metadata(&path)
-            && meta.len() == text.len() as u64
-        {
-            let _ = fs::File::options()
-                .append(true)
-                .open(&path)
-                .and_then(|f| f.set_modified(SystemTime::now()));
-            return Ok(SavedText {
-                rel_path,
-                newly_written: false,
-            });
+        let mut saved = self.save_all(&[text])?;
+        Ok(saved.remove(0))
+    }
+
+    /// Saves full texts and returns their paths, in order, once all of them are durable.
+    ///
+    /// A file is named by a 128-bit hash of its content, so the same output offloaded twice
+    /// (or by two sessions) is one file. An existing file gets its mtime refreshed, so the
+    /// retention clock restarts for content that is in use again.
+    ///
+    /// A first call carrying a long history can offload hundreds of results, and an fsync per
+    /// file would cost a journal commit each (seconds in all). Instead every new text goes to a
+    /// temporary file, one `syncfs` makes all of them durable, each is renamed into place, and
+    /// one fsync of the directory makes the names durable: a file under its final name is
+    /// always complete.
+    pub fn save_all(&self, texts: &[&str]) -> Result<Vec<SavedText>, StorageError> {
+        let mut saved = Vec::with_capacity(texts.len());
+        let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let mut staged_names = HashSet::new();
+        let result = (|| {
+            for text in texts {
+                let name = format!("{}.txt", uuid::Uuid::from_u128(xxh3_128(text.as_bytes())).simple());
+                let path = self.dir.join(&name);
+                let rel_path = format!("{TOOL_RESULT_DIR}/{name}");
+                let exists = staged_names.contains(&name)
+                    || fs::metadata(&path).is_ok_and(|meta| meta.len() == text.len() as u64);
+                if exists {
+                    let _ = fs::File::options()
+                        .append(true)
+                        .open(&path)
+                        .and_then(|f| f.set_modified(SystemTime::now()));
+                } else {
+                    let tmp = self.dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+                    staged.push((tmp.clone(), path));
+                    fs::write(&tmp, text).map_err(io("write", &tmp))?;
+                    staged_names.insert(name);
+                }
+                saved.push(SavedText {
+                    rel_path,
+                    newly_written: !exists,
+                });
+            }
+            if staged.is_empty() {
+                return Ok(());
+            }
+            let dir = fs::File::open(&self.dir).map_err(io("open", &self.dir))?;
+            rustix::fs::syncfs(&dir).map_err(|e| io("syncfs", &self.dir)(e.into()))?;
+            for (tmp, path) in &staged {
+                fs::rename(tmp, path).map_err(io("rename", path))?;
+            }
+            dir.sync_all().map_err(io("fsync dir", &self.dir))
+        })();
+        if let Err(e) = result {
+            for (tmp, _) in &staged {
+                let _ = fs::remove_file(tmp);
+            }
+            return Err(e);
         }
-        write_atomic(&path, text.as_bytes())?;
-        Ok(SavedText {
-            rel_path,
-            newly_written: true,
-        })
+        Ok(saved)
     }
 
     /// Reads a stored text back by its workspace-relative path.

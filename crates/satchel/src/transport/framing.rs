@@ -139,7 +139,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
                 break;
             }
             read_any = true;
-            let newline = buf.iter().position(|&b| b == b'\n');
+            let newline = memchr::memchr(b'\n', buf);
             let chunk = &buf[..newline.unwrap_or(buf.len())];
             // One extra byte for the `\r` of a `\r\n` ending, which is stripped below.
             if !too_long && line.len() + chunk.len() > max.saturating_add(1) {
@@ -192,9 +192,12 @@ pub(super) fn encode(framing: Framing, body: &[u8]) -> Vec<u8> {
     match framing {
         Framing::Ndjson => {
             let mut frame = Vec::with_capacity(body.len() + 1);
+            frame.extend_from_slice(body);
             // A raw line break can only be insignificant whitespace in valid JSON (inside
             // strings it must be escaped), so replacing it keeps the document and the framing.
-            frame.extend(body.iter().map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }));
+            for at in memchr::memchr2_iter(b'\n', b'\r', body) {
+                frame[at] = b' ';
+            }
             frame.push(b'\n');
             frame
         }

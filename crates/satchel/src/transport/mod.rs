@@ -40,6 +40,9 @@ const REQUEST_CANCELLED_CODE: i32 = -32800;
 /// Replies waiting for the writer; a full queue makes request tasks wait (backpressure).
 const WRITE_QUEUE: usize = 64;
 
+/// Read buffer of a served stream.
+const READ_BUFFER_BYTES: usize = 1 << 20;
+
 /// Size limits for one served stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransportLimits {
@@ -81,7 +84,12 @@ where
         in_flight: Arc::default(),
         next_seq: 0,
     };
-    let mut frames = FrameReader::new(BufReader::new(reader), limits.max_request_bytes as usize);
+    // Large reads: tokio's stdin reads on a blocking thread, one hop per fill, and a resent
+    // history is megabytes.
+    let mut frames = FrameReader::new(
+        BufReader::with_capacity(READ_BUFFER_BYTES, reader),
+        limits.max_request_bytes as usize,
+    );
     loop {
         let next = tokio::select! {
             next = frames.next() => next?,

@@ -1,0 +1,383 @@
+//! The scenarios: each answers one question about the daemon as a client experiences it.
+//!
+//! | scenario | question |
+//! |---|---|
+//! | `startup` | how long until a fresh daemon answers `initialize`? |
+//! | `first_pass` | how long does the first `context.prepare` of a whole conversation take (cold and warm daemon), and what does it do? |
+//! | `replay_append` | what does each step of a live agent loop cost, from the first message on? |
+//! | `steady_append` | the same for the last `--steps` messages of a long conversation |
+//! | `steady_full` | the same when the client resends its whole history, against the cost of merely parsing and writing that JSON once (the floor no JSON-RPC server can beat) |
+//! | `sessions_rss` | how much memory do `--sessions` loaded sessions take? |
+//!
+//! Each returns its own fields; `main` adds the fields every result line shares.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::conversation::Conversation;
+use crate::daemon::{Daemon, Timed};
+use crate::stats;
+
+/// Timings of the serde_json floor per step; the minimum is kept, since noise only adds time.
+const FLOOR_TRIALS: usize = 3;
+
+/// Session id of the single-session scenarios.
+const SESSION: &str = "bench";
+
+/// A scenario; its snake_case name is used on the command line and in the results.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum Scenario {
+    /// Spawn to `initialize` reply.
+    Startup,
+    /// One `context.prepare` with the whole conversation, in a fresh daemon.
+    FirstPass,
+    /// Every message appended one by one, from the first.
+    ReplayAppend,
+    /// The last `--steps` messages appended one by one.
+    SteadyAppend,
+    /// The last `--steps` messages, each step resending the full history, vs. the serde floor.
+    SteadyFull,
+    /// Memory with `--sessions` sessions loaded.
+    SessionsRss,
+}
+
+impl Scenario {
+    /// All scenarios, in the order they run by default (cheap ones first).
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Startup,
+        Scenario::FirstPass,
+        Scenario::ReplayAppend,
+        Scenario::SteadyAppend,
+        Scenario::SteadyFull,
+        Scenario::SessionsRss,
+    ];
+
+    /// The name used in the results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Startup => "startup",
+            Scenario::FirstPass => "first_pass",
+            Scenario::ReplayAppend => "replay_append",
+            Scenario::SteadyAppend => "steady_append",
+            Scenario::SteadyFull => "steady_full",
+            Scenario::SessionsRss => "sessions_rss",
+        }
+    }
+}
+
+/// What every scenario needs: the daemon binary, the conversation and the knobs.
+pub struct Bench<'a> {
+    /// The `satchel` binary.
+    pub satchel: &'a Path,
+    /// The conversation to send.
+    pub conversation: &'a Conversation,
+    /// `config` of every `context.prepare` (tokenizer and window).
+    pub config: Value,
+    /// Fresh daemons for `startup` and `first_pass`.
+    pub repeat: usize,
+    /// Messages sent one per call in the steady scenarios.
+    pub steps: usize,
+    /// Sessions loaded in `sessions_rss`.
+    pub sessions: usize,
+}
+
+/// `context.prepare` params, borrowing the conversation so that building a request copies
+/// nothing but the final JSON text.
+#[derive(Serialize)]
+struct PrepareParams<'a> {
+    session_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<&'a [Value]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    append: Option<&'a [Value]>,
+    format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a Value>,
+    config: &'a Value,
+}
+
+/// The `context.prepare` result fields the scenarios report; the rest is skipped unread.
+#[derive(Deserialize)]
+struct Prepared {
+    messages: Vec<IgnoredAny>,
+    tokens: Tokens,
+    actions: Vec<Action>,
+    over_limit: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Tokens {
+    total: u64,
+}
+
+#[derive(Deserialize)]
+struct Action {
+    kind: String,
+}
+
+/// How a call sends messages: the whole list (`messages`) or only the new ones (`append`).
+#[derive(Clone, Copy)]
+enum Batch<'a> {
+    Full(&'a [Value]),
+    Append(&'a [Value]),
+}
+
+/// Number of actions per `kind`, summed over calls.
+#[derive(Default)]
+struct ActionCounts(BTreeMap<String, u64>);
+
+impl ActionCounts {
+    fn add(&mut self, prepared: &Prepared) {
+        for action in &prepared.actions {
+            *self.0.entry(action.kind.clone()).or_default() += 1;
+        }
+    }
+}
+
+impl Bench<'_> {
+    /// Runs one scenario and returns its fields.
+    pub fn run(&self, scenario: Scenario) -> anyhow::Result<Map<String, Value>> {
+        if self.conversation.messages.len() < 2 {
+            bail!("{}: the benchmark needs at least 2 messages", self.conversation.source);
+        }
+        match scenario {
+            Scenario::Startup => self.startup(),
+            Scenario::FirstPass => self.first_pass(),
+            Scenario::ReplayAppend => self.replay_append(),
+            Scenario::SteadyAppend => self.steady_append(),
+            Scenario::SteadyFull => self.steady_full(),
+            Scenario::SessionsRss => self.sessions_rss(),
+        }
+    }
+
+    fn startup(&self) -> anyhow::Result<Map<String, Value>> {
+        let mut samples = Vec::new();
+        for _ in 0..self.repeat {
+            let dir = tempfile::Builder::new().prefix("satchel-bench-").tempdir()?;
+            let spawned = Instant::now();
+            let mut daemon = Daemon::spawn_in(self.satchel, dir)?;
+            let reply = daemon.initialize()?;
+            samples.push(reply.finished - spawned);
+            daemon.close()?;
+        }
+        Ok(stats::spread(&samples))
+    }
+
+    /// Cold: the first call of a fresh daemon, one-off initialisation included (e.g. building
+    /// the tokenizer's tables): what a client waits for after spawning satchel. Warm: the same
+    /// call in another fresh daemon after a one-message warm-up in another session, so only the
+    /// per-conversation work is timed; the peers are timed in a warm process, so the report
+    /// sets them beside both.
+    fn first_pass(&self) -> anyhow::Result<Map<String, Value>> {
+        let messages = &self.conversation.messages;
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        let mut last = None;
+        for _ in 0..self.repeat {
+            let mut daemon = self.daemon()?;
+            let reply = self.prepare(&mut daemon, SESSION, Batch::Full(messages))?;
+            cold.push(reply.latency);
+            last = Some((reply.result, daemon.memory()?));
+            daemon.close()?;
+
+            let mut daemon = self.daemon()?;
+            self.prepare(&mut daemon, "warm-up", Batch::Full(&messages[..1]))?;
+            warm.push(self.prepare(&mut daemon, SESSION, Batch::Full(messages))?.latency);
+            daemon.close()?;
+        }
+        let mut out = stats::spread(&cold);
+        for (key, value) in stats::spread(&warm) {
+            if key != "runs" {
+                out.insert(format!("warm_{key}"), value);
+            }
+        }
+        if let Some((prepared, memory)) = last {
+            let mut actions = ActionCounts::default();
+            actions.add(&prepared);
+            out.insert("tokens_total".into(), json!(prepared.tokens.total));
+            out.insert("messages_returned".into(), json!(prepared.messages.len()));
+            out.insert("actions".into(), json!(actions.0));
+            out.insert("over_limit".into(), json!(prepared.over_limit.is_some()));
+            out.insert("peak_rss_mib".into(), json!(stats::mib(memory.peak_kib)));
+        }
+        Ok(out)
+    }
+
+    fn replay_append(&self) -> anyhow::Result<Map<String, Value>> {
+        let messages = &self.conversation.messages;
+        let mut daemon = self.daemon()?;
+        let mut latencies = Vec::with_capacity(messages.len());
+        let mut actions = ActionCounts::default();
+        let mut last = None;
+        for i in 0..messages.len() {
+            // A session is created by `messages`; every later message is an `append`.
+            let batch = if i == 0 {
+                Batch::Full(&messages[..1])
+            } else {
+                Batch::Append(&messages[i..=i])
+            };
+            let reply = self.prepare(&mut daemon, SESSION, batch)?;
+            latencies.push(reply.latency);
+            actions.add(&reply.result);
+            last = Some(reply.result);
+        }
+        let memory = daemon.memory()?;
+        daemon.close()?;
+        let mut out = stats::percentiles(&latencies);
+        out.insert("total_ms".into(), json!(stats::ms(latencies.iter().sum())));
+        if let Some(prepared) = last {
+            out.insert("tokens_total".into(), json!(prepared.tokens.total));
+            out.insert("messages_returned".into(), json!(prepared.messages.len()));
+        }
+        out.insert("actions".into(), json!(actions.0));
+        out.insert("peak_rss_mib".into(), json!(stats::mib(memory.peak_kib)));
+        Ok(out)
+    }
+
+    fn steady_append(&self) -> anyhow::Result<Map<String, Value>> {
+        let messages = &self.conversation.messages;
+        let first = self.steady_start();
+        let mut daemon = self.daemon()?;
+        let initial = self.prepare(&mut daemon, SESSION, Batch::Full(&messages[..first]))?;
+        let mut latencies = Vec::new();
+        let mut last = initial.result;
+        for i in first..messages.len() {
+            let reply = self.prepare(&mut daemon, SESSION, Batch::Append(&messages[i..=i]))?;
+            latencies.push(reply.latency);
+            last = reply.result;
+        }
+        daemon.close()?;
+        let mut out = Map::new();
+        out.insert("first_messages".into(), json!(first));
+        out.insert("initial_ms".into(), json!(stats::ms(initial.latency)));
+        out.extend(stats::percentiles(&latencies));
+        out.insert("tokens_total".into(), json!(last.tokens.total));
+        Ok(out)
+    }
+
+    fn steady_full(&self) -> anyhow::Result<Map<String, Value>> {
+        let messages = &self.conversation.messages;
+        let first = self.steady_start();
+        let mut daemon = self.daemon()?;
+        let initial = self.prepare(&mut daemon, SESSION, Batch::Full(&messages[..first]))?;
+        let (mut prepare, mut floor, mut parse, mut serialise, mut ratios) = (vec![], vec![], vec![], vec![], vec![]);
+        let mut request_bytes = 0;
+        for i in first..messages.len() {
+            let request = daemon.request("context.prepare", &self.params(SESSION, Batch::Full(&messages[..=i])))?;
+            let reply: Timed<Prepared> = daemon.send(&request)?;
+            let (floor_parse, floor_serialise) = serde_floor(request.json())?;
+            let step_floor = floor_parse + floor_serialise;
+            ratios.push(reply.latency.as_secs_f64() / step_floor.as_secs_f64().max(1e-9));
+            prepare.push(reply.latency);
+            floor.push(step_floor);
+            parse.push(floor_parse);
+            serialise.push(floor_serialise);
+            request_bytes = request.wire_bytes();
+        }
+        daemon.close()?;
+        let p50 = |samples: &[Duration]| json!(stats::median_ms(samples));
+        let prepare_stats = stats::percentiles(&prepare);
+        let mut out = Map::new();
+        out.insert("first_messages".into(), json!(first));
+        out.insert("initial_ms".into(), json!(stats::ms(initial.latency)));
+        for (key, value) in prepare_stats {
+            out.insert(if key == "count" { key } else { format!("prepare_{key}") }, value);
+        }
+        out.insert("floor_p50_ms".into(), p50(&floor));
+        out.insert("floor_parse_p50_ms".into(), p50(&parse));
+        out.insert("floor_serialise_p50_ms".into(), p50(&serialise));
+        out.insert(
+            "ratio_median".into(),
+            json!(stats::quantile(&ratios, 0.5).map(stats::round3)),
+        );
+        out.insert("request_bytes_last".into(), json!(request_bytes));
+        Ok(out)
+    }
+
+    fn sessions_rss(&self) -> anyhow::Result<Map<String, Value>> {
+        let mut daemon = self.daemon()?;
+        let idle = daemon.memory()?;
+        let mut latencies = Vec::new();
+        for i in 0..self.sessions {
+            let session = format!("s{i}");
+            latencies.push(
+                self.prepare(&mut daemon, &session, Batch::Full(&self.conversation.messages))?
+                    .latency,
+            );
+        }
+        let memory = daemon.memory()?;
+        daemon.close()?;
+        let load = stats::spread(&latencies);
+        let mut out = Map::new();
+        out.insert("sessions".into(), json!(self.sessions));
+        out.insert(
+            "load_median_ms".into(),
+            load.get("median_ms").cloned().unwrap_or(Value::Null),
+        );
+        out.insert("idle_rss_mib".into(), json!(stats::mib(idle.rss_kib)));
+        out.insert("rss_mib".into(), json!(stats::mib(memory.rss_kib)));
+        out.insert("peak_rss_mib".into(), json!(stats::mib(memory.peak_kib)));
+        Ok(out)
+    }
+
+    /// A fresh daemon in a fresh workspace, initialised (untimed).
+    fn daemon(&self) -> anyhow::Result<Daemon> {
+        let mut daemon = Daemon::spawn(self.satchel)?;
+        daemon.initialize()?;
+        Ok(daemon)
+    }
+
+    /// Index of the first message the steady scenarios send one by one: `--steps` from the end,
+    /// leaving at least one message for the call that creates the session.
+    fn steady_start(&self) -> usize {
+        let n = self.conversation.messages.len();
+        n - self.steps.min(n - 1)
+    }
+
+    fn params<'a>(&'a self, session_id: &'a str, batch: Batch<'a>) -> PrepareParams<'a> {
+        let (messages, append) = match batch {
+            Batch::Full(messages) => (Some(messages), None),
+            Batch::Append(messages) => (None, Some(messages)),
+        };
+        PrepareParams {
+            session_id,
+            messages,
+            append,
+            format: self.conversation.format.wire_name(),
+            system: self.conversation.system.as_ref(),
+            config: &self.config,
+        }
+    }
+
+    fn prepare(&self, daemon: &mut Daemon, session_id: &str, batch: Batch<'_>) -> anyhow::Result<Timed<Prepared>> {
+        daemon.call("context.prepare", &self.params(session_id, batch))
+    }
+}
+
+/// The serde_json floor of one request: parse the line into a `Value` and write it back, the
+/// least any server holding the request as JSON must do. Returns the (parse, serialise) split
+/// of the fastest of [`FLOOR_TRIALS`] trials.
+fn serde_floor(json: &str) -> anyhow::Result<(Duration, Duration)> {
+    let mut best: Option<(Duration, Duration)> = None;
+    for _ in 0..FLOOR_TRIALS {
+        let start = Instant::now();
+        let value: Value = serde_json::from_str(black_box(json))?;
+        let parsed = Instant::now();
+        let text = serde_json::to_string(&value)?;
+        let written = Instant::now();
+        black_box(&text);
+        let trial = (parsed - start, written - parsed);
+        if best.is_none_or(|(p, s)| trial.0 + trial.1 < p + s) {
+            best = Some(trial);
+        }
+        // `value` and `text` are dropped here, outside the timed span.
+    }
+    Ok(best.unwrap_or_default())
+}
