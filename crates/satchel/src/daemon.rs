@@ -41,7 +41,7 @@ use serde_json::value::RawValue;
 use crate::config::apply_overrides;
 use crate::error::RpcError;
 use crate::llm::{ClientCompleter, OpenAiCompleter};
-use crate::session::{Alignment, Entry, Session, TruncatedMessage, format_or_default};
+use crate::session::{Alignment, Entry, IncomingHashes, Session, TruncatedMessage, format_or_default};
 use crate::transport::ClientHandle;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 
@@ -334,13 +334,9 @@ impl Daemon {
         config: &Config,
         actions: &mut Vec<Action>,
     ) -> Result<Ingested, RpcError> {
-        let hashes = incoming
-            .iter()
-            .map(|m| MessageHash::of_json(m.get()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RpcError::invalid_params("messages", e))?;
+        let mut hashes = IncomingHashes::new(&incoming);
         let alignment = if is_full_list {
-            session.align(&hashes, config)
+            session.align(&mut hashes, config)
         } else {
             Alignment::Extends { consumed: 0 }
         };
@@ -356,6 +352,9 @@ impl Daemon {
                 (0, session.original_hashes.len())
             }
         };
+        let new_hashes: Vec<MessageHash> = (consumed..incoming.len()).map(|j| hashes.hash(j)).collect();
+        let new_text_hashes: Vec<Option<u128>> = (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect();
+        drop(hashes);
         let new_raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
         let parsed = new_raws
             .iter()
@@ -364,7 +363,6 @@ impl Daemon {
             .map_err(|e| RpcError::invalid_params("messages", e))?;
         let new_messages = &parsed[..];
         let appended = new_messages.len();
-        let new_hashes = &hashes[consumed..];
         let format = declared.or(session.format).or_else(|| format::detect(new_messages));
         if format.is_some() && session.format.is_none() {
             records.insert(
@@ -435,12 +433,12 @@ impl Daemon {
         let mut new_entries = Vec::with_capacity(new_messages.len());
         for (position, (((message, hash), raw), offloaded)) in parsed
             .into_iter()
-            .zip(new_hashes)
+            .zip(new_hashes.iter().copied())
             .zip(new_raws)
             .zip(new_offloads)
             .enumerate()
         {
-            let entry = Entry::new(first_new_index + position, *hash, message, offloaded, Some(raw));
+            let entry = Entry::new(first_new_index + position, hash, message, offloaded, Some(raw));
             records.push(SessionRecord::Message(entry.to_stored()));
             new_entries.push(entry);
         }
@@ -455,13 +453,15 @@ impl Daemon {
             Alignment::Extends { .. } => {}
             Alignment::DivergesAt { at } => {
                 session.original_hashes.truncate(at);
+                session.text_hashes.truncate(at);
                 session.entries.retain(|e| e.index < at);
             }
             Alignment::Reset => {
                 *session = Session::with_format(session.format);
             }
         }
-        session.original_hashes.extend_from_slice(new_hashes);
+        session.original_hashes.extend_from_slice(&new_hashes);
+        session.text_hashes.extend(new_text_hashes);
         session.entries.extend(new_entries);
         session.format = format;
         Ok(Ingested {
@@ -952,6 +952,7 @@ impl Daemon {
         let format = format_or_default(log.format);
         let mut session = Session::with_format(log.format);
         session.original_hashes = log.original_hashes.iter().map(|h| stored_hash(h)).collect();
+        session.text_hashes = vec![None; session.original_hashes.len()];
         for (index, stored) in log.messages {
             let (message, offloaded) = self.restore(id, stored, format, &session.entries);
             // Hashed again rather than read: a log written by an older satchel holds another kind of hash.

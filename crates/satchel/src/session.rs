@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
-use satchel_core::hash::MessageHash;
+use satchel_core::hash::{MessageHash, text_hash};
 use satchel_core::offload::recent_start;
 use satchel_core::render::{OffloadedText, RenderedText, render_message};
 use satchel_core::repair::{Repair, RepairItem, repair};
@@ -270,6 +270,9 @@ pub struct Session {
     /// Hash of every message of the original history, by original index (compacted ones too,
     /// so a client resending its full history is recognised).
     pub original_hashes: Vec<MessageHash>,
+    /// By original index, the [`text_hash`] of the text a client last sent for that message,
+    /// when known: a resend in the same bytes is recognised without the structural hash.
+    pub text_hashes: Vec<Option<u128>>,
     /// Live messages in order.
     pub entries: Vec<Entry>,
     /// The summary in force; change it with [`Session::set_summary`].
@@ -294,6 +297,42 @@ pub struct Session {
     count_key: Option<String>,
     /// Token counts of system prompts and tool definitions, by hash, valid for `count_key`.
     extras_tokens: HashMap<MessageHash, u64>,
+}
+
+/// The hashes of a received list: exact-text hashes of every message, structural ones
+/// computed only where those do not decide.
+pub struct IncomingHashes<'a> {
+    texts: &'a [Box<RawValue>],
+    text_hashes: Vec<u128>,
+    hashes: Vec<Option<MessageHash>>,
+}
+
+impl<'a> IncomingHashes<'a> {
+    /// The hashes of `texts`.
+    pub fn new(texts: &'a [Box<RawValue>]) -> Self {
+        IncomingHashes {
+            texts,
+            text_hashes: texts.iter().map(|t| text_hash(t.get())).collect(),
+            hashes: vec![None; texts.len()],
+        }
+    }
+
+    /// Messages received.
+    pub fn len(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// The exact-text hash of message `j`.
+    pub fn text_hash(&self, j: usize) -> u128 {
+        self.text_hashes[j]
+    }
+
+    /// The structural hash of message `j`.
+    pub fn hash(&mut self, j: usize) -> MessageHash {
+        *self.hashes[j].get_or_insert_with(|| {
+            MessageHash::of_json(self.texts[j].get()).expect("a RawValue holds valid JSON")
+        })
+    }
 }
 
 /// How a received full list relates to the session.
@@ -404,22 +443,27 @@ impl Session {
     /// satchel returned for it; a client may also send back the whole last request (summary
     /// message included) followed by new messages. Costs one hash comparison per message
     /// unless a message differs from its original.
-    pub fn align(&mut self, incoming_hashes: &[MessageHash], config: &Config) -> Alignment {
+    pub fn align(&mut self, incoming: &mut IncomingHashes<'_>, config: &Config) -> Alignment {
         self.check_render_key(config);
         let known = self.original_hashes.len();
         // Live entries are sorted by original index: find them by binary search.
         let live_position = |entries: &[Entry], j: usize| entries.binary_search_by_key(&j, |e| e.index).ok();
         let mut original_prefix = 0;
-        while original_prefix < incoming_hashes.len().min(known) {
+        while original_prefix < incoming.len().min(known) {
             let j = original_prefix;
-            let matches = incoming_hashes[j] == self.original_hashes[j]
+            let same_text = self.text_hashes[j] == Some(incoming.text_hash(j));
+            let matches = same_text
+                || incoming.hash(j) == self.original_hashes[j]
                 || live_position(&self.entries, j).is_some_and(|p| {
                     let entry = &mut self.entries[p];
                     !entry.offloaded.is_empty()
                         && [Phase::Recent, Phase::Old]
                             .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, config) == incoming_hashes[j])
+                            .any(|phase| entry.rendered_hash(phase, config) == incoming.hash(j))
                 });
+            if matches && !same_text {
+                self.text_hashes[j] = Some(incoming.text_hash(j));
+            }
             if !matches {
                 break;
             }
@@ -434,7 +478,7 @@ impl Session {
             self.last_output = hashes;
         }
         let view = self.last_output.len();
-        if view > 0 && incoming_hashes.len() >= view && incoming_hashes[..view] == self.last_output[..] {
+        if view > 0 && incoming.len() >= view && (0..view).all(|j| incoming.hash(j) == self.last_output[j]) {
             return Alignment::Extends { consumed: view };
         }
         let compacted_from_here = (original_prefix..known).any(|i| live_position(&self.entries, i).is_none());
