@@ -353,7 +353,8 @@ impl Daemon {
             }
         };
         let new_hashes: Vec<MessageHash> = (consumed..incoming.len()).map(|j| hashes.hash(j)).collect();
-        let new_text_hashes: Vec<Option<u128>> = (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect();
+        let new_text_hashes: Vec<Option<u128>> =
+            (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect();
         drop(hashes);
         let new_raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
         let parsed = new_raws

@@ -140,7 +140,7 @@ fn serve(
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
-        let methods: jsonrpsee::Methods = rpc::module(daemon.clone())?.into();
+        let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
                 let path =
@@ -151,7 +151,7 @@ fn serve(
         };
         let listening = async {
             match &bound {
-                Some(bound) => socket::accept_loop(&bound.listener, methods.clone(), limits).await,
+                Some(bound) => socket::accept_loop(&bound.listener, service.clone(), limits).await,
                 None => std::future::pending().await,
             }
         };
@@ -169,7 +169,7 @@ fn serve(
         } else {
             tokio::select! {
                 () = listening => Ok(()),
-                served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), methods.clone(), limits) => served.context("stdio transport"),
+                served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), service.clone(), limits) => served.context("stdio transport"),
             }
         };
         sweeper.abort();

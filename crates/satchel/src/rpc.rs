@@ -12,12 +12,76 @@ use satchel_protocol::{
     ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, Initialize, Method,
     SessionsParams,
 };
-use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use jsonrpsee::types::Id;
+use jsonrpsee::{MethodResponse, ResponsePayload};
+use satchel_protocol::PrepareParams;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::daemon::Daemon;
 use crate::error::RpcError;
-use crate::transport::ClientHandle;
+use crate::transport::{ClientHandle, DirectHandler, Service, TransportLimits};
+
+/// Everything the transports serve: every method through jsonrpsee, and `context.prepare`
+/// also directly (see [`DirectHandler`]).
+pub fn service(daemon: Arc<Daemon>, limits: TransportLimits) -> Result<Service, RegisterMethodError> {
+    let methods = module(daemon.clone())?.into();
+    let prepare: DirectHandler = Arc::new(move |body, client| {
+        direct_call(body, limits, |params: PrepareParams<Box<RawValue>>| {
+            daemon.prepare(params, Some(client))
+        })
+    });
+    Ok(Service {
+        methods,
+        direct: Arc::new(HashMap::from([(ContextPrepare::NAME, prepare)])),
+    })
+}
+
+/// A JSON-RPC call, read in one pass with its params.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Call<'a, P> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    id: Id<'a>,
+    // Routing already chose the method; it is read only because a call carries it.
+    #[serde(borrow, rename = "method")]
+    _method: Cow<'a, str>,
+    params: Option<P>,
+}
+
+/// Answers one call directly: decodes it with its params in a single pass, runs `handler`
+/// and encodes the reply as jsonrpsee would. Anything unusual about the message (bad params
+/// included) returns `None`, so that jsonrpsee answers it with the error it always gives.
+fn direct_call<P, R>(
+    body: &[u8],
+    limits: TransportLimits,
+    handler: impl FnOnce(P) -> Result<R, RpcError>,
+) -> Option<Vec<u8>>
+where
+    P: DeserializeOwned,
+    R: Serialize + Clone,
+{
+    let text = std::str::from_utf8(body).ok()?;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let call: Call<'_, P> = Call::deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    let params = call.params.filter(|_| call.jsonrpc == "2.0")?;
+    let id = call.id.into_owned();
+    let reply = match handler(params) {
+        Ok(result) => {
+            MethodResponse::response(id, ResponsePayload::success(result), limits.max_response_bytes as usize)
+        }
+        Err(e) => MethodResponse::error(id, ErrorObjectOwned::from(e)),
+    };
+    let json: Box<str> = reply.into_json().into();
+    Some(json.into_boxed_bytes().into_vec())
+}
 
 /// The module serving every method of [`satchel_protocol`].
 pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {

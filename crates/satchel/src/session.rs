@@ -329,9 +329,8 @@ impl<'a> IncomingHashes<'a> {
 
     /// The structural hash of message `j`.
     pub fn hash(&mut self, j: usize) -> MessageHash {
-        *self.hashes[j].get_or_insert_with(|| {
-            MessageHash::of_json(self.texts[j].get()).expect("a RawValue holds valid JSON")
-        })
+        *self.hashes[j]
+            .get_or_insert_with(|| MessageHash::of_json(self.texts[j].get()).expect("a RawValue holds valid JSON"))
     }
 }
 

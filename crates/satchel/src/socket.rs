@@ -11,11 +11,10 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use jsonrpsee::Methods;
 use serde::{Deserialize, Serialize};
 use tokio::net::UnixListener;
 
-use crate::transport::{self, TransportLimits};
+use crate::transport::{self, Service, TransportLimits};
 
 /// Directory of run-time files inside the workspace.
 pub const RUN_DIR: &str = "run";
@@ -146,14 +145,14 @@ fn rand_u32() -> u32 {
 
 /// Serves every connection accepted on `listener` with the same methods as stdio; each
 /// connection gets its own client handle, sessions are shared through the daemon.
-pub async fn accept_loop(listener: &UnixListener, methods: Methods, limits: TransportLimits) {
+pub async fn accept_loop(listener: &UnixListener, service: Service, limits: TransportLimits) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                let methods = methods.clone();
+                let service = service.clone();
                 tokio::spawn(async move {
                     let (reader, writer) = stream.into_split();
-                    if let Err(e) = transport::serve(reader, writer, methods, limits).await {
+                    if let Err(e) = transport::serve(reader, writer, service, limits).await {
                         tracing::debug!("socket connection ended: {e}");
                     }
                 });

@@ -21,6 +21,9 @@ use jsonrpsee::MethodResponse;
 use jsonrpsee::Methods;
 use jsonrpsee::types::error::{ErrorCode, reject_too_big_request};
 use jsonrpsee::types::{ErrorObject, Id};
+use std::borrow::Cow;
+
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -62,6 +65,35 @@ impl Default for TransportLimits {
     }
 }
 
+/// A method answered straight from the message text, on the blocking pool, instead of going
+/// through jsonrpsee.
+///
+/// jsonrpsee reads a request's envelope (one pass over the text, a copy of the params) before
+/// the method decodes its params (another pass). For a method whose requests carry a whole
+/// conversation, megabytes on every call, those passes cost more than the method's own work.
+/// The handler gets the message and the client's handle and returns the reply, or `None` to
+/// let jsonrpsee answer instead (it must then have the method too, so that every error is
+/// jsonrpsee's own).
+pub type DirectHandler = Arc<dyn Fn(&[u8], ClientHandle) -> Option<Vec<u8>> + Send + Sync>;
+
+/// What a served stream answers: jsonrpsee's methods, and the methods answered directly.
+#[derive(Clone)]
+pub struct Service {
+    /// Every method, for jsonrpsee.
+    pub methods: Methods,
+    /// Methods answered without jsonrpsee when the message is a plain, well-formed call.
+    pub direct: Arc<HashMap<&'static str, DirectHandler>>,
+}
+
+impl From<Methods> for Service {
+    fn from(methods: Methods) -> Self {
+        Service {
+            methods,
+            direct: Arc::default(),
+        }
+    }
+}
+
 /// Serves JSON-RPC on one byte stream until `reader` hits EOF, then waits for the requests
 /// still in flight, writes their replies and returns.
 ///
@@ -70,7 +102,7 @@ impl Default for TransportLimits {
 /// the handle's requests are routed to them. At EOF those still waiting fail with
 /// [`ClientRequestError::Disconnected`]. Returns early with the error if reading or writing
 /// the stream fails.
-pub async fn serve<R, W>(reader: R, writer: W, methods: Methods, limits: TransportLimits) -> io::Result<()>
+pub async fn serve<R, W>(reader: R, writer: W, service: Service, limits: TransportLimits) -> io::Result<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -78,7 +110,8 @@ where
     let (queue, rx) = WriteQueue::new(WRITE_QUEUE);
     let mut writer_task = tokio::spawn(write_frames(writer, rx));
     let mut conn = Connection {
-        shim: Arc::new(Shim::new(methods, limits)),
+        shim: Arc::new(Shim::new(service.methods, limits)),
+        direct: service.direct,
         peer: Arc::new(Peer::new(queue.downgrade())),
         queue,
         in_flight: Arc::default(),
@@ -126,29 +159,42 @@ fn joined(result: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<
 }
 
 /// The fields of a message needed to route it, borrowed from the message.
-#[derive(Deserialize)]
+#[derive(Default)]
 struct Peek<'a> {
-    #[serde(borrow)]
     id: Option<Id<'a>>,
-    #[serde(borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
+    method: Option<Cow<'a, str>>,
     /// `Some` whenever the member is there, even as `null` (a valid result).
-    #[serde(borrow, default, deserialize_with = "present")]
     result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     error: Option<&'a RawValue>,
 }
 
-impl Peek<'_> {
+impl<'a> Peek<'a> {
     /// Reads the routing fields of a single message, which must be a JSON object.
-    fn of(body: &[u8]) -> Option<Peek<'_>> {
+    ///
+    /// Reading stops once a call's `method` and `id` are known: what follows is its params,
+    /// which can be megabytes, and jsonrpsee or the method reads those anyway.
+    fn of(body: &'a [u8]) -> Option<Peek<'a>> {
         // serde would also read an array into the struct, field by field.
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return None;
         }
-        serde_json::from_slice(body).ok()
+        let mut peek = Peek::default();
+        let mut stopped_early = false;
+        let mut deserializer = serde_json::Deserializer::from_slice(body);
+        let read = deserializer.deserialize_map(PeekVisitor {
+            peek: &mut peek,
+            stopped_early: &mut stopped_early,
+        });
+        match read {
+            Ok(()) => deserializer.end().ok().map(|()| peek),
+            Err(_) if stopped_early => Some(peek),
+            Err(_) => None,
+        }
     }
 
+    fn is_call(&self) -> bool {
+        self.method.is_some() && self.id.is_some()
+    }
     /// Whether this is the client's response to one of our requests rather than a call.
     ///
     /// The `id` is not required: answering an id-less error response would only invite
@@ -158,9 +204,40 @@ impl Peek<'_> {
     }
 }
 
-/// Deserializes a member that is present, whatever its value.
-fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue>::deserialize(deserializer).map(Some)
+/// Fills a [`Peek`] member by member, and stops (with an error the caller expects) as soon
+/// as the message is known to be a call with an id.
+struct PeekVisitor<'p, 'a> {
+    peek: &'p mut Peek<'a>,
+    stopped_early: &'p mut bool,
+}
+
+impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        loop {
+            if self.peek.is_call() {
+                *self.stopped_early = true;
+                return Err(de::Error::custom("routing fields read"));
+            }
+            let Some(key) = map.next_key::<Cow<'de, str>>()? else {
+                return Ok(());
+            };
+            match key.as_ref() {
+                "id" => self.peek.id = map.next_value()?,
+                "method" => self.peek.method = map.next_value()?,
+                "result" => self.peek.result = Some(map.next_value()?),
+                "error" => self.peek.error = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+    }
 }
 
 /// An LSP `$/cancelRequest` notification.
@@ -189,6 +266,7 @@ type InFlightMap = Arc<Mutex<HashMap<Id<'static>, InFlight>>>;
 /// State of one served stream, owned by the read loop.
 struct Connection {
     shim: Arc<Shim>,
+    direct: Arc<HashMap<&'static str, DirectHandler>>,
     queue: WriteQueue,
     /// The client, as seen by method handlers.
     peer: Arc<Peer>,
@@ -221,6 +299,12 @@ impl Connection {
             return self.cancel(&body).await;
         }
         let id = id.map(Id::into_owned);
+        // Only a single call with an id: notifications and batches keep jsonrpsee's handling.
+        let direct = method
+            .as_deref()
+            .filter(|_| id.is_some())
+            .and_then(|m| self.direct.get(m))
+            .cloned();
 
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -235,7 +319,25 @@ impl Connection {
         let tracked = id.filter(|id| !map.contains_key(id));
         let key = tracked.clone();
         let task = tokio::spawn(async move {
-            let reply = shim.call(body, client).await;
+            let reply = match direct {
+                Some(handler) => {
+                    let direct_client = client.clone();
+                    let answered = tokio::task::spawn_blocking(move || {
+                        let reply = handler(&body, direct_client);
+                        (body, reply)
+                    })
+                    .await;
+                    match answered {
+                        Ok((_, Some(reply))) => Some(reply),
+                        Ok((body, None)) => shim.call(body, client).await,
+                        Err(e) => {
+                            tracing::error!("a direct method panicked: {e}");
+                            None
+                        }
+                    }
+                }
+                None => shim.call(body, client).await,
+            };
             if let Some(id) = key {
                 let mut map = lock(&in_flight);
                 if map.get(&id).is_none_or(|entry| entry.seq != seq) {
@@ -364,7 +466,7 @@ mod tests {
         Client {
             input,
             output: FrameReader::new(BufReader::new(output), usize::MAX),
-            server: tokio::spawn(serve(server_in, server_out, methods, limits)),
+            server: tokio::spawn(serve(server_in, server_out, methods.into(), limits)),
         }
     }
 
