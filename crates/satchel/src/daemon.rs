@@ -185,7 +185,7 @@ impl Daemon {
         if guard.is_none() && !is_full_list {
             return Err(RpcError::UnknownSession(id));
         }
-        let session = guard.get_or_insert_with(Session::default);
+        let session = guard.get_or_insert_with(|| Session::new(None, self.offloads.clone()));
         let declared = match params.format {
             FormatHint::Auto => None,
             FormatHint::Openai => Some(MessageFormat::Openai),
@@ -458,7 +458,7 @@ impl Daemon {
                 session.entries.retain(|e| e.index < at);
             }
             Alignment::Reset => {
-                *session = Session::with_format(session.format);
+                *session = Session::new(session.format, self.offloads.clone());
             }
         }
         session.original_hashes.extend_from_slice(&new_hashes);
@@ -548,7 +548,7 @@ impl Daemon {
         let span: Vec<Value> = plan
             .compact
             .iter()
-            .map(|&p| session.entries[p].message.clone())
+            .map(|&p| session.entries[p].full_message(&self.offloads))
             .collect();
         let input = SummaryInput {
             previous: session.summary(),
@@ -710,7 +710,7 @@ impl Daemon {
                 index: e.index,
                 compaction_id: begun.id.clone(),
                 archived_at: begun.at.clone(),
-                message: e.message.clone(),
+                message: e.full_message(&self.offloads),
                 offloads: e
                     .offloaded
                     .iter()
@@ -906,28 +906,12 @@ impl Daemon {
         })
     }
 
-    /// Restores a stored message: offloaded texts read back from their files.
-    fn restore(
-        &self,
-        session_id: &str,
-        stored: StoredMessage,
-        format: MessageFormat,
-        earlier: &[Entry],
-    ) -> (Value, Vec<OffloadedText>) {
-        let mut message = stored.message;
+    /// Restores a stored message: the message as logged (offloaded texts empty, see
+    /// [`Entry::message`]) and what is known of its offloaded texts.
+    fn restore(stored: StoredMessage, format: MessageFormat, earlier: &[Entry]) -> (Value, Vec<OffloadedText>) {
+        let message = stored.message;
         let mut offloaded = Vec::with_capacity(stored.offloads.len());
         for o in stored.offloads {
-            let full = self.offloads.load(&o.file).unwrap_or_else(|e| {
-                tracing::error!(session = session_id, file = %o.file, "offloaded text is missing: {e}");
-                format!(
-                    "[satchel: the full text of this tool result ({} bytes) was in {} and is missing]",
-                    o.total_bytes, o.file
-                )
-            });
-            let stats = TextStats::of(&full);
-            if let Some(slot) = message.pointer_mut(&o.pointer) {
-                *slot = Value::String(full);
-            }
             let call_id = format::result_texts(&message, format)
                 .into_iter()
                 .find(|t| t.pointer == o.pointer)
@@ -937,7 +921,10 @@ impl Daemon {
             offloaded.push(OffloadedText {
                 pointer: o.pointer,
                 file: o.file,
-                stats,
+                stats: TextStats {
+                    total_bytes: o.total_bytes,
+                    total_lines: o.total_lines,
+                },
                 call,
             });
         }
@@ -951,15 +938,19 @@ impl Daemon {
             return Ok(None);
         };
         let format = format_or_default(log.format);
-        let mut session = Session::with_format(log.format);
+        let mut session = Session::new(log.format, self.offloads.clone());
         session.original_hashes = log.original_hashes.iter().map(|h| stored_hash(h)).collect();
         session.text_hashes = vec![None; session.original_hashes.len()];
         for (index, stored) in log.messages {
-            let (message, offloaded) = self.restore(id, stored, format, &session.entries);
-            // Hashed again rather than read: a log written by an older satchel holds another kind of hash.
-            let hash = MessageHash::of_value(&message);
-            session.original_hashes[index] = hash;
-            session.entries.push(Entry::new(index, hash, message, offloaded, None));
+            let logged_hash = stored.hash.parse::<MessageHash>().ok();
+            let (message, offloaded) = Self::restore(stored, format, &session.entries);
+            let mut entry = Entry::new(index, session.original_hashes[index], message, offloaded, None);
+            // A log written by an older satchel holds another kind of hash: hash the message again.
+            if logged_hash.is_none() {
+                entry.hash = MessageHash::of_value(&entry.full_message(&self.offloads));
+                session.original_hashes[index] = entry.hash;
+            }
+            session.entries.push(entry);
         }
         let mut summary = log.summary;
         session.compactions = log.compactions;
@@ -968,7 +959,7 @@ impl Daemon {
                 .into_iter()
                 .map(|(index, stored)| {
                     let hash = stored_hash(&stored.hash);
-                    let (message, offloaded) = self.restore(id, stored, format, &[]);
+                    let (message, offloaded) = Self::restore(stored, format, &[]);
                     Entry::new(index, hash, message, offloaded, None)
                 })
                 .collect();

@@ -135,6 +135,10 @@ fn serve(
     let lock = socket::lock_workspace(workspace.root())?;
     let config = config::load(workspace.root(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    // Building an exact encoder takes a few hundred milliseconds: do it beside start-up, not
+    // inside the first `context.prepare` (nor before the first `initialize` answer).
+    let counter = satchel_core::tokens::TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+    std::thread::spawn(move || counter.count_text("warm up"));
     let daemon = Arc::new(daemon::Daemon::new(workspace, config).context("opening the dialog archive")?);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

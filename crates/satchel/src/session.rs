@@ -18,8 +18,9 @@ use satchel_core::render::{OffloadedText, RenderedText, render_message};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text;
 use satchel_core::tokens::TokenCounter;
+use satchel_core::truncate::TextStats;
 use satchel_protocol::{CompactSummary, Config, Phase};
-use satchel_storage::{CompactionInfo, StoredMessage, StoredOffload};
+use satchel_storage::{CompactionInfo, OffloadStore, StoredMessage, StoredOffload};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -30,7 +31,9 @@ pub struct Entry {
     pub index: usize,
     /// Hash of the message as the client sent it.
     pub hash: MessageHash,
-    /// The message as the client sent it, full texts included.
+    /// The message as the client sent it, except that its offloaded texts are empty: their
+    /// files hold them, and a long session would otherwise keep every big tool output in
+    /// memory although only excerpts are sent. [`Entry::full_message`] puts them back.
     pub message: Value,
     /// Texts of this message that live in offload files.
     pub offloaded: Vec<OffloadedText>,
@@ -65,10 +68,15 @@ impl Entry {
     pub fn new(
         index: usize,
         hash: MessageHash,
-        message: Value,
+        mut message: Value,
         offloaded: Vec<OffloadedText>,
         raw: Option<Box<RawValue>>,
     ) -> Self {
+        for text in &offloaded {
+            if let Some(slot) = message.pointer_mut(&text.pointer) {
+                *slot = Value::String(String::new());
+            }
+        }
         let mut entry = Entry {
             index,
             hash,
@@ -91,15 +99,9 @@ impl Entry {
 
     /// The persisted form: offloaded texts emptied, since the files hold them.
     pub fn to_stored(&self) -> StoredMessage {
-        let mut message = self.message.clone();
-        for text in &self.offloaded {
-            if let Some(slot) = message.pointer_mut(&text.pointer) {
-                *slot = Value::String(String::new());
-            }
-        }
         StoredMessage {
             hash: self.hash.to_string(),
-            message,
+            message: self.message.clone(),
             offloads: self
                 .offloaded
                 .iter()
@@ -113,6 +115,32 @@ impl Entry {
         }
     }
 
+    /// The message as the client sent it, its offloaded texts read back from their files.
+    pub fn full_message(&self, offloads: &OffloadStore) -> Value {
+        self.full(offloads).0
+    }
+
+    /// The full message, and its offloaded texts measured as read (a missing file reads as
+    /// a notice saying so, which is then what gets rendered).
+    fn full(&self, offloads: &OffloadStore) -> (Value, Vec<OffloadedText>) {
+        let mut message = self.message.clone();
+        let mut texts = self.offloaded.clone();
+        for text in &mut texts {
+            let full = offloads.load(&text.file).unwrap_or_else(|e| {
+                tracing::error!(file = %text.file, "offloaded text is missing: {e}");
+                format!(
+                    "[satchel: the full text of this tool result ({} bytes) was in {} and is missing]",
+                    text.stats.total_bytes, text.file
+                )
+            });
+            text.stats = TextStats::of(&full);
+            if let Some(slot) = message.pointer_mut(&text.pointer) {
+                *slot = Value::String(full);
+            }
+        }
+        (message, texts)
+    }
+
     /// The view slot of `phase`.
     fn slot(&self, phase: Phase) -> usize {
         match phase {
@@ -122,7 +150,7 @@ impl Entry {
     }
 
     /// Renders the message for `phase` unless that is done already.
-    fn ensure_view(&mut self, phase: Phase, config: &Config) -> usize {
+    fn ensure_view(&mut self, phase: Phase, config: &Config, offloads: &OffloadStore) -> usize {
         let slot = self.slot(phase);
         if self.views[slot].is_none() {
             let view = if self.offloaded.is_empty() {
@@ -132,7 +160,8 @@ impl Entry {
                     texts: Vec::new(),
                 }
             } else {
-                let (value, texts) = render_message(&self.message, &self.offloaded, phase, config);
+                let (full, measured) = self.full(offloads);
+                let (value, texts) = render_message(&full, &measured, phase, config);
                 View {
                     raw: to_raw(&value),
                     value: Some(value),
@@ -149,12 +178,12 @@ impl Entry {
     }
 
     /// Hash of the message rendered for `phase`.
-    fn rendered_hash(&mut self, phase: Phase, config: &Config) -> MessageHash {
+    fn rendered_hash(&mut self, phase: Phase, config: &Config, offloads: &OffloadStore) -> MessageHash {
         let slot = self.slot(phase);
         match self.view_hashes[slot] {
             Some(hash) => hash,
             None => {
-                self.ensure_view(phase, config);
+                self.ensure_view(phase, config, offloads);
                 self.view_hashes[slot].unwrap_or(self.hash)
             }
         }
@@ -263,8 +292,10 @@ struct SummaryView {
 }
 
 /// The messages of one session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Session {
+    /// Where offloaded texts are read back from, to render a message or archive it.
+    offloads: OffloadStore,
     /// Format, once known.
     pub format: Option<MessageFormat>,
     /// Hash of every message of the original history, by original index (compacted ones too,
@@ -379,11 +410,25 @@ fn counter_key(counter: &TokenCounter, config: &Config) -> String {
 }
 
 impl Session {
-    /// An empty session in `format`.
-    pub fn with_format(format: Option<MessageFormat>) -> Self {
+    /// An empty session in `format`, reading offloaded texts from `offloads`.
+    pub fn new(format: Option<MessageFormat>, offloads: OffloadStore) -> Self {
         Session {
+            offloads,
             format,
-            ..Session::default()
+            original_hashes: Vec::new(),
+            text_hashes: Vec::new(),
+            entries: Vec::new(),
+            summary: None,
+            summary_view: None,
+            compactions: Vec::new(),
+            last_output: Vec::new(),
+            last_system: None,
+            last_tools: None,
+            peak_tokens: 0,
+            last_usage: None,
+            render_key: None,
+            count_key: None,
+            extras_tokens: HashMap::new(),
         }
     }
 
@@ -458,7 +503,7 @@ impl Session {
                     !entry.offloaded.is_empty()
                         && [Phase::Recent, Phase::Old]
                             .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, config) == incoming.hash(j))
+                            .any(|phase| entry.rendered_hash(phase, config, &self.offloads) == incoming.hash(j))
                 });
             if matches && !same_text {
                 self.text_hashes[j] = Some(incoming.text_hash(j));
@@ -503,6 +548,7 @@ impl Session {
     fn sync_views(&mut self, config: &Config, squeeze: bool) -> Vec<usize> {
         self.check_render_key(config);
         let recent_start = self.recent_start(config, squeeze);
+        let offloads = &self.offloads;
         self.entries
             .iter_mut()
             .enumerate()
@@ -512,7 +558,7 @@ impl Session {
                 } else {
                     Phase::Old
                 };
-                let slot = entry.ensure_view(phase, config);
+                let slot = entry.ensure_view(phase, config, offloads);
                 if !entry.offloaded.is_empty() {
                     entry.views[1 - slot] = None;
                 }
