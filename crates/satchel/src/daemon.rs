@@ -581,7 +581,7 @@ impl Daemon {
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])
             .map_err(storage)?;
-        let range = self.archive_compaction(id, &begun, &removed).map_err(storage)?;
+        let range = self.archive_compaction(id, &begun, &removed, false).map_err(storage)?;
         tracing::debug!(
             session = id,
             messages = removed.len(),
@@ -692,15 +692,21 @@ impl Daemon {
         }
     }
 
-    /// Appends the compacted messages to the dialog archive, skipping any a crashed earlier
-    /// attempt of the same compaction already wrote, and returns where they are.
+    /// Appends the compacted messages to the dialog archive and returns where they are. When
+    /// `resuming` a compaction a crash interrupted, messages its first attempt already wrote
+    /// are skipped (finding them reads the archive file, so a fresh compaction does not).
     fn archive_compaction(
         &self,
         id: &str,
         begun: &CompactionBegun,
         removed: &[Entry],
+        resuming: bool,
     ) -> Result<ArchiveRange, StorageError> {
-        let present = self.archive.lines_of(&begun.archive_file, id, &begun.id)?;
+        let present = if resuming {
+            self.archive.lines_of(&begun.archive_file, id, &begun.id)?
+        } else {
+            Vec::new()
+        };
         let done: std::collections::HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
         let lines: Vec<DialogLine> = removed
             .iter()
@@ -964,7 +970,7 @@ impl Daemon {
                 })
                 .collect();
             let range = self
-                .archive_compaction(id, &begun, &removed)
+                .archive_compaction(id, &begun, &removed, true)
                 .map_err(RpcError::Storage)?;
             self.sessions
                 .append(
