@@ -215,7 +215,8 @@ fn line_at(text: &str, stats: &TextStats, offset: usize) -> usize {
 }
 
 pub(crate) fn count_newlines(s: &str) -> usize {
-    s.bytes().filter(|&b| b == b'\n').count()
+    // memchr's vectorised search: every offloaded result is measured once on arrival.
+    memchr::memchr_iter(b'\n', s.as_bytes()).count()
 }
 
 /// Largest cut in `(floor, limit]` that is a char boundary and, where cheaply detectable,

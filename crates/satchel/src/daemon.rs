@@ -352,7 +352,6 @@ impl Daemon {
                 (0, session.original_hashes.len())
             }
         };
-        let new_hashes: Vec<MessageHash> = (consumed..incoming.len()).map(|j| hashes.hash(j)).collect();
         let new_text_hashes: Vec<Option<u128>> =
             (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect();
         drop(hashes);
@@ -362,6 +361,8 @@ impl Daemon {
             .map(|m| serde_json::from_str::<Value>(m.get()))
             .collect::<Result<Vec<Value>, _>>()
             .map_err(|e| RpcError::invalid_params("messages", e))?;
+        // Hashed from the parsed values: cheaper than from text, which must be unescaped.
+        let new_hashes: Vec<MessageHash> = parsed.iter().map(MessageHash::of_value).collect();
         let new_messages = &parsed[..];
         let appended = new_messages.len();
         let format = declared.or(session.format).or_else(|| format::detect(new_messages));
@@ -581,7 +582,9 @@ impl Daemon {
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])
             .map_err(storage)?;
-        let range = self.archive_compaction(id, &begun, &removed, false).map_err(storage)?;
+        let range = self
+            .archive_compaction(id, &begun, &removed, &span, false)
+            .map_err(storage)?;
         tracing::debug!(
             session = id,
             messages = removed.len(),
@@ -692,14 +695,16 @@ impl Daemon {
         }
     }
 
-    /// Appends the compacted messages to the dialog archive and returns where they are. When
-    /// `resuming` a compaction a crash interrupted, messages its first attempt already wrote
+    /// Appends the compacted messages to the dialog archive and returns where they are;
+    /// `full[i]` is the full message of `removed[i]` (read back once, shared with the
+    /// summariser). When `resuming` a compaction a crash interrupted, messages its first attempt already wrote
     /// are skipped (finding them reads the archive file, so a fresh compaction does not).
     fn archive_compaction(
         &self,
         id: &str,
         begun: &CompactionBegun,
         removed: &[Entry],
+        full: &[Value],
         resuming: bool,
     ) -> Result<ArchiveRange, StorageError> {
         let present = if resuming {
@@ -710,13 +715,14 @@ impl Daemon {
         let done: std::collections::HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
         let lines: Vec<DialogLine> = removed
             .iter()
-            .filter(|e| !done.contains(&e.index))
-            .map(|e| DialogLine {
+            .zip(full)
+            .filter(|(e, _)| !done.contains(&e.index))
+            .map(|(e, message)| DialogLine {
                 session_id: id.to_owned(),
                 index: e.index,
                 compaction_id: begun.id.clone(),
                 archived_at: begun.at.clone(),
-                message: e.full_message(&self.offloads),
+                message: message.clone(),
                 offloads: e
                     .offloaded
                     .iter()
@@ -969,8 +975,9 @@ impl Daemon {
                     Entry::new(index, hash, message, offloaded, None)
                 })
                 .collect();
+            let full: Vec<Value> = removed.iter().map(|e| e.full_message(&self.offloads)).collect();
             let range = self
-                .archive_compaction(id, &begun, &removed, true)
+                .archive_compaction(id, &begun, &removed, &full, true)
                 .map_err(RpcError::Storage)?;
             self.sessions
                 .append(

@@ -10,6 +10,9 @@ use xxhash_rust::xxh3::xxh3_128;
 use crate::error::{StorageError, io};
 use crate::workspace::{TOOL_RESULT_DIR, Workspace};
 
+/// How many new files one save makes durable with a single `syncfs` rather than one fsync each.
+pub const SYNCFS_FROM_FILES: usize = 8;
+
 /// Where a text was saved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SavedText {
@@ -54,11 +57,13 @@ impl OffloadStore {
     /// (or by two sessions) is one file. An existing file gets its mtime refreshed, so the
     /// retention clock restarts for content that is in use again.
     ///
-    /// A first call carrying a long history can offload hundreds of results, and an fsync per
-    /// file would cost a journal commit each (seconds in all). Instead every new text goes to a
-    /// temporary file, one `syncfs` makes all of them durable, each is renamed into place, and
+    /// Every new text goes to a temporary file that is made durable, renamed into place, and
     /// one fsync of the directory makes the names durable: a file under its final name is
-    /// always complete.
+    /// always complete. A first call carrying a long history can offload hundreds of results,
+    /// and an fsync per file would cost a journal commit each (seconds in all), so past
+    /// [`SYNCFS_FROM_FILES`] files one `syncfs` makes all of them durable at once; below it,
+    /// each file is fsynced, because `syncfs` also waits for whatever else the file system has
+    /// not yet written.
     pub fn save_all(&self, texts: &[&str]) -> Result<Vec<SavedText>, StorageError> {
         let mut saved = Vec::with_capacity(texts.len());
         let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -90,7 +95,15 @@ impl OffloadStore {
                 return Ok(());
             }
             let dir = fs::File::open(&self.dir).map_err(io("open", &self.dir))?;
-            rustix::fs::syncfs(&dir).map_err(|e| io("syncfs", &self.dir)(e.into()))?;
+            if staged.len() >= SYNCFS_FROM_FILES {
+                rustix::fs::syncfs(&dir).map_err(|e| io("syncfs", &self.dir)(e.into()))?;
+            } else {
+                for (tmp, _) in &staged {
+                    fs::File::open(tmp)
+                        .and_then(|f| f.sync_all())
+                        .map_err(io("fsync", tmp))?;
+                }
+            }
             for (tmp, path) in &staged {
                 fs::rename(tmp, path).map_err(io("rename", path))?;
             }

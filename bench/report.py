@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""Turn the benchmark results in a directory into Markdown tables (stdout).
+
+Usage: python3 bench/report.py target/bench > target/bench/report.md
+
+Reads, from the directory:
+  satchel.jsonl  one line per scenario result of `satchel-bench --json-lines` (required);
+  peer.jsonl     optional, lines {"conversation": FILE, "peer": <bench_peer.py --json-lines output>};
+  micro.txt      optional, the divan output of `cargo bench -p satchel-core`.
+
+Python 3 standard library only, so it runs wherever the benchmark does.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+DASH = "–"
+
+
+def load_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def canonical(path: str) -> str:
+    """Satchel and peer results name the same file; compare them as real paths."""
+    return os.path.realpath(path) if os.path.exists(path) else path
+
+
+def fmt_ms(value) -> str:
+    """Milliseconds with about three significant digits."""
+    if value is None:
+        return DASH
+    if value < 1:
+        return f"{value:.3f}"
+    if value < 10:
+        return f"{value:.2f}"
+    if value < 100:
+        return f"{value:.1f}"
+    return f"{value:.0f}"
+
+
+def fmt_ratio(numerator, denominator) -> str:
+    """peer ÷ satchel with two significant digits, so 0.04× and 0.4× stay apart."""
+    if numerator is None or not denominator:
+        return DASH
+    ratio = numerator / denominator
+    return f"{ratio:.0f}×" if ratio >= 10 else f"{ratio:.1f}×" if ratio >= 1 else f"{ratio:.2f}×"
+
+
+def fmt(value) -> str:
+    return DASH if value is None else str(value)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    model = DASH
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    uname = platform.uname()
+    return f"{os.cpu_count()} CPUs ({model}), {uname.system} {uname.release}, {uname.machine}"
+
+
+def file_system(path: str) -> str:
+    """Type of the file system holding `path` (the longest mount point in /proc/mounts)."""
+    best, kind = "", "?"
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return kind
+    real = os.path.realpath(path)
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def revision(repo: Path) -> str:
+    """The commit benchmarked, noting uncommitted changes (read-only git commands)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"`{head}`" + (" with uncommitted changes" if dirty else "")
+
+
+class Results:
+    """satchel.jsonl grouped by conversation (in order of appearance) and tokenizer."""
+
+    def __init__(self, lines: list[dict]):
+        self.conversations: dict[str, dict] = {}  # source -> {"label", "conversation"}
+        self.runs: dict[tuple[str, str], dict[str, dict]] = {}  # (source, tokenizer) -> scenario -> line
+        for line in lines:
+            source = line["conversation"]["source"]
+            self.conversations.setdefault(source, {"label": line["label"], "conversation": line["conversation"]})
+            self.runs.setdefault((source, line["tokenizer"]), {})[line["scenario"]] = line
+
+    def rows(self):
+        """(label, tokenizer, scenarios) in a stable order: conversations as run, estimate first."""
+        for source, info in self.conversations.items():
+            for tokenizer in ("estimate", "o200k_base"):
+                scenarios = self.runs.get((source, tokenizer))
+                if scenarios:
+                    yield source, info["label"], tokenizer, scenarios
+            for (s, tokenizer), scenarios in self.runs.items():
+                if s == source and tokenizer not in ("estimate", "o200k_base"):
+                    yield source, info["label"], tokenizer, scenarios
+
+
+def get(scenarios: dict, scenario: str, field: str):
+    return scenarios.get(scenario, {}).get(field)
+
+
+def conversations_table(results: Results) -> str:
+    rows = []
+    for source, info in results.conversations.items():
+        c = info["conversation"]
+        rows.append(
+            [
+                info["label"],
+                f"`{Path(source).name}`" if not source.startswith("synthetic:") else f"`{source}`",
+                fmt(c.get("format")),
+                fmt(c.get("messages")),
+                f"{c['bytes']:,}",
+                f"{c['est_tokens_bytes_div4']:,}",
+            ]
+        )
+    return table(["conversation", "source", "format", "messages", "bytes", "tokens (bytes/4)"], rows)
+
+
+def first_pass_table(results: Results) -> str:
+    rows = []
+    for _source, label, tokenizer, s in results.rows():
+        actions = get(s, "first_pass", "actions") or {}
+        rows.append(
+            [
+                label,
+                tokenizer,
+                fmt_ms(get(s, "startup", "median_ms")),
+                fmt_ms(get(s, "first_pass", "median_ms")),
+                fmt_ms(get(s, "first_pass", "warm_median_ms")),
+                fmt(get(s, "first_pass", "tokens_total")),
+                fmt(get(s, "first_pass", "messages_returned")),
+                ", ".join(f"{k} {v}" for k, v in actions.items()) or DASH,
+                "yes" if get(s, "first_pass", "over_limit") else "no",
+            ]
+        )
+    return table(
+        [
+            "conversation",
+            "tokenizer",
+            "startup",
+            "first pass (cold)",
+            "first pass (warm)",
+            "tokens out",
+            "messages out",
+            "actions",
+            "over limit",
+        ],
+        rows,
+    )
+
+
+def step_table(results: Results) -> str:
+    rows = []
+    for _source, label, tokenizer, s in results.rows():
+        sa = s.get("steady_append", {})
+        sf = s.get("steady_full", {})
+        ra = s.get("replay_append", {})
+        rows.append(
+            [
+                label,
+                tokenizer,
+                f"{fmt_ms(sa.get('p50_ms'))} / {fmt_ms(sa.get('p95_ms'))} / {fmt_ms(sa.get('max_ms'))}",
+                fmt_ms(sf.get("prepare_p50_ms")),
+                f"{fmt_ms(sf.get('floor_p50_ms'))} ({fmt_ms(sf.get('floor_parse_p50_ms'))} + "
+                f"{fmt_ms(sf.get('floor_serialise_p50_ms'))})",
+                DASH if sf.get("ratio_median") is None else f"{sf['ratio_median']:.1f}×",
+                f"{fmt_ms(ra.get('p50_ms'))} / {fmt_ms(ra.get('p95_ms'))} / {fmt_ms(ra.get('max_ms'))}",
+                fmt(ra.get("count")),
+                fmt_ms(ra.get("total_ms")),
+            ]
+        )
+    return table(
+        [
+            "conversation",
+            "tokenizer",
+            "steady append p50 / p95 / max",
+            "steady full p50",
+            "serde floor p50 (parse + write)",
+            "full ÷ floor (median)",
+            "replay append p50 / p95 / max",
+            "replay calls",
+            "replay total",
+        ],
+        rows,
+    )
+
+
+def memory_table(results: Results) -> str:
+    rows = []
+    for _source, label, tokenizer, s in results.rows():
+        sr = s.get("sessions_rss", {})
+        sessions = sr.get("sessions")
+        rows.append(
+            [
+                label,
+                tokenizer,
+                fmt(get(s, "first_pass", "peak_rss_mib")),
+                fmt(get(s, "replay_append", "peak_rss_mib")),
+                fmt(sr.get("idle_rss_mib")),
+                DASH if sessions is None else f"{sr.get('rss_mib')} / {sr.get('peak_rss_mib')} ({sessions} sessions)",
+                fmt_ms(sr.get("load_median_ms")),
+            ]
+        )
+    return table(
+        [
+            "conversation",
+            "tokenizer",
+            "first pass peak RSS",
+            "replay peak RSS",
+            "idle RSS",
+            "sessions RSS / peak",
+            "session load p50 (ms)",
+        ],
+        rows,
+    )
+
+
+def peer_tables(results: Results, peers: list[dict]) -> str | None:
+    """Peers vs satchel on the same files; None when no peer result matches a satchel one."""
+    by_file = {canonical(p["conversation"]): p["peer"] for p in peers}
+    first, steady = [], []
+    for source, label, tokenizer, s in results.rows():
+        peer = by_file.get(canonical(source))
+        if peer is None:
+            continue
+        reme = peer.get("peers", {}).get("reme", {}).get("timings_ms_median", {})
+        qwen = peer.get("peers", {}).get("qwenpaw", {}).get("timings_ms_median", {})
+        reme_hook, qwen_hook = reme.get("pre_reasoning_hook_equiv"), qwen.get("post_acting_plus_pre_reasoning_equiv")
+        cold, warm = get(s, "first_pass", "median_ms"), get(s, "first_pass", "warm_median_ms")
+        first.append(
+            [
+                label,
+                tokenizer,
+                fmt_ms(cold),
+                fmt_ms(warm),
+                fmt_ms(reme_hook),
+                f"{fmt_ratio(reme_hook, cold)} / {fmt_ratio(reme_hook, warm)}",
+                fmt_ms(qwen_hook),
+                f"{fmt_ratio(qwen_hook, cold)} / {fmt_ratio(qwen_hook, warm)}",
+            ]
+        )
+        step = get(s, "steady_append", "p50_ms")
+        reme_step, qwen_step = reme.get("steady_state_step"), qwen.get("steady_state_step")
+        steady.append(
+            [
+                label,
+                tokenizer,
+                fmt_ms(step),
+                fmt_ms(reme_step),
+                fmt_ratio(reme_step, step),
+                fmt_ms(qwen_step),
+                fmt_ratio(qwen_step, step),
+                fmt(peer.get("peak_rss_mb")),
+            ]
+        )
+    if not first:
+        return None
+    return "\n\n".join(
+        [
+            "### First pass: the whole conversation at once",
+            "ReMe `pre_reasoning_hook_equiv` and QwenPaw `post_acting_plus_pre_reasoning_equiv` (medians) vs "
+            "satchel's `first_pass` median; ratio = peer ÷ satchel, so above 1× satchel is faster.",
+            table(
+                [
+                    "conversation",
+                    "satchel tokenizer",
+                    "satchel cold",
+                    "satchel warm",
+                    "ReMe",
+                    "ReMe ÷ cold / warm",
+                    "QwenPaw",
+                    "QwenPaw ÷ cold / warm",
+                ],
+                first,
+            ),
+            "### One step below the threshold",
+            "Peer `steady_state_step` (median) vs satchel `steady_append` p50.",
+            table(
+                [
+                    "conversation",
+                    "satchel tokenizer",
+                    "satchel p50",
+                    "ReMe",
+                    "ReMe ÷ satchel",
+                    "QwenPaw",
+                    "QwenPaw ÷ satchel",
+                    "peer process peak RSS (MiB)",
+                ],
+                steady,
+            ),
+        ]
+    )
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: report.py RESULTS_DIR")
+    directory = Path(sys.argv[1])
+    lines = load_jsonl(directory / "satchel.jsonl")
+    if not lines:
+        sys.exit(f"report.py: no results in {directory / 'satchel.jsonl'}")
+    results = Results(lines)
+    peers = load_jsonl(directory / "peer.jsonl")
+    repo = Path(__file__).resolve().parent.parent
+    workspace_roots = sorted({line.get("workspace_root") or "?" for line in lines})
+
+    out = [
+        "# satchel benchmarks",
+        "",
+        f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- machine: {machine()}",
+        f"- satchel: {revision(repo)}",
+        "- daemon workspaces in: "
+        + ", ".join(f"`{root}` ({file_system(root)})" for root in workspace_roots)
+        + ". The daemon fsyncs what it stores (offloaded results, the session log), so on a disk the "
+        "file system's fsync latency is part of every call that stores something; "
+        "`TMPDIR=/dev/shm scripts/bench` shows the cost without it.",
+        "- times in ms; memory in MiB. satchel numbers are whole-process: a real `satchel serve` spawned "
+        "by `bench/driver`, one JSON-RPC round trip over stdio per call (request written, reply read), "
+        "including the daemon's JSON, token counting and durable disk writes.",
+        "",
+        "## Conversations",
+        "",
+        "`tokens (bytes/4)` counts the whole JSON. The peers' `syn-N` exports are sized by `bench_peer.py` "
+        "after old tool results are cut to 3,000 bytes (its default `--size-basis context`), so they are "
+        "several times N raw; satchel-bench's own `synthetic-N` counts raw bytes.",
+        "",
+        conversations_table(results),
+        "",
+        "## Start-up and first pass",
+        "",
+        "`startup`: spawn to the `initialize` reply. `first pass`: one `context.prepare` with the whole "
+        "conversation in a fresh daemon; *cold* is its first call (one-off set-up such as building the "
+        "tokenizer included), *warm* follows a one-message warm-up call in another session.",
+        "",
+        first_pass_table(results),
+        "",
+        "## Per-step latency",
+        "",
+        "`steady append`: the last `--steps` messages appended one per call. `steady full`: the same steps, "
+        "each resending the whole history with `messages`; the serde floor is `serde_json` parsing that "
+        "request into a `Value` and writing it back, in the driver (best of 3). `replay append`: the whole "
+        "conversation from its first message, one message per call.",
+        "",
+        step_table(results),
+        "",
+        "## Memory (daemon RSS, MiB)",
+        "",
+        "Peak RSS is `VmHWM` of the daemon after the scenario; `sessions` loads the conversation into "
+        "that many sessions of one daemon.",
+        "",
+        memory_table(results),
+    ]
+    peer_section = peer_tables(results, peers)
+    if peer_section:
+        versions = next((p["peer"].get("versions") for p in peers if p["peer"].get("versions")), {}) or {}
+        out += [
+            "",
+            "## Peers on the same conversations",
+            "",
+            "From `shared/peers/reme/bench_peer.py` ("
+            + ", ".join(f"{k} {v}" for k, v in versions.items())
+            + "): in-process Python calls with the summariser LLM stubbed, token counts estimated from bytes; "
+            "no IPC and no JSON round trip, unlike satchel's figures.",
+            "",
+            peer_section,
+        ]
+    elif peers:
+        out += ["", "## Peers", "", "peer.jsonl has results, but none for a conversation satchel ran."]
+    micro = directory / "micro.txt"
+    if micro.exists():
+        out += ["", "## Micro benchmarks (satchel-core, divan)", "", "```", micro.read_text().rstrip(), "```"]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
