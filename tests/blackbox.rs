@@ -710,6 +710,14 @@ fn every_error_code_and_the_daemon_keeps_serving() {
     assert_eq!(error_code(&error), -32602);
     assert!(error["message"].as_str().unwrap().contains("pruning_recnt"), "{error}");
 
+    // By position, even with every field in order: the protocol takes params by name only.
+    let positional = d.call_err("context.prepare", json!(["e", [user("a")]]));
+    assert_eq!(error_code(&positional), -32602, "{positional}");
+    assert!(
+        positional["message"].as_str().unwrap().contains("object"),
+        "{positional}"
+    );
+
     let unknown = d.call_err(
         "context.prepare",
         json!({"session_id": "never-created", "append": [user("a")]}),

@@ -52,7 +52,29 @@ struct Call<'a, P> {
     // Routing already chose the method; it is read only because a call carries it.
     #[serde(borrow, rename = "method")]
     _method: Cow<'a, str>,
-    params: Option<P>,
+    params: Option<ByName<P>>,
+}
+
+/// Params given by name. serde would also read a struct from an array, field by field, which
+/// the protocol does not allow: an array fails here and jsonrpsee answers it.
+struct ByName<P>(P);
+
+impl<'de, P: Deserialize<'de>> Deserialize<'de> for ByName<P> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<P>(std::marker::PhantomData<P>);
+        impl<'de, P: Deserialize<'de>> serde::de::Visitor<'de> for Fields<P> {
+            type Value = ByName<P>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("params by name (an object)")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                P::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(ByName)
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
 }
 
 /// Answers one call directly: decodes it with its params in a single pass, runs `handler`
@@ -71,7 +93,7 @@ where
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let call: Call<'_, P> = Call::deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
-    let params = call.params.filter(|_| call.jsonrpc == "2.0")?;
+    let ByName(params) = call.params.filter(|_| call.jsonrpc == "2.0")?;
     let id = call.id.into_owned();
     let reply = match handler(params) {
         Ok(result) => {
