@@ -1,11 +1,15 @@
 //! A live session: the messages a client has sent, the summary of those compacted away, and
 //! how to render the request.
 //!
-//! The session holds each live message exactly as the client sent it (full texts restored from
-//! the offload files after a restart). What the model sees is *rendered* on every call from
-//! those originals: tool results are cut to the limit of the phase the message is in, the
-//! summary message goes first, and a repair pass makes sure every tool call has its result.
-//! Nothing is ever cut from what satchel keeps.
+//! The session holds each live message as the client sent it, its offloaded tool-result texts
+//! left in their files. What the model sees is *rendered* from those originals (texts read
+//! back): tool results are cut to the limit of the phase the message is in, the summary
+//! message goes first, and a repair pass makes sure every tool call has its result. Nothing is
+//! ever cut from what satchel keeps.
+//!
+//! A rendering is made once per message and phase and cached with its JSON text, hash and
+//! token count, so a call costs O(new messages): the request is assembled from the cache, and
+//! its cached texts are shared into the reply rather than encoded again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
