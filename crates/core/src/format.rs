@@ -53,66 +53,58 @@ fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
 }
 
-/// Tool calls made by an assistant message.
-pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
+/// The JSON objects of the tool calls an assistant message makes: OpenAI `tool_calls`
+/// entries or Anthropic `tool_use` blocks.
+fn call_objects(message: &Value, format: MessageFormat) -> Box<dyn Iterator<Item = &Value> + '_> {
     if role(message) != Some("assistant") {
-        return Vec::new();
+        return Box::new(std::iter::empty());
     }
     match format {
-        MessageFormat::Openai => message
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|call| {
-                let function = call.get("function");
-                Some(ToolCall {
-                    id: call.get("id")?.as_str()?.to_owned(),
-                    name: function
-                        .and_then(|f| f.get("name"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_owned(),
-                    arguments: match function.and_then(|f| f.get("arguments")) {
+        MessageFormat::Openai => Box::new(
+            message
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten(),
+        ),
+        MessageFormat::Anthropic => {
+            Box::new(content_blocks(message).filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use")))
+        }
+    }
+}
+
+/// Tool calls made by an assistant message.
+pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
+    call_objects(message, format)
+        .filter_map(|call| {
+            let id = call.get("id")?.as_str()?.to_owned();
+            let (name, arguments) = match format {
+                MessageFormat::Openai => {
+                    let function = call.get("function");
+                    let arguments = match function.and_then(|f| f.get("arguments")) {
                         Some(Value::String(s)) => s.clone(),
                         Some(other) => other.to_string(),
                         None => String::new(),
-                    },
-                })
-            })
-            .collect(),
-        MessageFormat::Anthropic => content_blocks(message)
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-            .filter_map(|b| {
-                Some(ToolCall {
-                    id: b.get("id")?.as_str()?.to_owned(),
-                    name: b.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
-                    arguments: b.get("input").map(Value::to_string).unwrap_or_default(),
-                })
-            })
-            .collect(),
-    }
+                    };
+                    (function.and_then(|f| f.get("name")), arguments)
+                }
+                MessageFormat::Anthropic => (
+                    call.get("name"),
+                    call.get("input").map(Value::to_string).unwrap_or_default(),
+                ),
+            };
+            let name = name.and_then(Value::as_str).unwrap_or("").to_owned();
+            Some(ToolCall { id, name, arguments })
+        })
+        .collect()
 }
 
 /// Ids of the tool calls an assistant message makes, borrowed: the repair pass needs only
 /// these, on every call, for every message, so it must not copy arguments.
 pub fn tool_call_ids(message: &Value, format: MessageFormat) -> Vec<&str> {
-    if role(message) != Some("assistant") {
-        return Vec::new();
-    }
-    match format {
-        MessageFormat::Openai => message
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|call| call.get("id")?.as_str())
-            .collect(),
-        MessageFormat::Anthropic => content_blocks(message)
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-            .filter_map(|b| b.get("id")?.as_str())
-            .collect(),
-    }
+    call_objects(message, format)
+        .filter_map(|call| call.get("id")?.as_str())
+        .collect()
 }
 
 fn content_blocks(message: &Value) -> impl Iterator<Item = &Value> {
