@@ -697,8 +697,9 @@ impl Daemon {
 
     /// Appends the compacted messages to the dialog archive and returns where they are;
     /// `full[i]` is the full message of `removed[i]` (read back once, shared with the
-    /// summariser). When `resuming` a compaction a crash interrupted, messages its first attempt already wrote
-    /// are skipped (finding them reads the archive file, so a fresh compaction does not).
+    /// summariser). When `resuming` a compaction a crash interrupted, messages its first
+    /// attempt already wrote are skipped (finding them reads the archive file, so a fresh
+    /// compaction does not).
     fn archive_compaction(
         &self,
         id: &str,
