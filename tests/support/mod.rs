@@ -164,26 +164,17 @@ impl Daemon {
     /// [`call_raw_answering`](Self::call_raw_answering) for a method that must succeed;
     /// returns its result.
     pub fn call_answering(&mut self, method: &str, params: Value, other: impl FnMut(&Value) -> Option<Value>) -> Value {
-        let reply = self.call_raw_answering(method, params, other);
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
+        expect_result(method, self.call_raw_answering(method, params, other))
     }
 
     /// Calls a method that must succeed; returns its result.
     pub fn call(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.call_raw(method, params);
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
+        expect_result(method, self.call_raw(method, params))
     }
 
     /// Calls a method that must fail; returns the error object.
     pub fn call_err(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.call_raw(method, params);
-        assert!(
-            reply.get("result").is_none(),
-            "{method} unexpectedly succeeded: {reply}"
-        );
-        reply["error"].clone()
+        expect_error(method, self.call_raw(method, params))
     }
 
     /// Closes stdin and waits for a clean exit.
@@ -307,19 +298,12 @@ impl SocketClient {
 
     /// Calls a method that must succeed; returns its result.
     pub fn call(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.call_raw(method, params);
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
+        expect_result(method, self.call_raw(method, params))
     }
 
     /// Calls a method that must fail; returns the error object.
     pub fn call_err(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.call_raw(method, params);
-        assert!(
-            reply.get("result").is_none(),
-            "{method} unexpectedly succeeded: {reply}"
-        );
-        reply["error"].clone()
+        expect_error(method, self.call_raw(method, params))
     }
 
     /// The next notification (`method` without `id`), kept or still to arrive.
@@ -481,4 +465,19 @@ pub fn archived(workspace: &Path, session: &str) -> BTreeMap<usize, Value> {
         }
     }
     by_index
+}
+
+/// The result of a reply to `method` that must have succeeded.
+fn expect_result(method: &str, reply: Value) -> Value {
+    assert!(reply.get("error").is_none(), "{method} failed: {reply}");
+    reply["result"].clone()
+}
+
+/// The error object of a reply to `method` that must have failed.
+fn expect_error(method: &str, reply: Value) -> Value {
+    assert!(
+        reply.get("result").is_none(),
+        "{method} unexpectedly succeeded: {reply}"
+    );
+    reply["error"].clone()
 }
