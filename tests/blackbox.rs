@@ -772,6 +772,26 @@ fn the_message_size_limit_is_configurable() {
 }
 
 #[test]
+fn a_reply_over_the_size_limit_is_an_error_not_a_cut_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with_args(dir.path(), &[], &["--max-message-bytes", "4096"]);
+    let first = prepare(&mut d, "grows", &[user(&"a".repeat(2_000))]);
+    assert_eq!(first["reconciliation"]["session_messages"], 1);
+    // Each request fits; the reply carries the whole history and does not.
+    let error = d.call_err(
+        "context.prepare",
+        json!({"session_id": "grows", "append": [assistant(&"b".repeat(2_500))]}),
+    );
+    assert_eq!(
+        (error_code(&error), error["message"].as_str()),
+        (-32008, Some("Response is too big")),
+        "{error}"
+    );
+    assert_alive(&mut d);
+    d.shutdown();
+}
+
+#[test]
 fn values_of_the_wrong_type_are_reported_by_field_name() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);

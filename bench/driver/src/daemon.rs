@@ -24,6 +24,10 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Lines of the daemon's log quoted when it fails.
 const LOG_TAIL_LINES: usize = 20;
 
+/// Names a file that keeps the daemons' stderr (appended) instead of their temp dirs; with
+/// `SATCHEL_LOG`, which the daemons inherit (default `warn`), it shows their debug timings.
+const DAEMON_LOG_ENV: &str = "SATCHEL_BENCH_DAEMON_LOG";
+
 /// A running daemon. Dropping it kills the process if [`Daemon::close`] was not reached (e.g. a
 /// failed scenario), so no daemon outlives the driver.
 pub struct Daemon {
@@ -31,7 +35,9 @@ pub struct Daemon {
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     /// Holds `ws/` (the workspace) and `daemon.log`; deleted on drop, after the process is gone.
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
+    /// Where the daemon's stderr goes.
+    log_path: PathBuf,
     next_id: u64,
     /// Reused reply buffer, so reading a multi-megabyte reply does not reallocate every call.
     line: String,
@@ -99,12 +105,21 @@ impl Daemon {
     /// Like [`Daemon::spawn`], in a temp dir made beforehand, so a caller timing the start-up
     /// does not time the temp dir's creation.
     pub fn spawn_in(satchel: &Path, dir: tempfile::TempDir) -> anyhow::Result<Self> {
-        let log = File::create(dir.path().join("daemon.log")).context("creating the daemon log")?;
+        // The daemon's log stays in its temp dir unless the caller wants to keep it.
+        let log_path = std::env::var_os(DAEMON_LOG_ENV).map_or_else(|| dir.path().join("daemon.log"), PathBuf::from);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening the daemon log {}", log_path.display()))?;
         let mut child = Command::new(satchel)
             .arg("--workspace")
             .arg(dir.path().join("ws"))
             .arg("serve")
-            .env("SATCHEL_LOG", "warn")
+            .env(
+                "SATCHEL_LOG",
+                std::env::var("SATCHEL_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -116,7 +131,8 @@ impl Daemon {
             child,
             stdin: Some(stdin),
             stdout: BufReader::with_capacity(1 << 20, stdout),
-            dir,
+            _dir: dir,
+            log_path,
             next_id: 1,
             line: String::new(),
         })
@@ -258,7 +274,7 @@ impl Daemon {
 
     /// The end of the daemon's log, formatted to follow an error message.
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
         if tail.is_empty() {

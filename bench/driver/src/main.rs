@@ -31,7 +31,9 @@ use crate::scenarios::{Bench, Scenario};
     name = "satchel-bench",
     about = "Times the real satchel daemon over stdio on a conversation.",
     after_help = "Each daemon gets a fresh workspace under $TMPDIR (default /tmp). Its file system sets the cost \
-                  of the daemon's fsyncs: compare a disk with TMPDIR=/dev/shm to see how much they weigh."
+                  of the daemon's fsyncs: compare a disk with TMPDIR=/dev/shm to see how much they weigh. \
+                  SATCHEL_BENCH_DAEMON_LOG=FILE keeps the daemons' logs in FILE; with SATCHEL_LOG=satchel=debug \
+                  they time each call's phases."
 )]
 struct Cli {
     #[command(flatten)]

@@ -25,6 +25,10 @@ use satchel_storage::Workspace;
 /// How often expired offload files are swept while the daemon runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
+/// Capacity asked for stdin and stdout when they are pipes: Linux's default maximum for an
+/// unprivileged process.
+const STDIO_PIPE_BYTES: usize = 1 << 20;
+
 #[derive(Parser)]
 #[command(
     name = "satchel",
@@ -165,6 +169,10 @@ fn serve(
             socket = bound.is_some(),
             "satchel serving"
         );
+        if !no_stdio {
+            widen_pipe("stdin", std::io::stdin());
+            widen_pipe("stdout", std::io::stdout());
+        }
         let outcome = if no_stdio {
             tokio::select! {
                 () = listening => Ok(()),
@@ -173,7 +181,7 @@ fn serve(
         } else {
             tokio::select! {
                 () = listening => Ok(()),
-                served = transport::serve(tokio::io::stdin(), tokio::io::stdout(), service.clone(), limits) => served.context("stdio transport"),
+                served = transport::serve_with_blocking_writer(tokio::io::stdin(), std::io::stdout(), service.clone(), limits) => served.context("stdio transport"),
             }
         };
         sweeper.abort();
@@ -185,6 +193,18 @@ fn serve(
     tracing::info!("satchel exits");
     drop(lock);
     Ok(())
+}
+
+/// Makes a pipe hold [`STDIO_PIPE_BYTES`], if `stream` is one.
+///
+/// Requests carrying a whole history and the replies to every call are hundreds of kilobytes
+/// to megabytes. Through the default 64 KiB pipe each is cut into many writes, each of which
+/// wakes the other side and waits for it.
+fn widen_pipe(name: &str, stream: impl std::os::fd::AsFd) {
+    match rustix::pipe::fcntl_setpipe_size(stream, STDIO_PIPE_BYTES) {
+        Ok(bytes) => tracing::debug!(bytes, "{name} pipe widened"),
+        Err(e) => tracing::debug!("{name} pipe kept as it is: {e}"),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -95,14 +95,32 @@ where
     deserializer.end().ok()?;
     let ByName(params) = call.params.filter(|_| call.jsonrpc == "2.0")?;
     let id = call.id.into_owned();
+    let max_bytes = limits.max_response_bytes as usize;
     let reply = match handler(params) {
-        Ok(result) => {
-            MethodResponse::response(id, ResponsePayload::success(result), limits.max_response_bytes as usize)
-        }
+        Ok(result) => match success_reply(&id, &result, max_bytes) {
+            Some(reply) => return Some(reply),
+            // jsonrpsee's own answer to a result it cannot write: -32008 when too large.
+            None => MethodResponse::response(id, ResponsePayload::success(result), max_bytes),
+        },
         Err(e) => MethodResponse::error(id, ErrorObjectOwned::from(e)),
     };
     let json: Box<str> = reply.into_json().into();
     Some(json.into_boxed_bytes().into_vec())
+}
+
+/// The reply jsonrpsee would write for `result`, written straight into one buffer; `None` if
+/// it is over `max_bytes` or cannot be written.
+///
+/// jsonrpsee's `MethodResponse::response` grows its buffer from 128 bytes and then parses the
+/// whole reply again to check it: for a reply of megabytes, more work than the call itself.
+fn success_reply<R: Serialize>(id: &Id, result: &R, max_bytes: usize) -> Option<Vec<u8>> {
+    let mut reply = Vec::with_capacity(64 << 10);
+    reply.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    serde_json::to_writer(&mut reply, id).ok()?;
+    reply.extend_from_slice(br#","result":"#);
+    serde_json::to_writer(&mut reply, result).ok()?;
+    reply.push(b'}');
+    (reply.len() <= max_bytes).then_some(reply)
 }
 
 /// The module serving every method of [`satchel_protocol`].

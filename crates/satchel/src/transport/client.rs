@@ -93,12 +93,12 @@ impl ClientHandle {
     }
 
     /// Sends a request to this client and waits up to `timeout` for its response; for
-    /// handlers on the blocking pool (`register_blocking_method`).
+    /// handlers running as blocking work (`register_blocking_method`, a [`DirectHandler`](super::DirectHandler)).
     ///
     /// Returns the response's `result`, or an error on timeout, on an error response, or
     /// when the connection is gone. Blocks the calling thread, so never call it from an
-    /// async task (use [`request`](Self::request)): on a single-threaded runtime the answer
-    /// could not even be read until the timeout. A `$/cancelRequest` for the calling method
+    /// async task: on a single-threaded runtime the answer could not even be read until the
+    /// timeout. A `$/cancelRequest` for the calling method
     /// replies at once but cannot stop the thread, which waits on until the answer comes.
     pub fn request_blocking(
         &self,
@@ -260,7 +260,7 @@ impl Peer {
         } else {
             Framing::Ndjson
         };
-        self.queue.push(framing::encode(framing, &body))
+        self.queue.push(framing::encode(framing, body))
     }
 }
 

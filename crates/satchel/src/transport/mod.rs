@@ -15,6 +15,7 @@ mod shim;
 
 use std::collections::HashMap;
 use std::io;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jsonrpsee::MethodResponse;
@@ -27,14 +28,15 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
-use tokio::task::AbortHandle;
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::task::{AbortHandle, JoinHandle};
 
 pub use client::ClientHandle;
 #[allow(unused_imports, reason = "the daemon's handlers will match on it")]
 pub use client::ClientRequestError;
 use client::Peer;
 use framing::{Frame, FrameReader, Framing, Incoming};
-use queue::{WriteQueue, write_frames};
+use queue::{WriteQueue, write_frames, write_frames_blocking};
 use shim::Shim;
 
 /// LSP's error code for a request the client cancelled.
@@ -65,8 +67,8 @@ impl Default for TransportLimits {
     }
 }
 
-/// A method answered straight from the message text, on the blocking pool, instead of going
-/// through jsonrpsee.
+/// A method answered straight from the message text, as blocking work ([`run_blocking`]),
+/// instead of going through jsonrpsee.
 ///
 /// jsonrpsee reads a request's envelope (one pass over the text, a copy of the params) before
 /// the method decodes its params (another pass). For a method whose requests carry a whole
@@ -107,8 +109,39 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    serve_with(reader, |rx| tokio::spawn(write_frames(writer, rx)), service, limits).await
+}
+
+/// [`serve`], with the replies written by blocking writes on a thread of their own.
+///
+/// For stdout: tokio's stdout hands every write, and every flush, to the blocking pool and
+/// waits for it, two thread hand-offs per reply on the path of every call.
+pub async fn serve_with_blocking_writer<R, W>(
+    reader: R,
+    writer: W,
+    service: Service,
+    limits: TransportLimits,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: std::io::Write + Send + 'static,
+{
+    let write = |rx| tokio::task::spawn_blocking(move || write_frames_blocking(writer, rx));
+    serve_with(reader, write, service, limits).await
+}
+
+/// [`serve`] with the writer started by `start_writer`, which gets the queue's receiving end.
+async fn serve_with<R>(
+    reader: R,
+    start_writer: impl FnOnce(queue::Receiver) -> JoinHandle<io::Result<()>>,
+    service: Service,
+    limits: TransportLimits,
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
     let (queue, rx) = WriteQueue::new(WRITE_QUEUE);
-    let mut writer_task = tokio::spawn(write_frames(writer, rx));
+    let mut writer_task = start_writer(rx);
     let mut conn = Connection {
         shim: Arc::new(Shim::new(service.methods, limits)),
         direct: service.direct,
@@ -151,6 +184,31 @@ where
     // holds a sender, so the writer drains and ends once all have finished.
     drop(conn);
     joined(writer_task.await)
+}
+
+/// Runs blocking work for a task; `None` if it panicked (logged).
+///
+/// On a multi-thread runtime the work runs in place ([`tokio::task::block_in_place`]), which
+/// saves the two thread hand-offs of `spawn_blocking`: the runtime moves the worker's other
+/// tasks to another thread instead.
+async fn run_blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let done = if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| std::panic::catch_unwind(AssertUnwindSafe(work)))
+            .map_err(|panic| panic_message(panic.as_ref()))
+    } else {
+        tokio::task::spawn_blocking(work).await.map_err(|e| e.to_string())
+    };
+    done.inspect_err(|why| tracing::error!("a direct method panicked: {why}"))
+        .ok()
+}
+
+/// The text of a caught panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// Turns a finished writer task into the result of [`serve`].
@@ -322,18 +380,15 @@ impl Connection {
             let reply = match direct {
                 Some(handler) => {
                     let direct_client = client.clone();
-                    let answered = tokio::task::spawn_blocking(move || {
+                    let answered = run_blocking(move || {
                         let reply = handler(&body, direct_client);
                         (body, reply)
                     })
                     .await;
                     match answered {
-                        Ok((_, Some(reply))) => Some(reply),
-                        Ok((body, None)) => shim.call(body, client).await,
-                        Err(e) => {
-                            tracing::error!("a direct method panicked: {e}");
-                            None
-                        }
+                        Some((_, Some(reply))) => Some(reply),
+                        Some((body, None)) => shim.call(body, client).await,
+                        None => None,
                     }
                 }
                 None => shim.call(body, client).await,
@@ -346,7 +401,7 @@ impl Connection {
                 map.remove(&id);
             }
             if let Some(reply) = reply {
-                queue.send(framing::encode(framing, &reply)).await;
+                queue.send(framing::encode(framing, reply)).await;
             }
         });
         if let Some(id) = tracked {

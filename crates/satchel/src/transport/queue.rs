@@ -29,7 +29,7 @@ pub(super) struct WriteQueue {
 
 impl WriteQueue {
     /// A queue holding up to `slots` frames that wait for room.
-    pub fn new(slots: usize) -> (Self, mpsc::UnboundedReceiver<Outgoing>) {
+    pub fn new(slots: usize) -> (Self, Receiver) {
         let (tx, rx) = mpsc::unbounded_channel();
         let slots = Arc::new(Semaphore::new(slots));
         (Self { tx, slots }, rx)
@@ -71,14 +71,23 @@ impl WeakWriteQueue {
     }
 }
 
+/// The writer's end of the queue.
+pub(super) type Receiver = mpsc::UnboundedReceiver<Outgoing>;
+
 /// Writes whole frames in the order they are queued, flushing each so the peer sees it now.
-pub(super) async fn write_frames<W: AsyncWrite + Unpin>(
-    mut writer: W,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-) -> io::Result<()> {
+pub(super) async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: Receiver) -> io::Result<()> {
     while let Some(outgoing) = rx.recv().await {
         writer.write_all(&outgoing.frame).await?;
         writer.flush().await?;
+    }
+    Ok(())
+}
+
+/// [`write_frames`] with blocking writes, for a thread of its own.
+pub(super) fn write_frames_blocking<W: io::Write>(mut writer: W, mut rx: Receiver) -> io::Result<()> {
+    while let Some(outgoing) = rx.blocking_recv() {
+        io::Write::write_all(&mut writer, &outgoing.frame)?;
+        io::Write::flush(&mut writer)?;
     }
     Ok(())
 }
