@@ -32,7 +32,7 @@ use satchel_protocol::{
     TokenUsage, WatchParams, WatchResult,
 };
 use satchel_storage::{
-    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, MemoryFiles, OffloadStore,
+    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, MemoryFiles, OffloadStore, PendingSync,
     SessionRecord, SessionStore, StorageError, StoredMessage, SweepReport, Workspace,
 };
 use serde_json::Value;
@@ -294,6 +294,14 @@ impl Daemon {
                 ),
             )
         });
+        if let Some(pending) = reconciliation.durable
+            && let Err(e) = pending.wait()
+        {
+            // Memory holds what the disk may not: start again from the log.
+            self.forget(&mut guard);
+            return Err(RpcError::Storage(e));
+        }
+        let session = guard.as_mut().expect("session present");
         session.peak_tokens = session.peak_tokens.max(usage.total);
         session.last_output = output_hashes;
         session.last_system = params.system.clone();
@@ -444,9 +452,13 @@ impl Daemon {
             records.push(SessionRecord::Message(entry.to_stored()));
             new_entries.push(entry);
         }
-        self.sessions.append(id, &records).map_err(RpcError::Storage)?;
+        // Written; the fsync runs while the session changes and the reply is built, and
+        // `prepare` waits for it before answering.
+        let durable = self
+            .sessions
+            .append_then_sync(id, &records)
+            .map_err(RpcError::Storage)?;
 
-        // Durable: now the session may change.
         let recent_start_before = {
             let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
             offload::recent_start(&held, processing_format, config.pruning_recent_n)
@@ -467,6 +479,7 @@ impl Daemon {
         session.entries.extend(new_entries);
         session.format = format;
         Ok(Ingested {
+            durable,
             first_new_index,
             recent_start_before,
             report: Reconciliation {
@@ -1053,6 +1066,8 @@ struct CompactionRequest<'a> {
 
 /// What ingesting a call's messages did.
 struct Ingested {
+    /// The fsync of the call's session log records, running; the call is answered after it.
+    durable: Option<PendingSync>,
     /// Original index of the first message new in this call.
     first_new_index: usize,
     /// Start of the recent window among the live messages before this call.

@@ -2,7 +2,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{OnceLock, mpsc};
 
 use crate::error::{StorageError, io};
 
@@ -31,6 +32,67 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
 /// Appends `bytes` to `path` (created if missing) and fsyncs before returning, so an
 /// acknowledged append survives power loss.
 pub fn append_durable(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    append(path, bytes)?.run()
+}
+
+/// Appends `bytes` to `path` (created if missing) and has the fsync done on a background
+/// thread, so the caller can do other work meanwhile: a call's fsync is most of its cost.
+/// Nothing may be acknowledged before [`PendingSync::wait`] returns.
+pub fn append_then_sync(path: &Path, bytes: &[u8]) -> Result<PendingSync, StorageError> {
+    let job = append(path, bytes)?;
+    let (done_tx, done) = mpsc::sync_channel(1);
+    let path = job.path.clone();
+    let work = Box::new(move || {
+        // Nobody waiting means the caller gave up on the call: the sync still happens.
+        let _ = done_tx.send(job.run());
+    });
+    if let Err(mpsc::SendError(work)) = sync_thread().send(work) {
+        work(); // the thread is gone (it never stops on its own): sync here
+    }
+    Ok(PendingSync { path, done })
+}
+
+/// An append written but maybe not yet durable.
+#[must_use = "an append is not durable until `wait` returns"]
+#[derive(Debug)]
+pub struct PendingSync {
+    path: PathBuf,
+    done: mpsc::Receiver<Result<(), StorageError>>,
+}
+
+impl PendingSync {
+    /// Waits until the append is durable.
+    pub fn wait(self) -> Result<(), StorageError> {
+        self.done.recv().unwrap_or_else(|_| {
+            Err(StorageError::Io {
+                op: "fsync",
+                path: self.path,
+                source: std::io::Error::other("the sync thread stopped"),
+            })
+        })
+    }
+}
+
+/// The fsync an append still needs.
+struct SyncJob {
+    file: File,
+    path: PathBuf,
+    /// Whether the append created the file, whose directory entry must then be synced too.
+    created: bool,
+}
+
+impl SyncJob {
+    fn run(self) -> Result<(), StorageError> {
+        self.file.sync_data().map_err(io("fsync", &self.path))?;
+        if self.created {
+            sync_dir(self.path.parent().unwrap_or(Path::new(".")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` at the end of `path`, creating it if missing, without syncing.
+fn append(path: &Path, bytes: &[u8]) -> Result<SyncJob, StorageError> {
     let created = !path.exists();
     let mut file = OpenOptions::new()
         .create(true)
@@ -38,11 +100,30 @@ pub fn append_durable(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         .open(path)
         .map_err(io("open", path))?;
     file.write_all(bytes).map_err(io("append", path))?;
-    file.sync_data().map_err(io("fsync", path))?;
-    if created {
-        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-    }
-    Ok(())
+    Ok(SyncJob {
+        file,
+        path: path.to_owned(),
+        created,
+    })
+}
+
+type Work = Box<dyn FnOnce() + Send>;
+
+/// The process's one sync thread, started on first use. One thread, not one per append: a
+/// new thread per call would cost about as much as the overlap saves.
+fn sync_thread() -> &'static mpsc::Sender<Work> {
+    static THREAD: OnceLock<mpsc::Sender<Work>> = OnceLock::new();
+    THREAD.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Work>();
+        let spawned = std::thread::Builder::new()
+            .name("satchel-fsync".into())
+            .spawn(move || rx.into_iter().for_each(|work| work()));
+        if let Err(e) = spawned {
+            // `rx` is gone with the closure: every send fails and syncs in place.
+            tracing::warn!("no background sync thread ({e}); appends sync in place");
+        }
+        tx
+    })
 }
 
 /// Makes a rename or a file creation in `dir` durable.
@@ -71,5 +152,25 @@ mod tests {
         append_durable(&p, b"a\n").unwrap();
         append_durable(&p, b"b\n").unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "a\nb\n");
+    }
+
+    #[test]
+    fn a_background_synced_append_is_in_place_and_ordered() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let first = append_then_sync(&p, b"a\n").unwrap();
+        append_durable(&p, b"b\n").unwrap();
+        let third = append_then_sync(&p, b"c\n").unwrap();
+        first.wait().unwrap();
+        third.wait().unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "a\nb\nc\n");
+    }
+
+    #[test]
+    fn a_failed_append_is_reported_before_any_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-such-dir").join("log.jsonl");
+        let error = append_then_sync(&missing, b"a\n").unwrap_err();
+        assert!(matches!(error, StorageError::Io { op: "open", .. }), "{error:?}");
     }
 }

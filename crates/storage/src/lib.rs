@@ -18,7 +18,7 @@ mod sessions;
 mod workspace;
 
 pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload};
-pub use durable::{append_durable, write_atomic};
+pub use durable::{PendingSync, append_durable, write_atomic};
 pub use error::StorageError;
 pub use memory::{MEMORY_DIR, MemoryFiles};
 pub use offload::{OffloadStore, SavedText, SweepReport};

@@ -13,7 +13,7 @@ use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable::append_durable;
+use crate::durable::{PendingSync, append_durable, append_then_sync};
 use crate::error::{StorageError, io};
 use crate::workspace::{SESSIONS_DIR, Workspace};
 
@@ -247,8 +247,26 @@ impl SessionStore {
 
     /// Appends records with one write and one fsync.
     pub fn append(&self, id: &str, records: &[SessionRecord]) -> Result<(), StorageError> {
+        match self.encode(id, records)? {
+            Some((path, bytes)) => append_durable(&path, &bytes),
+            None => Ok(()),
+        }
+    }
+
+    /// [`SessionStore::append`], with the fsync left running on a background thread while the
+    /// caller goes on; `None` when there was nothing to append. Nothing may be acknowledged
+    /// before [`PendingSync::wait`] returns.
+    pub fn append_then_sync(&self, id: &str, records: &[SessionRecord]) -> Result<Option<PendingSync>, StorageError> {
+        match self.encode(id, records)? {
+            Some((path, bytes)) => append_then_sync(&path, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The log of session `id` and the lines that append `records` to it; `None` for no records.
+    fn encode(&self, id: &str, records: &[SessionRecord]) -> Result<Option<(PathBuf, Vec<u8>)>, StorageError> {
         if records.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let path = self.path(id)?;
         let mut buf = Vec::new();
@@ -259,7 +277,7 @@ impl SessionStore {
             })?;
             buf.push(b'\n');
         }
-        append_durable(&path, &buf)
+        Ok(Some((path, buf)))
     }
 
     /// Ids of all stored sessions.

@@ -93,7 +93,7 @@ impl ClientHandle {
     }
 
     /// Sends a request to this client and waits up to `timeout` for its response; for
-    /// handlers running as blocking work (`register_blocking_method`, a [`DirectHandler`](super::DirectHandler)).
+    /// handlers on the blocking pool (`register_blocking_method`, a [`DirectHandler`](super::DirectHandler)).
     ///
     /// Returns the response's `result`, or an error on timeout, on an error response, or
     /// when the connection is gone. Blocks the calling thread, so never call it from an

@@ -15,7 +15,6 @@ mod shim;
 
 use std::collections::HashMap;
 use std::io;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jsonrpsee::MethodResponse;
@@ -28,7 +27,6 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
-use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::{AbortHandle, JoinHandle};
 
 pub use client::ClientHandle;
@@ -67,8 +65,8 @@ impl Default for TransportLimits {
     }
 }
 
-/// A method answered straight from the message text, as blocking work ([`run_blocking`]),
-/// instead of going through jsonrpsee.
+/// A method answered straight from the message text, on the blocking pool, instead of going
+/// through jsonrpsee.
 ///
 /// jsonrpsee reads a request's envelope (one pass over the text, a copy of the params) before
 /// the method decodes its params (another pass). For a method whose requests carry a whole
@@ -184,31 +182,6 @@ where
     // holds a sender, so the writer drains and ends once all have finished.
     drop(conn);
     joined(writer_task.await)
-}
-
-/// Runs blocking work for a task; `None` if it panicked (logged).
-///
-/// On a multi-thread runtime the work runs in place ([`tokio::task::block_in_place`]), which
-/// saves the two thread hand-offs of `spawn_blocking`: the runtime moves the worker's other
-/// tasks to another thread instead.
-async fn run_blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let done = if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        tokio::task::block_in_place(|| std::panic::catch_unwind(AssertUnwindSafe(work)))
-            .map_err(|panic| panic_message(panic.as_ref()))
-    } else {
-        tokio::task::spawn_blocking(work).await.map_err(|e| e.to_string())
-    };
-    done.inspect_err(|why| tracing::error!("a direct method panicked: {why}"))
-        .ok()
-}
-
-/// The text of a caught panic's payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// Turns a finished writer task into the result of [`serve`].
@@ -380,15 +353,18 @@ impl Connection {
             let reply = match direct {
                 Some(handler) => {
                     let direct_client = client.clone();
-                    let answered = run_blocking(move || {
+                    let answered = tokio::task::spawn_blocking(move || {
                         let reply = handler(&body, direct_client);
                         (body, reply)
                     })
                     .await;
                     match answered {
-                        Some((_, Some(reply))) => Some(reply),
-                        Some((body, None)) => shim.call(body, client).await,
-                        None => None,
+                        Ok((_, Some(reply))) => Some(reply),
+                        Ok((body, None)) => shim.call(body, client).await,
+                        Err(e) => {
+                            tracing::error!("a direct method panicked: {e}");
+                            None
+                        }
                     }
                 }
                 None => shim.call(body, client).await,
