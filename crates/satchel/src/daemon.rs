@@ -727,7 +727,7 @@ impl Daemon {
             Vec::new()
         };
         let done: std::collections::HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
-        let lines: Vec<DialogLine> = removed
+        let lines: Vec<DialogLine<&Value>> = removed
             .iter()
             .zip(full)
             .filter(|(e, _)| !done.contains(&e.index))
@@ -736,7 +736,7 @@ impl Daemon {
                 index: e.index,
                 compaction_id: begun.id.clone(),
                 archived_at: begun.at.clone(),
-                message: message.clone(),
+                message,
                 offloads: e
                     .offloaded
                     .iter()

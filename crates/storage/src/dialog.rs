@@ -18,9 +18,10 @@ use crate::durable::append_durable;
 use crate::error::{StorageError, io};
 use crate::workspace::Workspace;
 
-/// One archived message.
+/// One archived message. Written with the message borrowed (`DialogLine<&Value>`), so that
+/// archiving a compaction does not copy every message it archives; read as `DialogLine`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DialogLine {
+pub struct DialogLine<M = Value> {
     /// Session the message belonged to.
     pub session_id: String,
     /// Its index in the session's original history.
@@ -30,7 +31,7 @@ pub struct DialogLine {
     /// When it was archived (RFC 3339, UTC).
     pub archived_at: String,
     /// The message exactly as the client sent it, full tool outputs included.
-    pub message: Value,
+    pub message: M,
     /// Offload files that also hold its tool outputs, by JSON pointer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offloads: Vec<DialogOffload>,
@@ -89,7 +90,7 @@ impl DialogArchive {
     }
 
     /// Appends `lines` to `rel_file` with one write and one fsync.
-    pub fn append(&self, rel_file: &str, lines: &[DialogLine]) -> Result<AppendedLines, StorageError> {
+    pub fn append<M: Serialize>(&self, rel_file: &str, lines: &[DialogLine<M>]) -> Result<AppendedLines, StorageError> {
         let path = self.path_of(rel_file);
         let mut buf = Vec::new();
         for line in lines {

@@ -15,6 +15,9 @@
 //! render per dropped item.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+use aho_corasick::AhoCorasick;
 
 use satchel_protocol::{ArchiveRange, CompactSummary, CriticalContext, MessageFormat};
 use serde_json::Value;
@@ -424,22 +427,33 @@ fn reads_like_error(line: &str) -> bool {
     ERROR_CUES.iter().any(|cue| lower.contains(cue))
 }
 
+/// Whether some line of `text` may read like an error: one pass over the whole text, which
+/// settles most tool outputs at once instead of lowering and searching them line by line.
+///
+/// A line can only read like an error if it holds an error cue, or a success phrase whose
+/// removal joins two halves of one; every success phrase but "failures: 0" holds a cue.
+fn may_read_like_error(text: &str) -> bool {
+    static CUES: LazyLock<AhoCorasick> = LazyLock::new(|| {
+        AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(ERROR_CUES.iter().chain(&["failures: 0"]))
+            .expect("a handful of literal patterns always build")
+    });
+    CUES.is_match(text)
+}
+
 /// The first line that reads like an error, or the first line at all when the tool flagged
 /// the result as an error; trimmed and cut to [`ERROR_CHARS`].
 fn first_error_line(text: &str, flagged: bool) -> Option<String> {
-    let mut first = None;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        first.get_or_insert(line);
-        if reads_like_error(line) {
-            return Some(cut_chars(line, ERROR_CHARS).0.to_owned());
-        }
-    }
-    first
-        .filter(|_| flagged)
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let first = lines.clone().next();
+    let error = if may_read_like_error(text) {
+        lines.find(|line| reads_like_error(line))
+    } else {
+        None
+    };
+    error
+        .or(first.filter(|_| flagged))
         .map(|line| cut_chars(line, ERROR_CHARS).0.to_owned())
 }
 
@@ -1885,6 +1899,57 @@ mod props {
             let merged = input(&second, Some(&summary));
             prop_assert!(counter.count_text(&render_summary(&merged)) <= max_tokens);
             prop_assert_eq!(merged, input(&second, Some(&summary)));
+        }
+    }
+
+    /// [`first_error_line`] as it was before [`may_read_like_error`]: every line lowered and
+    /// searched.
+    fn first_error_line_by_lines(text: &str, flagged: bool) -> Option<String> {
+        let mut first = None;
+        for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
+            first.get_or_insert(line);
+            if reads_like_error(line) {
+                return Some(cut_chars(line, ERROR_CHARS).0.to_owned());
+            }
+        }
+        first
+            .filter(|_| flagged)
+            .map(|line| cut_chars(line, ERROR_CHARS).0.to_owned())
+    }
+
+    /// Lines built from cues, success phrases, their pieces and noise, in any case.
+    fn output_text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            prop::sample::select(ERROR_CUES.to_vec()).prop_map(str::to_owned),
+            prop::sample::select(SUCCESS_PHRASES.to_vec()).prop_map(str::to_owned),
+            "(not|no such|fail|err|or|ures: 0|0|1|found|file)",
+            "[a-zA-Z0-9 :]{0,12}",
+            "\\PC{0,8}",
+        ];
+        let line = prop::collection::vec((piece, any::<bool>()), 0..6).prop_map(|pieces| {
+            pieces
+                .into_iter()
+                .map(|(p, upper)| if upper { p.to_ascii_uppercase() } else { p })
+                .collect::<String>()
+        });
+        prop::collection::vec(line, 0..8).prop_map(|lines| lines.join("\n"))
+    }
+
+    #[test]
+    fn a_cue_that_only_appears_once_a_success_phrase_is_removed_is_found() {
+        // "failures: 0" is the one success phrase without a cue of its own.
+        let text = "ok\nNOTfailures: 0found";
+        assert_eq!(
+            first_error_line_by_lines(text, false).as_deref(),
+            Some("NOTfailures: 0found")
+        );
+        assert_eq!(first_error_line(text, false), first_error_line_by_lines(text, false));
+    }
+
+    proptest! {
+        #[test]
+        fn the_whole_text_prefilter_finds_the_same_error_line(text in output_text(), flagged in any::<bool>()) {
+            prop_assert_eq!(first_error_line(&text, flagged), first_error_line_by_lines(&text, flagged));
         }
     }
 }
