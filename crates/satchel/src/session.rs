@@ -199,6 +199,31 @@ impl Entry {
         (view.value.as_ref().unwrap_or(&self.message), view)
     }
 
+    /// Counts the rendering in `slot` unless it is counted; the view must exist.
+    fn ensure_tokens(&mut self, slot: usize, counter: &TokenCounter) {
+        if self.tokens[slot].is_none() {
+            self.tokens[slot] = Some(counter.count_message(self.rendered(slot).0));
+        }
+    }
+
+    /// Roughly how many bytes must be rendered (offloaded texts are read back) and counted
+    /// to bring this message's `phase` view up to date: what [`map_entries`] balances.
+    fn pending_work(&self, phase: Phase, counting: bool) -> usize {
+        let slot = self.slot(phase);
+        let offloaded_bytes = || self.offloaded.iter().map(|t| t.stats.total_bytes).sum::<usize>();
+        let render = match &self.views[slot] {
+            Some(_) => 0,
+            None => 256 + offloaded_bytes(),
+        };
+        let count = match (&self.views[slot], self.tokens[slot]) {
+            (_, Some(_)) => 0,
+            _ if !counting => 0,
+            (Some(view), None) => view.raw.get().len(),
+            (None, None) => 256,
+        };
+        render + count
+    }
+
     /// Forgets renderings made under another configuration.
     fn clear_views(&mut self) {
         self.views = [None, None];
@@ -548,32 +573,42 @@ impl Session {
     }
 
     /// Renders every live message for the phase it is in (from the cache where possible) and
-    /// returns each one's view slot. Renderings of a phase a message has left are dropped.
-    fn sync_views(&mut self, config: &Config, squeeze: bool) -> Vec<usize> {
+    /// returns each one's view slot; with a `counter`, counts each rendering too. Renderings
+    /// of a phase a message has left are dropped. A first pass or a reload renders and counts
+    /// thousands of messages, so big batches are shared between threads.
+    fn sync_views(&mut self, config: &Config, squeeze: bool, counter: Option<&TokenCounter>) -> Vec<usize> {
         self.check_render_key(config);
+        if let Some(counter) = counter {
+            self.check_count_key(counter, config);
+        }
         let recent_start = self.recent_start(config, squeeze);
+        let phase_at = |position: usize| {
+            if position >= recent_start {
+                Phase::Recent
+            } else {
+                Phase::Old
+            }
+        };
         let offloads = &self.offloads;
-        self.entries
-            .iter_mut()
-            .enumerate()
-            .map(|(position, entry)| {
-                let phase = if position >= recent_start {
-                    Phase::Recent
-                } else {
-                    Phase::Old
-                };
-                let slot = entry.ensure_view(phase, config, offloads);
+        map_entries(
+            &mut self.entries,
+            |position, entry| entry.pending_work(phase_at(position), counter.is_some()),
+            |position, entry| {
+                let slot = entry.ensure_view(phase_at(position), config, offloads);
                 if !entry.offloaded.is_empty() {
                     entry.views[1 - slot] = None;
                 }
+                if let Some(counter) = counter {
+                    entry.ensure_tokens(slot, counter);
+                }
                 slot
-            })
-            .collect()
+            },
+        )
     }
 
     /// Each live message as rendered now (before the summary is inserted), in order.
     pub fn rendered_entries(&mut self, config: &Config, squeeze: bool) -> Vec<&Value> {
-        let slots = self.sync_views(config, squeeze);
+        let slots = self.sync_views(config, squeeze, None);
         self.entries
             .iter()
             .zip(slots)
@@ -584,7 +619,7 @@ impl Session {
     /// Renders the request: live messages with their phase, the summary first, repaired.
     pub fn render(&mut self, config: &Config, squeeze: bool) -> RenderedRequest<'_> {
         let format = format_or_default(self.format);
-        let slots = self.sync_views(config, squeeze);
+        let slots = self.sync_views(config, squeeze, None);
         let mut messages = Vec::with_capacity(self.entries.len() + 1);
         let mut truncated = Vec::new();
         for (position, (entry, slot)) in self.entries.iter().zip(slots).enumerate() {
@@ -651,21 +686,75 @@ impl Session {
 
     /// Token count of each rendered live message, from the cache where possible.
     pub fn count_tokens(&mut self, counter: &TokenCounter, config: &Config, squeeze: bool) -> Vec<u64> {
-        let slots = self.sync_views(config, squeeze);
-        self.check_count_key(counter, config);
+        let slots = self.sync_views(config, squeeze, Some(counter));
         self.entries
-            .iter_mut()
+            .iter()
             .zip(slots)
-            .map(|(entry, slot)| {
-                if let Some(tokens) = entry.tokens[slot] {
-                    return tokens;
-                }
-                let tokens = counter.count_message(entry.rendered(slot).0);
-                entry.tokens[slot] = Some(tokens);
-                tokens
-            })
+            .map(|(entry, slot)| entry.tokens[slot].expect("counted by sync_views"))
             .collect()
     }
+}
+
+/// Uncached work (roughly, bytes to render or count) below which a batch stays on the calling
+/// thread: a steady step renders one message, and starting a thread would cost more than it saves.
+const PARALLEL_MIN_WORK: usize = 1 << 20;
+
+/// At most this many threads share a batch.
+const PARALLEL_MAX_THREADS: usize = 4;
+
+/// `work(position, entry)` for every entry, in order, returning its results. When the
+/// entries' total `weight` is big, the entries are cut into contiguous runs of about equal
+/// weight, one per available core, each run on its own scoped thread.
+fn map_entries<R: Send>(
+    entries: &mut [Entry],
+    weight: impl Fn(usize, &Entry) -> usize,
+    work: impl Fn(usize, &mut Entry) -> R + Sync,
+) -> Vec<R> {
+    let run = |offset: usize, entries: &mut [Entry]| -> Vec<R> {
+        entries
+            .iter_mut()
+            .enumerate()
+            .map(|(i, entry)| work(offset + i, entry))
+            .collect()
+    };
+    let weights: Vec<usize> = entries.iter().enumerate().map(|(p, e)| weight(p, e)).collect();
+    let total: usize = weights.iter().sum();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(PARALLEL_MAX_THREADS);
+    if total < PARALLEL_MIN_WORK || threads < 2 {
+        return run(0, entries);
+    }
+    // Cut where the running weight crosses each thread's share.
+    let mut cuts = Vec::with_capacity(threads);
+    let mut running = 0;
+    for (position, w) in weights.iter().enumerate() {
+        running += w;
+        if running * threads >= total * (cuts.len() + 1) && cuts.len() + 1 < threads {
+            cuts.push(position + 1);
+        }
+    }
+    std::thread::scope(|scope| {
+        let run = &run;
+        let mut rest = entries;
+        let mut start = 0;
+        let mut handles = Vec::with_capacity(cuts.len());
+        for cut in cuts {
+            let (head, tail) = rest.split_at_mut(cut - start);
+            let offset = start;
+            handles.push(scope.spawn(move || run(offset, head)));
+            rest = tail;
+            start = cut;
+        }
+        // The calling thread takes the last run.
+        let last = run(start, rest);
+        let mut results = Vec::with_capacity(weights.len());
+        for handle in handles {
+            results.extend(handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        }
+        results.extend(last);
+        results
+    })
 }
 
 /// Puts the summary first, in the form the format needs: a user message (OpenAI, after the
@@ -692,4 +781,48 @@ fn insert_summary(messages: &mut Vec<Outgoing<'_>>, text: &str, format: MessageF
         return;
     }
     messages.insert(at, Outgoing::Owned(json!({"role": "user", "content": text})));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(n: usize) -> Vec<Entry> {
+        (0..n)
+            .map(|i| {
+                let message = json!({"role": "user", "content": format!("message {i}")});
+                Entry::new(i, MessageHash::of_value(&message), message, Vec::new(), None)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_shared_between_threads_comes_back_in_order_with_every_entry_seen_once() {
+        let mut batch = entries(1001);
+        // Uneven weights, all over the threshold, so the batch is cut into runs.
+        let results = map_entries(
+            &mut batch,
+            |position, _| PARALLEL_MIN_WORK * (1 + position % 7),
+            |position, entry| {
+                entry.tokens[OLD_SLOT] = Some(position as u64);
+                (position, entry.index, std::thread::current().id())
+            },
+        );
+        assert_eq!(results.len(), 1001);
+        for (i, (position, index, _)) in results.iter().enumerate() {
+            assert_eq!((*position, *index), (i, i));
+            assert_eq!(batch[i].tokens[OLD_SLOT], Some(i as u64));
+        }
+        let threads: std::collections::HashSet<_> = results.iter().map(|r| r.2).collect();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(threads.len(), cores.clamp(1, PARALLEL_MAX_THREADS));
+    }
+
+    #[test]
+    fn a_small_batch_stays_on_the_calling_thread() {
+        let mut batch = entries(10);
+        let caller = std::thread::current().id();
+        let threads = map_entries(&mut batch, |_, _| 1, |_, _| std::thread::current().id());
+        assert!(threads.iter().all(|t| *t == caller));
+    }
 }
