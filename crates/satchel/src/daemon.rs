@@ -7,7 +7,7 @@
 //! workspace-wide read/write gate keeps the TTL sweep from deleting a file between the moment
 //! a call decides to reuse it and the moment its reference is logged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -32,8 +32,8 @@ use satchel_protocol::{
     TokenUsage, WatchParams, WatchResult,
 };
 use satchel_storage::{
-    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, MemoryFiles, OffloadStore, PendingSync,
-    SessionRecord, SessionStore, StorageError, StoredMessage, SweepReport, Workspace,
+    CompactionBegun, CompactionInfo, DialogArchive, DialogLine, DialogOffload, EncodedLines, MemoryFiles, OffloadStore,
+    PendingSync, SessionRecord, SessionStore, StorageError, StoredMessage, SweepReport, Workspace,
 };
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -58,7 +58,7 @@ pub struct Daemon {
     archive: DialogArchive,
     memory: MemoryFiles,
     /// Connections whose client declared `summarizer_complete` in `initialize`.
-    completing_clients: Mutex<std::collections::HashSet<u64>>,
+    completing_clients: Mutex<HashSet<u64>>,
     /// Connections following a session (`context.watch`).
     watchers: Mutex<HashMap<String, Vec<ClientHandle>>>,
     config: Config,
@@ -572,43 +572,55 @@ impl Daemon {
             max_tokens: config.summary_max_tokens,
             counter,
         };
+        let compaction_id = uuid::Uuid::new_v4().simple().to_string();
+        let at = chrono::Utc::now();
+        let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let archive_file = self.archive.file_for(&at.format("%Y-%m-%d").to_string());
+        let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries[p]).collect();
         let started = Instant::now();
-        let (mut summary, summarizer) = self.summarize(id, config, &input, how.client)?;
-        let summarized = started.elapsed();
+        // The archive lines are encoded on another core while the summariser runs: for a
+        // first pass over a long history each takes tens of milliseconds.
+        let (summarized, encoded) = std::thread::scope(|scope| {
+            let encoding = scope.spawn(|| {
+                let lines = dialog_lines(id, &compaction_id, &archived_at, &removed, &span, &HashSet::new());
+                self.archive.encode(&archive_file, &lines)
+            });
+            let summarized = self.summarize(id, config, &input, how.client);
+            let encoded = encoding.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (summarized, encoded)
+        });
+        let (mut summary, summarizer) = summarized?;
+        let encoded = encoded.map_err(storage)?;
+        let summarize_ms = ms(started.elapsed());
         summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
         let summary_tokens = counter.count_text(&summary_message_text(&summary)) + 4;
         let begun = CompactionBegun {
-            id: uuid::Uuid::new_v4().simple().to_string(),
+            id: compaction_id,
             indices: plan.compact.iter().map(|&p| session.entries[p].index).collect(),
             summary,
-            archive_file: self
-                .archive
-                .file_for(&chrono::Utc::now().format("%Y-%m-%d").to_string()),
-            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            archive_file,
+            at: archived_at,
             tokens_before: before.total,
             tokens_after: (before.total + summary_tokens).saturating_sub(compacted_tokens + before.summary),
             manual: how.manual,
             summarizer,
         };
-        let removed: Vec<Entry> = plan.compact.iter().map(|&p| session.entries[p].clone()).collect();
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])
             .map_err(storage)?;
-        let range = self
-            .archive_compaction(id, &begun, &removed, &span, false)
-            .map_err(storage)?;
+        let range = self.archive_compaction(&begun, encoded, &[]).map_err(storage)?;
         tracing::debug!(
             session = id,
-            messages = removed.len(),
-            summarize_ms = ms(summarized),
-            archive_ms = ms(started.elapsed() - summarized),
+            messages = begun.indices.len(),
+            summarize_and_encode_ms = summarize_ms,
+            archive_ms = ms(started.elapsed()) - summarize_ms,
             "compacted"
         );
 
         // Archived: the messages may leave memory. The log says so only with the done record
         // below; if that write fails the caller drops this session and the reload finishes it.
-        let compacted: std::collections::HashSet<usize> = begun.indices.iter().copied().collect();
+        let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
         session.entries.retain(|e| !compacted.contains(&e.index));
         let mut summary = begun.summary.clone();
         summary.archive.push(range.clone());
@@ -708,49 +720,19 @@ impl Daemon {
         }
     }
 
-    /// Appends the compacted messages to the dialog archive and returns where they are;
-    /// `full[i]` is the full message of `removed[i]` (read back once, shared with the
-    /// summariser). When `resuming` a compaction a crash interrupted, messages its first
-    /// attempt already wrote are skipped (finding them reads the archive file, so a fresh
-    /// compaction does not).
+    /// Appends a compaction's `encoded` archive lines to the dialog archive and returns where
+    /// its messages are, counting the lines an interrupted first attempt left `present`
+    /// (line, index).
     fn archive_compaction(
         &self,
-        id: &str,
         begun: &CompactionBegun,
-        removed: &[Entry],
-        full: &[Value],
-        resuming: bool,
+        encoded: EncodedLines,
+        present: &[(usize, usize)],
     ) -> Result<ArchiveRange, StorageError> {
-        let present = if resuming {
-            self.archive.lines_of(&begun.archive_file, id, &begun.id)?
-        } else {
-            Vec::new()
-        };
-        let done: std::collections::HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
-        let lines: Vec<DialogLine<&Value>> = removed
-            .iter()
-            .zip(full)
-            .filter(|(e, _)| !done.contains(&e.index))
-            .map(|(e, message)| DialogLine {
-                session_id: id.to_owned(),
-                index: e.index,
-                compaction_id: begun.id.clone(),
-                archived_at: begun.at.clone(),
-                message,
-                offloads: e
-                    .offloaded
-                    .iter()
-                    .map(|o| DialogOffload {
-                        pointer: o.pointer.clone(),
-                        file: o.file.clone(),
-                    })
-                    .collect(),
-            })
-            .collect();
         let mut first_line = present.iter().map(|(line, _)| *line).min();
         let mut last_line = present.iter().map(|(line, _)| *line).max();
-        if !lines.is_empty() {
-            let appended = self.archive.append(&begun.archive_file, &lines)?;
+        if !encoded.is_empty() {
+            let appended = self.archive.append_encoded(&begun.archive_file, encoded)?;
             first_line = Some(first_line.map_or(appended.start_line, |l| l.min(appended.start_line)));
             last_line = Some(last_line.map_or(appended.end_line, |l| l.max(appended.end_line)));
         }
@@ -990,8 +972,20 @@ impl Daemon {
                 })
                 .collect();
             let full: Vec<Value> = removed.iter().map(|e| e.full_message(&self.offloads)).collect();
+            // The first attempt may have written some lines: find them by compaction id.
+            let present = self
+                .archive
+                .lines_of(&begun.archive_file, id, &begun.id)
+                .map_err(RpcError::Storage)?;
+            let done: HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
+            let removed: Vec<&Entry> = removed.iter().collect();
+            let lines = dialog_lines(id, &begun.id, &begun.at, &removed, &full, &done);
+            let encoded = self
+                .archive
+                .encode(&begun.archive_file, &lines)
+                .map_err(RpcError::Storage)?;
             let range = self
-                .archive_compaction(id, &begun, &removed, &full, true)
+                .archive_compaction(&begun, encoded, &present)
                 .map_err(RpcError::Storage)?;
             self.sessions
                 .append(
@@ -1085,6 +1079,38 @@ enum CompactError {
 }
 
 /// Milliseconds, for logs.
+/// The dialog archive lines of compacted messages: `full[i]` is the full message of
+/// `removed[i]`; messages whose index is in `skip` are already archived.
+fn dialog_lines<'a>(
+    session_id: &str,
+    compaction_id: &str,
+    archived_at: &str,
+    removed: &[&Entry],
+    full: &'a [Value],
+    skip: &HashSet<usize>,
+) -> Vec<DialogLine<&'a Value>> {
+    removed
+        .iter()
+        .zip(full)
+        .filter(|(e, _)| !skip.contains(&e.index))
+        .map(|(e, message)| DialogLine {
+            session_id: session_id.to_owned(),
+            index: e.index,
+            compaction_id: compaction_id.to_owned(),
+            archived_at: archived_at.to_owned(),
+            message,
+            offloads: e
+                .offloaded
+                .iter()
+                .map(|o| DialogOffload {
+                    pointer: o.pointer.clone(),
+                    file: o.file.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }

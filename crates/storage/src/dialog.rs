@@ -57,6 +57,25 @@ pub struct AppendedLines {
     pub end_line: usize,
 }
 
+/// Archive lines encoded but not yet appended: see [`DialogArchive::encode`].
+#[derive(Debug)]
+pub struct EncodedLines {
+    bytes: Vec<u8>,
+    lines: usize,
+}
+
+impl EncodedLines {
+    /// How many lines it holds.
+    pub fn len(&self) -> usize {
+        self.lines
+    }
+
+    /// Whether it holds no line.
+    pub fn is_empty(&self) -> bool {
+        self.lines == 0
+    }
+}
+
 /// The archive directory of a workspace.
 #[derive(Debug)]
 pub struct DialogArchive {
@@ -91,26 +110,41 @@ impl DialogArchive {
 
     /// Appends `lines` to `rel_file` with one write and one fsync.
     pub fn append<M: Serialize>(&self, rel_file: &str, lines: &[DialogLine<M>]) -> Result<AppendedLines, StorageError> {
-        let path = self.path_of(rel_file);
-        let mut buf = Vec::new();
+        self.append_encoded(rel_file, self.encode(rel_file, lines)?)
+    }
+
+    /// Encodes `lines` for [`Self::append_encoded`] to `rel_file`. Encoding a big compaction
+    /// is most of its archiving, and needs no lock: a caller can do it on another thread
+    /// while it summarises.
+    pub fn encode<M: Serialize>(&self, rel_file: &str, lines: &[DialogLine<M>]) -> Result<EncodedLines, StorageError> {
+        let mut bytes = Vec::new();
         for line in lines {
-            serde_json::to_writer(&mut buf, line).map_err(|e| StorageError::Corrupt {
-                path: path.clone(),
+            serde_json::to_writer(&mut bytes, line).map_err(|e| StorageError::Corrupt {
+                path: self.path_of(rel_file),
                 message: e.to_string(),
             })?;
-            buf.push(b'\n');
+            bytes.push(b'\n');
         }
+        Ok(EncodedLines {
+            bytes,
+            lines: lines.len(),
+        })
+    }
+
+    /// Appends lines [`Self::encode`] made, with one write and one fsync.
+    pub fn append_encoded(&self, rel_file: &str, encoded: EncodedLines) -> Result<AppendedLines, StorageError> {
+        let path = self.path_of(rel_file);
         let mut counts = self.line_counts.lock().unwrap_or_else(|p| p.into_inner());
         let existing = match counts.get(rel_file) {
             Some(n) => *n,
             None => self.count_whole_lines(&path)?,
         };
-        append_durable(&path, &buf)?;
-        counts.insert(rel_file.to_owned(), existing + lines.len());
+        append_durable(&path, &encoded.bytes)?;
+        counts.insert(rel_file.to_owned(), existing + encoded.lines);
         Ok(AppendedLines {
             file: rel_file.to_owned(),
             start_line: existing + 1,
-            end_line: existing + lines.len(),
+            end_line: existing + encoded.lines,
         })
     }
 

@@ -17,7 +17,7 @@ mod offload;
 mod sessions;
 mod workspace;
 
-pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload};
+pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload, EncodedLines};
 pub use durable::{PendingSync, append_durable, write_atomic};
 pub use error::StorageError;
 pub use memory::{MEMORY_DIR, MemoryFiles};
