@@ -993,3 +993,47 @@ fn token_usage_is_split_by_zone_and_follows_the_tokenizer() {
     assert!(msgs4 >= 1250, "5 000 bytes / 4: {}", estimated["tokens"]);
     d.shutdown();
 }
+
+/// A first pass over a long history is parsed, rendered and counted on several cores; a
+/// step of one turn on one. Both must give the same request.
+#[test]
+fn a_multi_megabyte_first_pass_gives_the_request_that_turn_by_turn_steps_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let config = json!({"max_input_length": 4_000_000});
+    let mut history = Vec::new();
+    for turn in 0..60 {
+        let id = format!("call_{turn}");
+        history.push(user(&format!("step {turn}: build it")));
+        history.push(openai_calls(&[(&id, "bash", json!({"command": "cargo build"}))]));
+        history.push(tool_result(&id, &build_log(&format!("turn{turn}"), 40_000)));
+    }
+    let bytes: usize = history.iter().map(|m| m.to_string().len()).sum();
+    assert!(bytes > 2 << 20, "over the 1 MiB a batch needs to be shared: {bytes}");
+
+    let whole = d.call(
+        "context.prepare",
+        json!({"session_id": "whole", "messages": history, "config": config}),
+    );
+    let mut turns = history.chunks(3);
+    let mut stepped = d.call(
+        "context.prepare",
+        json!({"session_id": "stepped", "messages": turns.next().unwrap(), "config": config}),
+    );
+    for turn in turns {
+        stepped = d.call(
+            "context.prepare",
+            json!({"session_id": "stepped", "append": turn, "config": config}),
+        );
+    }
+    assert_eq!(actions(&whole, "compacted").len(), 0, "the window holds it all");
+    assert_eq!(whole["messages"], stepped["messages"]);
+    assert_eq!(whole["tokens"], stepped["tokens"]);
+    assert_eq!(actions(&whole, "offloaded").len(), 60);
+    // Old outputs are cut, the last one is whole-ish, and every one ends with its error line.
+    for turn in [0, 29, 59] {
+        let output = text_at(&whole, 3 * turn + 2, "/content");
+        assert!(output.ends_with(&last_line(&format!("turn{turn}"))), "turn {turn}");
+    }
+    d.shutdown();
+}

@@ -93,18 +93,20 @@ struct Envelope<R> {
 
 impl Daemon {
     /// Spawns `<satchel> --workspace <fresh temp dir> serve` with `SATCHEL_LOG=warn` and the log
-    /// in a file next to the workspace (quoted if the daemon fails).
-    pub fn spawn(satchel: &Path) -> anyhow::Result<Self> {
+    /// in a file next to the workspace (quoted if the daemon fails). `SATCHEL_TOKENIZER` is the
+    /// tokenizer the requests use, as a user who picked one would configure it: the daemon
+    /// builds that encoder beside start-up, and no other.
+    pub fn spawn(satchel: &Path, tokenizer: &str) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("satchel-bench-")
             .tempdir()
             .context("creating a temp dir")?;
-        Self::spawn_in(satchel, dir)
+        Self::spawn_in(satchel, dir, tokenizer)
     }
 
     /// Like [`Daemon::spawn`], in a temp dir made beforehand, so a caller timing the start-up
     /// does not time the temp dir's creation.
-    pub fn spawn_in(satchel: &Path, dir: tempfile::TempDir) -> anyhow::Result<Self> {
+    pub fn spawn_in(satchel: &Path, dir: tempfile::TempDir, tokenizer: &str) -> anyhow::Result<Self> {
         // The daemon's log stays in its temp dir unless the caller wants to keep it.
         let log_path = std::env::var_os(DAEMON_LOG_ENV).map_or_else(|| dir.path().join("daemon.log"), PathBuf::from);
         let log = File::options()
@@ -120,6 +122,7 @@ impl Daemon {
                 "SATCHEL_LOG",
                 std::env::var("SATCHEL_LOG").unwrap_or_else(|_| "warn".into()),
             )
+            .env("SATCHEL_TOKENIZER", tokenizer)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)

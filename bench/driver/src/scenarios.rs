@@ -143,6 +143,11 @@ impl ActionCounts {
 }
 
 impl Bench<'_> {
+    /// The tokenizer of the requests, also the daemons' configured one.
+    fn tokenizer(&self) -> &str {
+        self.config["tokenizer"].as_str().unwrap_or("o200k_base")
+    }
+
     /// Runs one scenario and returns its fields.
     pub fn run(&self, scenario: Scenario) -> anyhow::Result<Map<String, Value>> {
         if self.conversation.messages.len() < 2 {
@@ -163,7 +168,7 @@ impl Bench<'_> {
         for _ in 0..self.repeat {
             let dir = tempfile::Builder::new().prefix("satchel-bench-").tempdir()?;
             let spawned = Instant::now();
-            let mut daemon = Daemon::spawn_in(self.satchel, dir)?;
+            let mut daemon = Daemon::spawn_in(self.satchel, dir, self.tokenizer())?;
             let reply = daemon.initialize()?;
             samples.push(reply.finished - spawned);
             daemon.close()?;
@@ -329,7 +334,7 @@ impl Bench<'_> {
 
     /// A fresh daemon in a fresh workspace, initialised (untimed).
     fn daemon(&self) -> anyhow::Result<Daemon> {
-        let mut daemon = Daemon::spawn(self.satchel)?;
+        let mut daemon = Daemon::spawn(self.satchel, self.tokenizer())?;
         daemon.initialize()?;
         Ok(daemon)
     }

@@ -41,6 +41,7 @@ use serde_json::value::RawValue;
 use crate::config::apply_overrides;
 use crate::error::RpcError;
 use crate::llm::{ClientCompleter, OpenAiCompleter};
+use crate::parallel::map_weighted;
 use crate::session::{Alignment, Entry, IncomingHashes, Session, TruncatedMessage, format_or_default};
 use crate::transport::ClientHandle;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
@@ -363,12 +364,15 @@ impl Daemon {
         let new_text_hashes: Vec<Option<u128>> =
             (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect();
         drop(hashes);
-        let new_raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
-        let parsed = new_raws
-            .iter()
-            .map(|m| serde_json::from_str::<Value>(m.get()))
-            .collect::<Result<Vec<Value>, _>>()
-            .map_err(|e| RpcError::invalid_params("messages", e))?;
+        let mut new_raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
+        let parsed = map_weighted(
+            &mut new_raws,
+            |_, raw| raw.get().len(),
+            |_, raw| serde_json::from_str::<Value>(raw.get()),
+        )
+        .into_iter()
+        .collect::<Result<Vec<Value>, _>>()
+        .map_err(|e| RpcError::invalid_params("messages", e))?;
         // Hashed from the parsed values: cheaper than from text, which must be unescaped.
         let new_hashes: Vec<MessageHash> = parsed.iter().map(MessageHash::of_value).collect();
         let new_messages = &parsed[..];

@@ -9,6 +9,7 @@ mod demo;
 mod error;
 mod inspect;
 mod llm;
+mod parallel;
 mod rpc;
 mod session;
 mod socket;
@@ -140,9 +141,17 @@ fn serve(
     let config = config::load(workspace.root(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
     // Building an exact encoder takes a few hundred milliseconds: do it beside start-up, not
-    // inside the first `context.prepare` (nor before the first `initialize` answer).
+    // inside the first `context.prepare` (nor before the first `initialize` answer). At the
+    // lowest priority, so that it takes a core only when requests leave one idle: a request
+    // that needs the encoder sleeps until it is built, and one that does not never waits.
     let counter = satchel_core::tokens::TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
-    std::thread::spawn(move || counter.count_text("warm up"));
+    std::thread::spawn(move || {
+        #[cfg(target_os = "linux")]
+        if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+            tracing::debug!("could not lower the encoder warm-up's priority: {e}");
+        }
+        counter.count_text("warm up")
+    });
     let daemon = Arc::new(daemon::Daemon::new(workspace, config).context("opening the dialog archive")?);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

@@ -25,6 +25,8 @@ use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{CompactSummary, Config, Phase};
 use satchel_storage::{CompactionInfo, OffloadStore, StoredMessage, StoredOffload};
+
+use crate::parallel::map_weighted;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
@@ -207,7 +209,7 @@ impl Entry {
     }
 
     /// Roughly how many bytes must be rendered (offloaded texts are read back) and counted
-    /// to bring this message's `phase` view up to date: what [`map_entries`] balances.
+    /// to bring this message's `phase` view up to date: what [`map_weighted`] balances.
     fn pending_work(&self, phase: Phase, counting: bool) -> usize {
         let slot = self.slot(phase);
         let offloaded_bytes = || self.offloaded.iter().map(|t| t.stats.total_bytes).sum::<usize>();
@@ -590,7 +592,7 @@ impl Session {
             }
         };
         let offloads = &self.offloads;
-        map_entries(
+        map_weighted(
             &mut self.entries,
             |position, entry| entry.pending_work(phase_at(position), counter.is_some()),
             |position, entry| {
@@ -695,68 +697,6 @@ impl Session {
     }
 }
 
-/// Uncached work (roughly, bytes to render or count) below which a batch stays on the calling
-/// thread: a steady step renders one message, and starting a thread would cost more than it saves.
-const PARALLEL_MIN_WORK: usize = 1 << 20;
-
-/// At most this many threads share a batch.
-const PARALLEL_MAX_THREADS: usize = 4;
-
-/// `work(position, entry)` for every entry, in order, returning its results. When the
-/// entries' total `weight` is big, the entries are cut into contiguous runs of about equal
-/// weight, one per available core, each run on its own scoped thread.
-fn map_entries<R: Send>(
-    entries: &mut [Entry],
-    weight: impl Fn(usize, &Entry) -> usize,
-    work: impl Fn(usize, &mut Entry) -> R + Sync,
-) -> Vec<R> {
-    let run = |offset: usize, entries: &mut [Entry]| -> Vec<R> {
-        entries
-            .iter_mut()
-            .enumerate()
-            .map(|(i, entry)| work(offset + i, entry))
-            .collect()
-    };
-    let weights: Vec<usize> = entries.iter().enumerate().map(|(p, e)| weight(p, e)).collect();
-    let total: usize = weights.iter().sum();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(PARALLEL_MAX_THREADS);
-    if total < PARALLEL_MIN_WORK || threads < 2 {
-        return run(0, entries);
-    }
-    // Cut where the running weight crosses each thread's share.
-    let mut cuts = Vec::with_capacity(threads);
-    let mut running = 0;
-    for (position, w) in weights.iter().enumerate() {
-        running += w;
-        if running * threads >= total * (cuts.len() + 1) && cuts.len() + 1 < threads {
-            cuts.push(position + 1);
-        }
-    }
-    std::thread::scope(|scope| {
-        let run = &run;
-        let mut rest = entries;
-        let mut start = 0;
-        let mut handles = Vec::with_capacity(cuts.len());
-        for cut in cuts {
-            let (head, tail) = rest.split_at_mut(cut - start);
-            let offset = start;
-            handles.push(scope.spawn(move || run(offset, head)));
-            rest = tail;
-            start = cut;
-        }
-        // The calling thread takes the last run.
-        let last = run(start, rest);
-        let mut results = Vec::with_capacity(weights.len());
-        for handle in handles {
-            results.extend(handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
-        }
-        results.extend(last);
-        results
-    })
-}
-
 /// Puts the summary first, in the form the format needs: a user message (OpenAI, after the
 /// system messages); for Anthropic, whose roles must alternate, a text block at the start of
 /// the first user message, or a user message of its own when the kept part starts with the
@@ -781,48 +721,4 @@ fn insert_summary(messages: &mut Vec<Outgoing<'_>>, text: &str, format: MessageF
         return;
     }
     messages.insert(at, Outgoing::Owned(json!({"role": "user", "content": text})));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entries(n: usize) -> Vec<Entry> {
-        (0..n)
-            .map(|i| {
-                let message = json!({"role": "user", "content": format!("message {i}")});
-                Entry::new(i, MessageHash::of_value(&message), message, Vec::new(), None)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_batch_shared_between_threads_comes_back_in_order_with_every_entry_seen_once() {
-        let mut batch = entries(1001);
-        // Uneven weights, all over the threshold, so the batch is cut into runs.
-        let results = map_entries(
-            &mut batch,
-            |position, _| PARALLEL_MIN_WORK * (1 + position % 7),
-            |position, entry| {
-                entry.tokens[OLD_SLOT] = Some(position as u64);
-                (position, entry.index, std::thread::current().id())
-            },
-        );
-        assert_eq!(results.len(), 1001);
-        for (i, (position, index, _)) in results.iter().enumerate() {
-            assert_eq!((*position, *index), (i, i));
-            assert_eq!(batch[i].tokens[OLD_SLOT], Some(i as u64));
-        }
-        let threads: std::collections::HashSet<_> = results.iter().map(|r| r.2).collect();
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        assert_eq!(threads.len(), cores.clamp(1, PARALLEL_MAX_THREADS));
-    }
-
-    #[test]
-    fn a_small_batch_stays_on_the_calling_thread() {
-        let mut batch = entries(10);
-        let caller = std::thread::current().id();
-        let threads = map_entries(&mut batch, |_, _| 1, |_, _| std::thread::current().id());
-        assert!(threads.iter().all(|t| *t == caller));
-    }
 }
