@@ -25,10 +25,10 @@ use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{CompactSummary, Config, Phase};
 use satchel_storage::{CompactionInfo, OffloadStore, StoredMessage, StoredOffload};
-
-use crate::parallel::map_weighted;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+
+use crate::parallel::map_weighted;
 
 /// One live message of a session.
 #[derive(Debug, Clone)]
