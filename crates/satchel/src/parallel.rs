@@ -4,6 +4,8 @@
 //! each independent of the others. A steady step carries one, and a thread would cost more
 //! than it saves, so only batches over [`PARALLEL_MIN_WORK`] are split.
 
+use std::sync::OnceLock;
+
 /// Work (roughly, bytes to process) below which a batch stays on the calling thread.
 pub const PARALLEL_MIN_WORK: usize = 1 << 20;
 
@@ -28,10 +30,11 @@ pub fn map_weighted<T: Send, R: Send>(
     };
     let weights: Vec<usize> = items.iter().enumerate().map(|(p, item)| weight(p, item)).collect();
     let total: usize = weights.iter().sum();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(PARALLEL_MAX_THREADS);
-    if total < PARALLEL_MIN_WORK || threads < 2 {
+    if total < PARALLEL_MIN_WORK {
+        return run(0, items);
+    }
+    let threads = cores().min(PARALLEL_MAX_THREADS);
+    if threads < 2 {
         return run(0, items);
     }
     // Cut where the running weight crosses each thread's share.
@@ -65,6 +68,12 @@ pub fn map_weighted<T: Send, R: Send>(
     })
 }
 
+/// Cores this process may use, asked once: the answer reads cgroup files on Linux.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,8 +98,7 @@ mod tests {
             assert_eq!(items[i].1, 1, "item {i} seen once");
         }
         let threads: HashSet<_> = results.iter().map(|r| r.2).collect();
-        let cores = thread::available_parallelism().map_or(1, usize::from);
-        assert_eq!(threads.len(), cores.clamp(1, PARALLEL_MAX_THREADS));
+        assert_eq!(threads.len(), cores().clamp(1, PARALLEL_MAX_THREADS));
     }
 
     #[test]
