@@ -598,6 +598,52 @@ fn session_survives_kill_9() {
     d.shutdown();
 }
 
+/// The offloaded texts are written on a background thread while the call goes on: if they
+/// cannot be written, the call fails, nothing that refers to them is logged, and the same
+/// call succeeds once the disk is back.
+#[test]
+fn an_offload_that_cannot_be_written_fails_the_call_and_logs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = build_log("disk", 90_000);
+    let mut d = Daemon::start(dir.path(), &[]);
+    assert_alive(&mut d); // the workspace is set up
+    let tool_results = dir.path().join("tool_result");
+    std::fs::remove_dir_all(&tool_results).unwrap();
+    std::fs::write(&tool_results, b"not a directory").unwrap();
+
+    let error = d.call_err(
+        "context.prepare",
+        json!({"session_id": "disk", "messages": bash_conversation(&log)}),
+    );
+    assert_eq!(error_code(&error), -32004, "{error}");
+    assert_alive(&mut d);
+    let session_log = dir.path().join("sessions").join("disk.jsonl");
+    let logged = std::fs::read_to_string(&session_log).unwrap_or_default();
+    assert!(
+        !logged.contains("tool_result/"),
+        "the log refers to a file that was never written: {logged}"
+    );
+    assert_eq!(
+        d.call_err(
+            "context.prepare",
+            json!({"session_id": "disk", "append": [user("next")]})
+        )["code"],
+        -32001,
+        "the failed call left no session behind"
+    );
+
+    std::fs::remove_file(&tool_results).unwrap();
+    std::fs::create_dir(&tool_results).unwrap();
+    let result = prepare(&mut d, "disk", &bash_conversation(&log));
+    let file = notice(text_at(&result, 2, "/content")).file;
+    assert_offload_file(dir.path(), &file, &log);
+    d.kill();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let after = append(&mut d, "disk", &[assistant("Looking at it.")]);
+    assert_eq!(reconstruct(&mut d, text_at(&after, 2, "/content")), log);
+    d.shutdown();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 10. context.read
 // ---------------------------------------------------------------------------------------------

@@ -204,7 +204,8 @@ impl Daemon {
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
         let mut actions = Vec::new();
         let started = Instant::now();
-        let reconciliation = self.ingest(&id, session, incoming, is_full_list, declared, &config, &mut actions)?;
+        let mut reconciliation = self.ingest(&id, session, incoming, is_full_list, declared, &config, &mut actions)?;
+        let mut pending_writes = reconciliation.durable.take();
         let ingested = started.elapsed();
 
         let extras = RequestExtras {
@@ -220,6 +221,7 @@ impl Daemon {
                 instruction: None,
                 manual: false,
                 client: client.as_ref(),
+                pending_writes: Some(&mut pending_writes),
             };
             match self.compact(&id, session, &config, &counter, &extras, how) {
                 Ok(Some(report)) => actions.push(Action::Compacted(report)),
@@ -295,7 +297,7 @@ impl Daemon {
                 ),
             )
         });
-        if let Some(pending) = reconciliation.durable
+        if let Some(pending) = pending_writes
             && let Err(e) = pending.wait()
         {
             // Memory holds what the disk may not: start again from the log.
@@ -303,6 +305,7 @@ impl Daemon {
             return Err(RpcError::Storage(e));
         }
         let session = guard.as_mut().expect("session present");
+        session.forget_fresh_texts();
         session.peak_tokens = session.peak_tokens.max(usage.total);
         session.last_output = output_hashes;
         session.last_system = params.system.clone();
@@ -425,9 +428,9 @@ impl Daemon {
             }
         }
         let texts: Vec<&str> = to_offload.iter().map(|(_, _, full, _)| *full).collect();
-        let saved = self.offloads.save_all(&texts).map_err(RpcError::Storage)?;
+        let plan = self.offloads.plan(&texts);
         let mut new_offloads: Vec<Vec<OffloadedText>> = vec![Vec::new(); new_messages.len()];
-        for ((position, pointer, full, call), saved) in to_offload.into_iter().zip(saved) {
+        for ((position, pointer, full, call), saved) in to_offload.into_iter().zip(&plan.saved) {
             let stats = TextStats::of(full);
             actions.push(Action::Offloaded {
                 index: first_new_index + position,
@@ -439,29 +442,58 @@ impl Daemon {
             });
             new_offloads[position].push(OffloadedText {
                 pointer,
-                file: saved.rel_path,
+                file: saved.rel_path.clone(),
                 stats,
                 call,
             });
         }
-        let mut new_entries = Vec::with_capacity(new_messages.len());
-        for (position, (((message, hash), raw), offloaded)) in parsed
+        // The texts leave their messages (moved, not copied): the files will hold them, and
+        // until the call ends the entries keep them for rendering and compaction.
+        let mut parsed = parsed;
+        let mut offloaded_texts: Vec<Arc<String>> = Vec::with_capacity(plan.saved.len());
+        let mut new_fresh: Vec<Vec<Arc<String>>> = vec![Vec::new(); parsed.len()];
+        for (position, offloaded) in new_offloads.iter().enumerate() {
+            for text in offloaded {
+                let slot = parsed[position]
+                    .pointer_mut(&text.pointer)
+                    .expect("an offloaded text was found at its pointer");
+                let Value::String(full) = std::mem::replace(slot, Value::String(String::new())) else {
+                    unreachable!("only string texts are offloaded");
+                };
+                let full = Arc::new(full);
+                offloaded_texts.push(full.clone());
+                new_fresh[position].push(full);
+            }
+        }
+        let mut new_entries = Vec::with_capacity(parsed.len());
+        for (position, ((((message, hash), raw), offloaded), fresh)) in parsed
             .into_iter()
             .zip(new_hashes.iter().copied())
             .zip(new_raws)
             .zip(new_offloads)
+            .zip(new_fresh)
             .enumerate()
         {
-            let entry = Entry::new(first_new_index + position, hash, message, offloaded, Some(raw));
+            let entry =
+                Entry::new(first_new_index + position, hash, message, offloaded, Some(raw)).with_fresh_texts(fresh);
             records.push(SessionRecord::Message(entry.to_stored()));
             new_entries.push(entry);
         }
-        // Written; the fsync runs while the session changes and the reply is built, and
-        // `prepare` waits for it before answering.
-        let durable = self
-            .sessions
-            .append_then_sync(id, &records)
-            .map_err(RpcError::Storage)?;
+        // New offloaded texts are written, then the records that refer to them, on the
+        // background sync thread: rendering and compaction meanwhile read the texts from
+        // memory, and `prepare` waits for both before answering (and before a compaction logs
+        // anything after these records). Without new files, only the fsync waits there.
+        let durable = if plan.writes_nothing() {
+            self.sessions.append_then_sync(id, &records)
+        } else {
+            let offloads = self.offloads.clone();
+            let write_texts = move || {
+                let texts: Vec<&str> = offloaded_texts.iter().map(|t| t.as_str()).collect();
+                offloads.write(&plan, &texts)
+            };
+            self.sessions.append_in_background(id, records, write_texts).map(Some)
+        }
+        .map_err(RpcError::Storage)?;
 
         let recent_start_before = {
             let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
@@ -610,6 +642,9 @@ impl Daemon {
             manual: how.manual,
             summarizer,
         };
+        if let Some(pending) = how.pending_writes.and_then(Option::take) {
+            pending.wait().map_err(storage)?;
+        }
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])
             .map_err(storage)?;
@@ -776,6 +811,7 @@ impl Daemon {
             instruction: params.instruction.as_deref(),
             manual: true,
             client: client.as_ref(),
+            pending_writes: None,
         };
         let outcome = self.compact(&params.session_id, session, &config, &counter, &extras, how);
         let compaction = match outcome {
@@ -1052,7 +1088,6 @@ impl Daemon {
 }
 
 /// Why and how a compaction runs.
-#[derive(Clone, Copy)]
 struct CompactionRequest<'a> {
     /// Steers the summary (`context.compact`).
     instruction: Option<&'a str>,
@@ -1060,11 +1095,15 @@ struct CompactionRequest<'a> {
     manual: bool,
     /// The calling connection, for the `client` summariser and `$/progress`.
     client: Option<&'a ClientHandle>,
+    /// The call's own writes, still running: they must be done before the compaction logs
+    /// anything after them.
+    pending_writes: Option<&'a mut Option<PendingSync>>,
 }
 
 /// What ingesting a call's messages did.
 struct Ingested {
-    /// The fsync of the call's session log records, running; the call is answered after it.
+    /// The call's writes (its offloaded texts, then its session log records), running on the
+    /// background sync thread; the call is answered after them.
     durable: Option<PendingSync>,
     /// Original index of the first message new in this call.
     first_new_index: usize,

@@ -52,6 +52,9 @@ pub struct Entry {
     view_hashes: [Option<MessageHash>; 2],
     /// Token counts of the rendering in each slot.
     tokens: [Option<u64>; 2],
+    /// The offloaded texts, in `offloaded` order, while the call they arrived in runs: their
+    /// files may not be written yet, and reading them back would cost a copy anyway.
+    fresh: Vec<Arc<String>>,
 }
 
 /// A message rendered for one phase, with its JSON text, so that sending it again costs a copy.
@@ -91,6 +94,7 @@ impl Entry {
             views: [None, None],
             view_hashes: [None, None],
             tokens: [None; 2],
+            fresh: Vec::new(),
         };
         if let Some(raw) = raw.filter(|_| entry.offloaded.is_empty()) {
             entry.views[OLD_SLOT] = Some(View {
@@ -121,6 +125,15 @@ impl Entry {
         }
     }
 
+    /// Keeps the message's offloaded texts (in `offloaded` order) in memory until
+    /// [`Session::forget_fresh_texts`]: the call that brought them renders and compacts from
+    /// them while their files are written.
+    pub fn with_fresh_texts(mut self, texts: Vec<Arc<String>>) -> Self {
+        assert_eq!(texts.len(), self.offloaded.len(), "one fresh text per offloaded text");
+        self.fresh = texts;
+        self
+    }
+
     /// The message as the client sent it, its offloaded texts read back from their files.
     pub fn full_message(&self, offloads: &OffloadStore) -> Value {
         self.full(offloads).0
@@ -131,7 +144,13 @@ impl Entry {
     fn full(&self, offloads: &OffloadStore) -> (Value, Vec<OffloadedText>) {
         let mut message = self.message.clone();
         let mut texts = self.offloaded.clone();
-        for text in &mut texts {
+        for (i, text) in texts.iter_mut().enumerate() {
+            if let Some(fresh) = self.fresh.get(i) {
+                if let Some(slot) = message.pointer_mut(&text.pointer) {
+                    *slot = Value::String(String::clone(fresh));
+                }
+                continue;
+            }
             let full = offloads.load(&text.file).unwrap_or_else(|e| {
                 tracing::error!(file = %text.file, "offloaded text is missing: {e}");
                 format!(
@@ -460,6 +479,14 @@ impl Session {
             render_key: None,
             count_key: None,
             extras_tokens: HashMap::new(),
+        }
+    }
+
+    /// Drops the offloaded texts the entries keep from the call they arrived in: once the
+    /// call's writes are durable the files hold them.
+    pub fn forget_fresh_texts(&mut self) {
+        for entry in &mut self.entries {
+            entry.fresh = Vec::new();
         }
     }
 

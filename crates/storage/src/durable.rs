@@ -40,20 +40,27 @@ pub fn append_durable(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
 /// Nothing may be acknowledged before [`PendingSync::wait`] returns.
 pub fn append_then_sync(path: &Path, bytes: &[u8]) -> Result<PendingSync, StorageError> {
     let job = append(path, bytes)?;
-    let (done_tx, done) = mpsc::sync_channel(1);
-    let path = job.path.clone();
-    let work = Box::new(move || {
-        // Nobody waiting means the caller gave up on the call: the sync still happens.
-        let _ = done_tx.send(job.run());
-    });
-    if let Err(mpsc::SendError(work)) = sync_thread().send(work) {
-        work(); // the thread is gone (it never stops on its own): sync here
-    }
-    Ok(PendingSync { path, done })
+    Ok(in_background(job.path.clone(), move || job.run()))
 }
 
-/// An append written but maybe not yet durable.
-#[must_use = "an append is not durable until `wait` returns"]
+/// Runs `work`, writes that must be durable before the caller acknowledges anything, on the
+/// background sync thread, so the caller can do other work meanwhile. `path` names the
+/// writes in the error reported if the thread is gone. Nothing may be acknowledged before
+/// [`PendingSync::wait`] returns.
+pub fn in_background(path: PathBuf, work: impl FnOnce() -> Result<(), StorageError> + Send + 'static) -> PendingSync {
+    let (done_tx, done) = mpsc::sync_channel(1);
+    let work: Work = Box::new(move || {
+        // Nobody waiting means the caller gave up on the call: the writes still happen.
+        let _ = done_tx.send(work());
+    });
+    if let Err(mpsc::SendError(work)) = sync_thread().send(work) {
+        work(); // the thread is gone (it never stops on its own): run here
+    }
+    PendingSync { path, done }
+}
+
+/// Writes handed to the background sync thread, maybe not yet durable.
+#[must_use = "background writes are not durable until `wait` returns"]
 #[derive(Debug)]
 pub struct PendingSync {
     path: PathBuf,
@@ -171,6 +178,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no-such-dir").join("log.jsonl");
         let error = append_then_sync(&missing, b"a\n").unwrap_err();
+        assert!(matches!(error, StorageError::Io { op: "open", .. }), "{error:?}");
+    }
+
+    #[test]
+    fn background_work_runs_in_the_order_it_was_given_and_reports_its_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let pending: Vec<PendingSync> = ["a\n", "b\n", "c\n"]
+            .into_iter()
+            .map(|line| {
+                let p = p.clone();
+                in_background(p.clone(), move || append_durable(&p, line.as_bytes()))
+            })
+            .collect();
+        pending.into_iter().for_each(|p| p.wait().unwrap());
+        assert_eq!(fs::read_to_string(&p).unwrap(), "a\nb\nc\n");
+
+        let missing = dir.path().join("no-such-dir").join("log.jsonl");
+        let error = in_background(missing.clone(), move || append_durable(&missing, b"a\n"))
+            .wait()
+            .unwrap_err();
         assert!(matches!(error, StorageError::Io { op: "open", .. }), "{error:?}");
     }
 }

@@ -22,6 +22,27 @@ pub struct SavedText {
     pub newly_written: bool,
 }
 
+/// Where a batch of texts goes: see [`OffloadStore::plan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavePlan {
+    /// Per text, in order: its file and whether this save writes it.
+    pub saved: Vec<SavedText>,
+    /// The texts to write (position in the batch) and their file names.
+    writes: Vec<(usize, String)>,
+}
+
+impl SavePlan {
+    /// Whether every text is already stored (or there are none): nothing to write.
+    pub fn writes_nothing(&self) -> bool {
+        self.writes.is_empty()
+    }
+}
+
+/// The file name of a text: a 128-bit hash of its content.
+fn file_name_of(text: &str) -> String {
+    format!("{}.txt", uuid::Uuid::from_u128(xxh3_128(text.as_bytes())).simple())
+}
+
 /// What a sweep removed and kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -51,11 +72,49 @@ impl OffloadStore {
         Ok(saved.remove(0))
     }
 
-    /// Saves full texts and returns their paths, in order, once all of them are durable.
+    /// Saves full texts and returns their paths, in order, once all of them are durable:
+    /// [`OffloadStore::plan`] then [`OffloadStore::write`].
+    pub fn save_all(&self, texts: &[&str]) -> Result<Vec<SavedText>, StorageError> {
+        let plan = self.plan(texts);
+        self.write(&plan, texts)?;
+        Ok(plan.saved)
+    }
+
+    /// Where each text goes, decided without writing anything, so that a caller can refer to
+    /// the files while [`OffloadStore::write`] makes them durable on another thread.
     ///
     /// A file is named by a 128-bit hash of its content, so the same output offloaded twice
-    /// (or by two sessions) is one file. An existing file gets its mtime refreshed, so the
-    /// retention clock restarts for content that is in use again.
+    /// (or by two sessions) is one file. An existing file gets its mtime refreshed here, so
+    /// the retention clock restarts for content that is in use again.
+    pub fn plan(&self, texts: &[&str]) -> SavePlan {
+        let mut plan = SavePlan {
+            saved: Vec::with_capacity(texts.len()),
+            writes: Vec::new(),
+        };
+        let mut planned_names = HashSet::new();
+        for (position, text) in texts.iter().enumerate() {
+            let name = file_name_of(text);
+            let path = self.dir.join(&name);
+            let exists =
+                planned_names.contains(&name) || fs::metadata(&path).is_ok_and(|meta| meta.len() == text.len() as u64);
+            if exists {
+                let _ = fs::File::options()
+                    .append(true)
+                    .open(&path)
+                    .and_then(|f| f.set_modified(SystemTime::now()));
+            } else {
+                planned_names.insert(name.clone());
+                plan.writes.push((position, name.clone()));
+            }
+            plan.saved.push(SavedText {
+                rel_path: format!("{TOOL_RESULT_DIR}/{name}"),
+                newly_written: !exists,
+            });
+        }
+        plan
+    }
+
+    /// Writes the texts `plan` found missing and returns once they are durable.
     ///
     /// Every new text goes to a temporary file that is made durable, renamed into place, and
     /// one fsync of the directory makes the names durable: a file under its final name is
@@ -64,35 +123,16 @@ impl OffloadStore {
     /// [`SYNCFS_FROM_FILES`] files one `syncfs` makes all of them durable at once; below it,
     /// each file is fsynced, because `syncfs` also waits for whatever else the file system has
     /// not yet written.
-    pub fn save_all(&self, texts: &[&str]) -> Result<Vec<SavedText>, StorageError> {
-        let mut saved = Vec::with_capacity(texts.len());
-        let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
-        let mut staged_names = HashSet::new();
+    pub fn write(&self, plan: &SavePlan, texts: &[&str]) -> Result<(), StorageError> {
+        if plan.writes.is_empty() {
+            return Ok(());
+        }
+        let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(plan.writes.len());
         let result = (|| {
-            for text in texts {
-                let name = format!("{}.txt", uuid::Uuid::from_u128(xxh3_128(text.as_bytes())).simple());
-                let path = self.dir.join(&name);
-                let rel_path = format!("{TOOL_RESULT_DIR}/{name}");
-                let exists = staged_names.contains(&name)
-                    || fs::metadata(&path).is_ok_and(|meta| meta.len() == text.len() as u64);
-                if exists {
-                    let _ = fs::File::options()
-                        .append(true)
-                        .open(&path)
-                        .and_then(|f| f.set_modified(SystemTime::now()));
-                } else {
-                    let tmp = self.dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-                    staged.push((tmp.clone(), path));
-                    fs::write(&tmp, text).map_err(io("write", &tmp))?;
-                    staged_names.insert(name);
-                }
-                saved.push(SavedText {
-                    rel_path,
-                    newly_written: !exists,
-                });
-            }
-            if staged.is_empty() {
-                return Ok(());
+            for (position, name) in &plan.writes {
+                let tmp = self.dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+                staged.push((tmp.clone(), self.dir.join(name)));
+                fs::write(&tmp, texts[*position]).map_err(io("write", &tmp))?;
             }
             let dir = fs::File::open(&self.dir).map_err(io("open", &self.dir))?;
             if staged.len() >= SYNCFS_FROM_FILES {
@@ -109,13 +149,12 @@ impl OffloadStore {
             }
             dir.sync_all().map_err(io("fsync dir", &self.dir))
         })();
-        if let Err(e) = result {
+        if result.is_err() {
             for (tmp, _) in &staged {
                 let _ = fs::remove_file(tmp);
             }
-            return Err(e);
         }
-        Ok(saved)
+        result
     }
 
     /// Reads a stored text back by its workspace-relative path.

@@ -13,7 +13,7 @@ use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable::{PendingSync, append_durable, append_then_sync};
+use crate::durable::{PendingSync, append_durable, append_then_sync, in_background};
 use crate::error::{StorageError, io};
 use crate::workspace::{SESSIONS_DIR, Workspace};
 
@@ -263,6 +263,25 @@ impl SessionStore {
         }
     }
 
+    /// [`SessionStore::append`] on the background sync thread, after `first` (the writes the
+    /// records refer to, such as offloaded texts) has succeeded, while the caller goes on. If
+    /// `first` fails nothing is appended. Nothing may be acknowledged before
+    /// [`PendingSync::wait`] returns.
+    pub fn append_in_background(
+        &self,
+        id: &str,
+        records: Vec<SessionRecord>,
+        first: impl FnOnce() -> Result<(), StorageError> + Send + 'static,
+    ) -> Result<PendingSync, StorageError> {
+        let path = self.path(id)?;
+        let store = self.clone();
+        let id = id.to_owned();
+        Ok(in_background(path, move || {
+            first()?;
+            store.append(&id, &records)
+        }))
+    }
+
     /// The log of session `id` and the lines that append `records` to it; `None` for no records.
     fn encode(&self, id: &str, records: &[SessionRecord]) -> Result<Option<(PathBuf, Vec<u8>)>, StorageError> {
         if records.is_empty() {
@@ -336,6 +355,38 @@ mod tests {
             message: json!({"role": "user", "content": text}),
             offloads: vec![],
         })
+    }
+
+    #[test]
+    fn a_background_append_waits_for_what_it_refers_to_and_is_dropped_if_that_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        let marker = dir.path().join("written-first");
+        let first = {
+            let marker = marker.clone();
+            move || fs::write(&marker, b"x").map_err(crate::error::io("write", &marker))
+        };
+        let appended = store.append_in_background("s1", vec![msg("a")], first);
+        appended.unwrap().wait().unwrap();
+        assert!(marker.exists());
+        assert_eq!(store.load("s1").unwrap().unwrap().original_hashes, ["a"]);
+
+        let failing = || Err(StorageError::NotFound("tool_result/x.txt".into()));
+        let error = store
+            .append_in_background("s1", vec![msg("b")], failing)
+            .unwrap()
+            .wait();
+        assert!(matches!(error, Err(StorageError::NotFound(_))), "{error:?}");
+        assert_eq!(
+            store.load("s1").unwrap().unwrap().original_hashes,
+            ["a"],
+            "nothing is logged that refers to writes that failed"
+        );
+        assert!(
+            store
+                .append_in_background("../escape", vec![msg("c")], || Ok(()))
+                .is_err()
+        );
     }
 
     #[test]
