@@ -480,9 +480,9 @@ impl Daemon {
             new_entries.push(entry);
         }
         // New offloaded texts are written, then the records that refer to them, on the
-        // background sync thread: rendering and compaction meanwhile read the texts from
-        // memory, and `prepare` waits for both before answering (and before a compaction logs
-        // anything after these records). Without new files, only the fsync waits there.
+        // bulk-write thread: rendering and compaction meanwhile read the texts from memory,
+        // and `prepare` waits for both before answering (and before a compaction logs
+        // anything after these records). Without new files, only the fsync runs there.
         let durable = if plan.writes_nothing() {
             self.sessions.append_then_sync(id, &records)
         } else {
@@ -1103,7 +1103,7 @@ struct CompactionRequest<'a> {
 /// What ingesting a call's messages did.
 struct Ingested {
     /// The call's writes (its offloaded texts, then its session log records), running on the
-    /// background sync thread; the call is answered after them.
+    /// background threads; the call is answered after them.
     durable: Option<PendingSync>,
     /// Original index of the first message new in this call.
     first_new_index: usize,

@@ -40,26 +40,40 @@ pub fn append_durable(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
 /// Nothing may be acknowledged before [`PendingSync::wait`] returns.
 pub fn append_then_sync(path: &Path, bytes: &[u8]) -> Result<PendingSync, StorageError> {
     let job = append(path, bytes)?;
-    Ok(in_background(job.path.clone(), move || job.run()))
+    Ok(in_background(Lane::Fsync, job.path.clone(), move || job.run()))
+}
+
+/// Which background thread runs a job. Each lane runs its jobs one at a time, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Fsyncs of small appends, the cost of every steady step.
+    Fsync,
+    /// Writes of megabytes, such as a first pass's offloaded texts: on their own thread, so
+    /// that another session's step is never queued behind them.
+    Bulk,
 }
 
 /// Runs `work`, writes that must be durable before the caller acknowledges anything, on the
-/// background sync thread, so the caller can do other work meanwhile. `path` names the
+/// background thread of `lane`, so the caller can do other work meanwhile. `path` names the
 /// writes in the error reported if the thread is gone. Nothing may be acknowledged before
 /// [`PendingSync::wait`] returns.
-pub fn in_background(path: PathBuf, work: impl FnOnce() -> Result<(), StorageError> + Send + 'static) -> PendingSync {
+pub fn in_background(
+    lane: Lane,
+    path: PathBuf,
+    work: impl FnOnce() -> Result<(), StorageError> + Send + 'static,
+) -> PendingSync {
     let (done_tx, done) = mpsc::sync_channel(1);
     let work: Work = Box::new(move || {
         // Nobody waiting means the caller gave up on the call: the writes still happen.
         let _ = done_tx.send(work());
     });
-    if let Err(mpsc::SendError(work)) = sync_thread().send(work) {
+    if let Err(mpsc::SendError(work)) = background_thread(lane).send(work) {
         work(); // the thread is gone (it never stops on its own): run here
     }
     PendingSync { path, done }
 }
 
-/// Writes handed to the background sync thread, maybe not yet durable.
+/// Writes handed to a background thread, maybe not yet durable.
 #[must_use = "background writes are not durable until `wait` returns"]
 #[derive(Debug)]
 pub struct PendingSync {
@@ -74,7 +88,7 @@ impl PendingSync {
             Err(StorageError::Io {
                 op: "fsync",
                 path: self.path,
-                source: std::io::Error::other("the sync thread stopped"),
+                source: std::io::Error::other("the background thread stopped"),
             })
         })
     }
@@ -116,18 +130,23 @@ fn append(path: &Path, bytes: &[u8]) -> Result<SyncJob, StorageError> {
 
 type Work = Box<dyn FnOnce() + Send>;
 
-/// The process's one sync thread, started on first use. One thread, not one per append: a
-/// new thread per call would cost about as much as the overlap saves.
-fn sync_thread() -> &'static mpsc::Sender<Work> {
-    static THREAD: OnceLock<mpsc::Sender<Work>> = OnceLock::new();
-    THREAD.get_or_init(|| {
+/// The process's thread for `lane`, started on first use. One thread per lane, not one per
+/// job: a new thread per call would cost about as much as the overlap saves.
+fn background_thread(lane: Lane) -> &'static mpsc::Sender<Work> {
+    static FSYNC: OnceLock<mpsc::Sender<Work>> = OnceLock::new();
+    static BULK: OnceLock<mpsc::Sender<Work>> = OnceLock::new();
+    let (cell, name) = match lane {
+        Lane::Fsync => (&FSYNC, "satchel-fsync"),
+        Lane::Bulk => (&BULK, "satchel-write"),
+    };
+    cell.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Work>();
         let spawned = std::thread::Builder::new()
-            .name("satchel-fsync".into())
+            .name(name.into())
             .spawn(move || rx.into_iter().for_each(|work| work()));
         if let Err(e) = spawned {
-            // `rx` is gone with the closure: every send fails and syncs in place.
-            tracing::warn!("no background sync thread ({e}); appends sync in place");
+            // `rx` is gone with the closure: every send fails and the work runs in place.
+            tracing::warn!("no background thread {name} ({e}); its writes run in place");
         }
         tx
     })
@@ -189,14 +208,14 @@ mod tests {
             .into_iter()
             .map(|line| {
                 let p = p.clone();
-                in_background(p.clone(), move || append_durable(&p, line.as_bytes()))
+                in_background(Lane::Fsync, p.clone(), move || append_durable(&p, line.as_bytes()))
             })
             .collect();
         pending.into_iter().for_each(|p| p.wait().unwrap());
         assert_eq!(fs::read_to_string(&p).unwrap(), "a\nb\nc\n");
 
         let missing = dir.path().join("no-such-dir").join("log.jsonl");
-        let error = in_background(missing.clone(), move || append_durable(&missing, b"a\n"))
+        let error = in_background(Lane::Bulk, missing.clone(), move || append_durable(&missing, b"a\n"))
             .wait()
             .unwrap_err();
         assert!(matches!(error, StorageError::Io { op: "open", .. }), "{error:?}");

@@ -13,7 +13,7 @@ use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable::{PendingSync, append_durable, append_then_sync, in_background};
+use crate::durable::{Lane, PendingSync, append_durable, append_then_sync, in_background};
 use crate::error::{StorageError, io};
 use crate::workspace::{SESSIONS_DIR, Workspace};
 
@@ -263,7 +263,7 @@ impl SessionStore {
         }
     }
 
-    /// [`SessionStore::append`] on the background sync thread, after `first` (the writes the
+    /// [`SessionStore::append`] on the background thread of bulk writes ([`Lane::Bulk`]), after `first` (the writes the
     /// records refer to, such as offloaded texts) has succeeded, while the caller goes on. If
     /// `first` fails nothing is appended. Nothing may be acknowledged before
     /// [`PendingSync::wait`] returns.
@@ -276,7 +276,7 @@ impl SessionStore {
         let path = self.path(id)?;
         let store = self.clone();
         let id = id.to_owned();
-        Ok(in_background(path, move || {
+        Ok(in_background(Lane::Bulk, path, move || {
             first()?;
             store.append(&id, &records)
         }))
