@@ -65,11 +65,6 @@ pub struct EncodedLines {
 }
 
 impl EncodedLines {
-    /// How many lines it holds.
-    pub fn len(&self) -> usize {
-        self.lines
-    }
-
     /// Whether it holds no line.
     pub fn is_empty(&self) -> bool {
         self.lines == 0

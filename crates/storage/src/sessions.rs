@@ -263,10 +263,10 @@ impl SessionStore {
         }
     }
 
-    /// [`SessionStore::append`] on the background thread of bulk writes ([`Lane::Bulk`]), after `first` (the writes the
-    /// records refer to, such as offloaded texts) has succeeded, while the caller goes on. If
-    /// `first` fails nothing is appended. Nothing may be acknowledged before
-    /// [`PendingSync::wait`] returns.
+    /// [`SessionStore::append`] on the background thread of bulk writes ([`Lane::Bulk`]),
+    /// after `first` (the writes the records refer to, such as offloaded texts) has succeeded,
+    /// while the caller goes on. If `first` fails nothing is appended. Nothing may be
+    /// acknowledged before [`PendingSync::wait`] returns.
     pub fn append_in_background(
         &self,
         id: &str,
