@@ -37,6 +37,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use satchel_core::summary::extract::paths::{is_junk, prose_path_tokens};
+use satchel_core::summary::extract::prose::{DEMONSTRATION_PREFIXES, is_demonstration};
 use satchel_core::summary::render::summary_message_text;
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::CompactSummary;
@@ -58,17 +60,19 @@ const MAX_SAMPLES: usize = 40;
 const COMMAND_CHARS: usize = 200;
 /// The summariser cuts error lines to this many chars; longer misses are reported apart.
 const SUMMARISER_ERROR_CHARS: usize = 300;
-/// A line of a tool result matching one of these (case-insensitive) makes the result failing.
-const ERROR_CUES: &[&str] = &[
-    "error",
-    "exception",
-    "traceback",
-    "failed",
-    "fatal",
-    "panicked",
-    "cannot",
-    "no such file",
-];
+/// Which tool results are failures: hand labels of the shared trajectories' calls
+/// (`crates/core/testdata/outcome_labels.json`, by trajectory and call id). Keyword rules
+/// count every `grep Error` as one; a failure is a command's outcome.
+fn outcome_labels() -> HashMap<String, HashMap<String, String>> {
+    let all: HashMap<String, Value> =
+        serde_json::from_str(include_str!("../crates/core/testdata/outcome_labels.json")).expect("the labels parse");
+    all.into_iter()
+        .filter(|(k, _)| k != "_doc")
+        .map(|(k, v)| (k, serde_json::from_value(v).expect("labels are strings")))
+        .collect()
+}
+/// A failing result is retained when one of its lines at least this long is in the summary.
+const MIN_ERROR_LINE_CHARS: usize = 8;
 /// Extensions that make a token without `/` a file path.
 const FILE_EXTENSIONS: &[&str] = &[
     "java",
@@ -184,17 +188,17 @@ fn content_texts(content: Option<&Value>) -> String {
     }
 }
 
-/// Each tool result of a message: its full text and whether the tool flagged it as an error.
-fn tool_results(message: &Value, format: Format) -> Vec<(String, bool)> {
+/// Each tool result of a message: the call it answers and its full text.
+fn tool_results(message: &Value, format: Format) -> Vec<(String, String)> {
     match format {
-        Format::Openai if role(message) == "tool" => vec![(content_texts(message.get("content")), false)],
+        Format::Openai if role(message) == "tool" => vec![(
+            str_field(message, "tool_call_id"),
+            content_texts(message.get("content")),
+        )],
         Format::Openai => Vec::new(),
         Format::Anthropic => blocks(message)
             .filter(|b| block_type(b) == "tool_result")
-            .map(|b| {
-                let flagged = b.get("is_error").and_then(Value::as_bool) == Some(true);
-                (content_texts(b.get("content")), flagged)
-            })
+            .map(|b| (str_field(b, "tool_use_id"), content_texts(b.get("content"))))
             .collect(),
     }
 }
@@ -569,15 +573,14 @@ fn command_line(command: &str) -> Option<String> {
     Some(line.chars().take(COMMAND_CHARS).collect())
 }
 
-/// The first line of a tool result that reads like an error, trimmed (the first non-blank line
-/// when the tool flagged the result as an error); `None` for a result that is not failing.
-fn error_line(text: &str, flagged: bool) -> Option<String> {
-    let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let hit = lines().find(|l| {
-        let lower = l.to_lowercase();
-        ERROR_CUES.iter().any(|cue| lower.contains(cue))
-    });
-    hit.or_else(|| lines().next().filter(|_| flagged)).map(str::to_owned)
+/// The lines of a failing result that can stand for it in a summary (trimmed, cut to what
+/// the summariser keeps of an error line).
+fn error_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.chars().count() >= MIN_ERROR_LINE_CHARS)
+        .map(|l| l.chars().take(SUMMARISER_ERROR_CHARS).collect())
+        .collect()
 }
 
 /// What a compacted span names, each item once.
@@ -585,7 +588,8 @@ fn error_line(text: &str, flagged: bool) -> Option<String> {
 struct Identifiers {
     paths: Vec<String>,
     commands: Vec<String>,
-    errors: Vec<String>,
+    /// Per failing result, the lines that can stand for it.
+    errors: Vec<Vec<String>>,
 }
 
 fn push_unique(list: &mut Vec<String>, item: String) {
@@ -594,27 +598,37 @@ fn push_unique(list: &mut Vec<String>, item: String) {
     }
 }
 
-fn identifiers(span: &[&Value], format: Format) -> Identifiers {
+/// The identifiers a compacted span must leave in the summary: paths the user wrote (in
+/// requests, not demonstrations, and not prose like "and/or"), paths in call arguments,
+/// commands, and for every result `labels` call a failure, one of its lines.
+fn identifiers(span: &[&Value], format: Format, labels: &HashMap<String, String>) -> Identifiers {
     let mut ids = Identifiers::default();
     for message in span {
         for text in user_texts(message) {
-            path_tokens(text)
+            if is_demonstration(text, DEMONSTRATION_PREFIXES) {
+                continue;
+            }
+            prose_path_tokens(text)
                 .into_iter()
+                .filter_map(normalise_path)
                 .for_each(|p| push_unique(&mut ids.paths, p));
         }
         for args in call_arguments(message, format) {
             let mut strings = Vec::new();
             collect_strings(&args, &mut strings);
             for s in strings {
-                path_tokens(s).into_iter().for_each(|p| push_unique(&mut ids.paths, p));
+                path_tokens(s)
+                    .into_iter()
+                    .filter(|p| !is_junk(p))
+                    .for_each(|p| push_unique(&mut ids.paths, p));
             }
             if let Some(line) = args.get("command").and_then(Value::as_str).and_then(command_line) {
                 push_unique(&mut ids.commands, line);
             }
         }
-        for (text, flagged) in tool_results(message, format) {
-            if let Some(line) = error_line(&text, flagged) {
-                push_unique(&mut ids.errors, line);
+        for (id, text) in tool_results(message, format) {
+            if labels.get(&id).is_some_and(|l| l == "failure") {
+                ids.errors.push(error_lines(&text));
             }
         }
     }
@@ -670,8 +684,6 @@ struct Report {
     paths: Tally,
     commands: Tally,
     errors: Tally,
-    /// Missed error lines longer than the summariser's cut.
-    errors_missed_long: usize,
     max_summary_tokens: u64,
     max_total_tokens: u64,
     /// Largest recount of a returned request (system param + every returned message).
@@ -710,7 +722,6 @@ impl Report {
         self.paths.merge(other.paths);
         self.commands.merge(other.commands);
         self.errors.merge(other.errors);
-        self.errors_missed_long += other.errors_missed_long;
         self.max_summary_tokens = self.max_summary_tokens.max(other.max_summary_tokens);
         self.max_total_tokens = self.max_total_tokens.max(other.max_total_tokens);
         self.max_recount = self.max_recount.max(other.max_recount);
@@ -755,7 +766,6 @@ impl Report {
             "paths": self.paths.json(),
             "commands": self.commands.json(),
             "errors": self.errors.json(),
-            "errors_missed_longer_than_300_chars": self.errors_missed_long,
             "max_summary_tokens": self.max_summary_tokens,
             "max_total_tokens": self.max_total_tokens,
             "max_recounted_tokens": self.max_recount,
@@ -804,6 +814,8 @@ struct Replay<'a> {
     archived: BTreeMap<usize, String>,
     recount: Recount,
     show_misses: bool,
+    /// Outcome labels by trajectory and call id.
+    labels: &'a HashMap<String, HashMap<String, String>>,
 }
 
 impl Replay<'_> {
@@ -1032,24 +1044,27 @@ impl Replay<'_> {
             return;
         };
         let span: Vec<&Value> = span.iter().map(|&k| &t.messages[k]).collect();
-        let ids = identifiers(&span, t.format);
+        let stem = t.name.rsplit('/').next().unwrap_or(&t.name);
+        let ids = identifiers(&span, t.format, self.labels.get(stem).unwrap_or(&HashMap::new()));
         let r = &mut self.report;
         for (items, tally, what) in [
             (&ids.paths, &mut r.paths, "path"),
             (&ids.commands, &mut r.commands, "command"),
-            (&ids.errors, &mut r.errors, "error"),
         ] {
             for item in items {
                 let kept = text.contains(item.as_str());
                 tally.add(kept);
-                if !kept {
-                    if what == "error" && item.chars().count() > SUMMARISER_ERROR_CHARS {
-                        r.errors_missed_long += 1;
-                    }
-                    if self.show_misses {
-                        r.misses.push(format!("{what}: {item}"));
-                    }
+                if !kept && self.show_misses {
+                    r.misses.push(format!("{what}: {item}"));
                 }
+            }
+        }
+        for lines in &ids.errors {
+            let kept = lines.iter().any(|l| text.contains(l.as_str()));
+            r.errors.add(kept);
+            if !kept && self.show_misses {
+                r.misses
+                    .push(format!("error: {}", lines.first().map_or("", String::as_str)));
             }
         }
     }
@@ -1157,6 +1172,7 @@ fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>
     let workspace = tempfile::tempdir().expect("temp workspace");
     let mut daemon = Daemon::start(workspace.path(), &[]);
     let mut reports = Vec::new();
+    let labels = outcome_labels();
     for t in trajectories {
         let replay = Replay {
             daemon: &mut daemon,
@@ -1169,6 +1185,7 @@ fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>
             archived: BTreeMap::new(),
             recount: Recount::new(),
             show_misses,
+            labels: &labels,
         };
         reports.push(replay.run());
     }
@@ -1251,13 +1268,8 @@ fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_rec
     eprintln!("{}", overall.row());
     eprintln!(
         "recovered: {} returned unchanged, {} rebuilt from excerpt + context.read, {} from the dialog archive \
-         ({} archived by {} compactions); missed error lines longer than {SUMMARISER_ERROR_CHARS} chars: {}",
-        overall.live_unchanged,
-        overall.live_rebuilt,
-        overall.from_archive,
-        overall.archived,
-        overall.compactions,
-        overall.errors_missed_long
+         ({} archived by {} compactions)",
+        overall.live_unchanged, overall.live_rebuilt, overall.from_archive, overall.archived, overall.compactions,
     );
     eprintln!(
         "violations: {:?}; total time {:.1?}",
@@ -1454,11 +1466,9 @@ fn the_checkers_reject_what_they_must() {
         Some(COMMAND_CHARS)
     );
     assert_eq!(
-        error_line("compiling\n  Error: cannot find symbol  \nerror again", false),
-        Some("Error: cannot find symbol".into())
+        error_lines("compiling\n  Error: cannot find symbol  \nok"),
+        ["compiling", "Error: cannot find symbol"]
     );
-    assert_eq!(error_line("all good\n", false), None);
-    assert_eq!(error_line("\nexit 1\n", true), Some("exit 1".into()));
     let call = json!({"role": "assistant", "content": [
         {"type": "text", "text": "let me look at notes/plan.md"},
         {"type": "tool_use", "id": "t", "name": "bash", "input": {"command": "python x.py\nmore"}}]});
@@ -1466,14 +1476,21 @@ fn the_checkers_reject_what_they_must() {
         {"type": "tool_result", "tool_use_id": "t", "content": [
             {"type": "text", "text": "Traceback (most recent call last):\nKeyError"}]},
         {"type": "text", "text": "also look at docs/a.rst"}]});
+    let labels = HashMap::from([("t".to_owned(), "failure".to_owned())]);
     assert_eq!(
-        identifiers(&[&call, &result], Format::Anthropic),
+        identifiers(&[&call, &result], Format::Anthropic, &labels),
         Identifiers {
             paths: vec!["x.py".into(), "docs/a.rst".into()],
             commands: vec!["python x.py".into()],
-            errors: vec!["Traceback (most recent call last):".into()],
+            errors: vec![vec!["Traceback (most recent call last):".into(), "KeyError".into()]],
         },
         "assistant prose is not a source of paths; user texts and call arguments are"
+    );
+    assert!(
+        identifiers(&[&call, &result], Format::Anthropic, &HashMap::new())
+            .errors
+            .is_empty(),
+        "only results labelled failures must leave an error line"
     );
 
     // A notice that follows a head of the original is found even when the original quotes one.

@@ -12,6 +12,7 @@ export type Tokenizer = 'o200k_base' | 'cl100k_base' | 'estimate';
 export type SummarizerKind = 'extractive' | 'openai' | 'client';
 export type SummaryLanguage = 'en' | 'zh';
 export type Pressure = 'low' | 'medium' | 'high' | 'critical';
+export type IdentifierList = 'constraints' | 'files_read' | 'files_modified' | 'commands' | 'errors' | 'notes';
 export type Phase = 'recent' | 'old';
 
 /** Configuration keys; in a request every key is an optional override. */
@@ -21,6 +22,7 @@ export interface Config {
   compact_threshold_ratio?: number;
   reserve_threshold_ratio?: number;
   summary_max_tokens?: number;
+  demonstration_prefixes?: string[];
   summarizer?: SummarizerKind;
   summary_language?: SummaryLanguage;
   llm_base_url?: string;
@@ -113,12 +115,37 @@ export interface CompactionReport {
   summarizer: string;
 }
 
+export interface ItemGroup {
+  name: string;
+  count: number;
+}
+
+export interface OmittedItems {
+  list: IdentifierList;
+  count: number;
+  groups: ItemGroup[];
+}
+
 export interface CriticalContext {
   files_read: string[];
   files_modified: string[];
   commands: string[];
   errors: string[];
   notes: string[];
+  omitted?: OmittedItems[];
+}
+
+export interface ArchiveLine {
+  file: string;
+  line: number;
+}
+
+export interface UserRequest {
+  text: string;
+  chars: number;
+  index: number;
+  archived?: ArchiveLine | null;
+  demonstration?: boolean;
 }
 
 export interface CompactSummary {
@@ -132,6 +159,8 @@ export interface CompactSummary {
   critical_context: CriticalContext;
   archive: ArchiveRange[];
   instruction?: string | null;
+  instruction_effect?: string | null;
+  requests?: UserRequest[];
 }
 
 export interface Reconciliation {
@@ -331,7 +360,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   InitializeResult: fields<InitializeResult>()(['server_name', 'server_version', 'protocol_version', 'workspace', 'config', 'methods']),
   Config: fields<Config>()([
     'max_input_length?', 'compact_enabled?', 'compact_threshold_ratio?', 'reserve_threshold_ratio?', 'summary_max_tokens?',
-    'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?', 'llm_api_key_env?', 'llm_timeout_secs?',
+    'demonstration_prefixes?', 'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?', 'llm_api_key_env?', 'llm_timeout_secs?',
     'llm_max_output_tokens?', 'llm_temperature?', 'llm_extra_headers?', 'llm_input_budget_tokens?', 'memory_enabled?',
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
@@ -352,9 +381,13 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   Reconciliation: fields<Reconciliation>()(['session_messages', 'reused', 'appended', 'replaced']),
   CompactSummary: fields<CompactSummary>()([
     'goal', 'constraints', 'done', 'in_progress', 'blocked', 'key_decisions', 'next_steps', 'critical_context', 'archive',
-    'instruction?',
+    'instruction?', 'instruction_effect?', 'requests?',
   ]),
-  CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes']),
+  CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes', 'omitted?']),
+  OmittedItems: fields<OmittedItems>()(['list', 'count', 'groups']),
+  ItemGroup: fields<ItemGroup>()(['name', 'count']),
+  UserRequest: fields<UserRequest>()(['text', 'chars', 'index', 'archived?', 'demonstration?']),
+  ArchiveLine: fields<ArchiveLine>()(['file', 'line']),
   CompactParams: fields<CompactParams>()(['session_id', 'instruction?', 'config?']),
   CompactResult: fields<CompactResult>()(['session_id', 'compacted', 'compaction?', 'summary?', 'summary_text?']),
   ReadParams: fields<ReadParams>()(['path', 'start_line?', 'byte_offset?', 'max_bytes?']),
@@ -396,4 +429,5 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   SummaryLanguage: exact<SummaryLanguage>()(['en', 'zh']),
   Pressure: exact<Pressure>()(['low', 'medium', 'high', 'critical']),
   Phase: exact<Phase>()(['recent', 'old']),
+  IdentifierList: exact<IdentifierList>()(['constraints', 'files_read', 'files_modified', 'commands', 'errors', 'notes']),
 };

@@ -223,11 +223,7 @@ fn counter(tokenizer: &str) -> TokenCounter {
 fn summarize(previous: Option<&CompactSummary>, messages: &[Value], counter: &TokenCounter) -> CompactSummary {
     let input = SummaryInput {
         previous,
-        messages,
-        format: MessageFormat::Openai,
-        instruction: None,
-        max_tokens: Config::default().summary_max_tokens,
-        counter,
+        ..SummaryInput::new(messages, MessageFormat::Openai, Config::default().summary_max_tokens, counter)
     };
     ExtractiveSummarizer
         .summarize(&input)

@@ -56,8 +56,11 @@ pub struct Config {
     pub compact_threshold_ratio: f64,
     /// Compaction keeps `max_input_length × reserve_threshold_ratio` tokens of recent messages.
     pub reserve_threshold_ratio: f64,
-    /// Token budget of the compact summary.
+    /// Token budget of the compact summary; at most a quarter of `max_input_length` is used.
     pub summary_max_tokens: u64,
+    /// Openings of user messages that demonstrate how to work rather than ask for work
+    /// (compared case-insensitively): the summary labels them and never makes them the goal.
+    pub demonstration_prefixes: Vec<String>,
     /// Which summariser writes the summary; model-backed ones fall back to `extractive` on failure.
     pub summarizer: SummarizerKind,
     /// Language of the model prompts.
@@ -121,6 +124,7 @@ impl Default for Config {
             compact_threshold_ratio: 0.8,
             reserve_threshold_ratio: 0.1,
             summary_max_tokens: 2_500,
+            demonstration_prefixes: DEFAULT_DEMONSTRATION_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
             summarizer: SummarizerKind::Extractive,
             summary_language: SummaryLanguage::En,
             llm_base_url: "https://api.openai.com/v1".into(),
@@ -150,6 +154,16 @@ impl Default for Config {
         }
     }
 }
+
+/// Default [`Config::demonstration_prefixes`]: SWE-agent's demonstrations and the like.
+pub const DEFAULT_DEMONSTRATION_PREFIXES: &[&str] = &[
+    "here is a demonstration",
+    "here's a demonstration",
+    "here is an example of how",
+    "here's an example of how",
+    "--- demonstration ---",
+    "demonstration:",
+];
 
 impl Config {
     /// Checks the values serde cannot: ranges and relations between keys.
@@ -220,6 +234,13 @@ impl Config {
     /// The token count at which compaction triggers.
     pub fn compact_threshold_tokens(&self) -> u64 {
         (self.max_input_length as f64 * self.compact_threshold_ratio) as u64
+    }
+
+    /// Token budget of a summary: `summary_max_tokens`, but never more than a quarter of the
+    /// window, so a small window is not filled by its own summary (and compaction cannot
+    /// thrash: a summary that large could not make the request smaller).
+    pub fn summary_budget_tokens(&self) -> u64 {
+        self.summary_max_tokens.min(self.max_input_length / 4)
     }
 
     /// Tokens of recent messages a compaction keeps.

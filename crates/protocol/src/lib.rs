@@ -16,7 +16,9 @@ pub mod summary;
 pub use config::Config;
 pub use errors::ErrorCode;
 pub use methods::*;
-pub use summary::{ArchiveRange, CompactSummary, CriticalContext};
+pub use summary::{
+    ArchiveLine, ArchiveRange, CompactSummary, CriticalContext, IdentifierList, ItemGroup, OmittedItems, UserRequest,
+};
 
 /// Version of the wire protocol, bumped on incompatible changes; `initialize` reports it.
 pub const PROTOCOL_VERSION: &str = "0.1.0";

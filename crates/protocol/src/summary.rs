@@ -48,6 +48,66 @@ pub struct CompactSummary {
     /// Extra instruction that steered the latest compaction, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instruction: Option<String>,
+    /// What that instruction changed, e.g. "kept only: goal, constraints, key decisions", so a
+    /// reader of `context.inspect` can see it was understood.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction_effect: Option<String>,
+    /// Every user message compacted so far, oldest first: the request itself (whole when short,
+    /// its opening otherwise) and where the whole message is archived. Rendered under Goal;
+    /// demonstrations (examples of how to work) are listed apart and never count as the goal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<UserRequest>,
+}
+
+impl CompactSummary {
+    /// Appends the archive range of a compaction that archived the messages `indices` (in
+    /// order) and records, for this compaction's requests, the line that holds each one. The
+    /// lines are known only when the range is one run of consecutive lines, one per message
+    /// (always, but after a crash mid-archive); otherwise requests keep only their index.
+    pub fn add_archive_range(&mut self, range: ArchiveRange, indices: &[usize]) {
+        let consecutive = range.end_line + 1 >= range.start_line
+            && range.end_line + 1 - range.start_line == indices.len()
+            && range.messages == indices.len();
+        if consecutive {
+            for request in self.requests.iter_mut().filter(|r| r.archived.is_none()) {
+                if let Some(k) = indices.iter().position(|&i| i == request.index) {
+                    request.archived = Some(ArchiveLine {
+                        file: range.file.clone(),
+                        line: range.start_line + k,
+                    });
+                }
+            }
+        }
+        self.archive.push(range);
+    }
+}
+
+/// A user message kept in the summary: the user's own words, never paraphrased.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UserRequest {
+    /// The request with whitespace collapsed: whole when short, its opening (ending in `…`)
+    /// when long or when the budget is tight.
+    pub text: String,
+    /// Length of the whole request in chars (whitespace collapsed), so a reader sees how much
+    /// the excerpt leaves out.
+    pub chars: usize,
+    /// Original index of the message in its session.
+    pub index: usize,
+    /// Where the whole message is archived, once it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived: Option<ArchiveLine>,
+    /// An example of how to work ("Here is a demonstration…"), not a task of this session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub demonstration: bool,
+}
+
+/// One line of the dialog archive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArchiveLine {
+    /// Workspace-relative archive file, `dialog/YYYY-MM-DD.jsonl`.
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
 }
 
 /// Exact identifiers that must survive compaction.
@@ -63,4 +123,47 @@ pub struct CriticalContext {
     pub errors: Vec<String>,
     /// Other facts worth keeping verbatim.
     pub notes: Vec<String>,
+    /// Items left out of the lists above for want of room, counted and grouped (paths by
+    /// directory, commands by program), so the lists never push out the goal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<OmittedItems>,
+}
+
+/// The identifier lists of [`CriticalContext`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentifierList {
+    /// `constraints` (only counted when even their openings no longer fit).
+    Constraints,
+    /// `files_read`.
+    FilesRead,
+    /// `files_modified`.
+    FilesModified,
+    /// `commands`.
+    Commands,
+    /// `errors`.
+    Errors,
+    /// `notes`.
+    Notes,
+}
+
+/// What one list left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OmittedItems {
+    /// The list.
+    pub list: IdentifierList,
+    /// How many items were left out in all.
+    pub count: usize,
+    /// The largest groups of them: a directory for paths, a program for commands; the rest
+    /// are counted in `count` only.
+    pub groups: Vec<ItemGroup>,
+}
+
+/// A group of omitted items.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ItemGroup {
+    /// Directory (ending in `/`) or program name.
+    pub name: String,
+    /// Items of the group left out.
+    pub count: usize,
 }

@@ -600,12 +600,15 @@ impl Daemon {
             .iter()
             .map(|&p| session.entries[p].full_message(&self.offloads))
             .collect();
+        let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries[p].index).collect();
         let input = SummaryInput {
             previous: session.summary(),
             messages: &span,
+            indices: &indices,
             format,
             instruction: how.instruction,
-            max_tokens: config.summary_max_tokens,
+            demonstration_prefixes: Some(&config.demonstration_prefixes),
+            max_tokens: config.summary_budget_tokens(),
             counter,
         };
         let compaction_id = uuid::Uuid::new_v4().simple().to_string();
@@ -662,7 +665,7 @@ impl Daemon {
         let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
         session.entries.retain(|e| !compacted.contains(&e.index));
         let mut summary = begun.summary.clone();
-        summary.archive.push(range.clone());
+        summary.add_archive_range(range.clone(), &begun.indices);
         session.set_summary(Some(summary));
         let mut begun = begun;
         begun.tokens_after = self.usage(session, config, counter, extras, false).total;
@@ -1038,7 +1041,7 @@ impl Daemon {
                 )
                 .map_err(RpcError::Storage)?;
             if let Some(summary) = &mut summary {
-                summary.archive.push(range.clone());
+                summary.add_archive_range(range.clone(), &begun.indices);
             }
             tracing::warn!(session = id, compaction = %begun.id, "finished a compaction interrupted by a crash");
             session.compactions.push(CompactionInfo {

@@ -168,7 +168,7 @@ impl SessionLog {
                 if let Some((mut begun, _)) = self.pending.take_if(|(b, _)| b.id == id) {
                     begun.tokens_after = tokens_after.unwrap_or(begun.tokens_after);
                     if let Some(summary) = &mut self.summary {
-                        summary.archive.push(range.clone());
+                        summary.add_archive_range(range.clone(), &begun.indices);
                     }
                     self.compactions.push(CompactionInfo {
                         begun,

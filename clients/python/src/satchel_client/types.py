@@ -21,6 +21,7 @@ SummarizerKind = Literal["extractive", "openai", "client"]
 SummaryLanguage = Literal["en", "zh"]
 Pressure = Literal["low", "medium", "high", "critical"]
 Phase = Literal["recent", "old"]
+IdentifierList = Literal["constraints", "files_read", "files_modified", "commands", "errors", "notes"]
 
 # --- params (the keyword arguments of the client's methods) ----------------------------------
 
@@ -87,6 +88,7 @@ class Config(TypedDict, total=False):
     compact_threshold_ratio: float
     reserve_threshold_ratio: float
     summary_max_tokens: int
+    demonstration_prefixes: List[str]
     summarizer: SummarizerKind
     summary_language: SummaryLanguage
     llm_base_url: str
@@ -167,12 +169,43 @@ class CompactionReport(_CompactionReportRequired, total=False):
     archive: Optional[ArchiveRange]
 
 
-class CriticalContext(TypedDict):
+class ItemGroup(TypedDict):
+    name: str
+    count: int
+
+
+class OmittedItems(TypedDict):
+    list: IdentifierList
+    count: int
+    groups: List[ItemGroup]
+
+
+class _CriticalContextRequired(TypedDict):
     files_read: List[str]
     files_modified: List[str]
     commands: List[str]
     errors: List[str]
     notes: List[str]
+
+
+class CriticalContext(_CriticalContextRequired, total=False):
+    omitted: List[OmittedItems]
+
+
+class ArchiveLine(TypedDict):
+    file: str
+    line: int
+
+
+class _UserRequestRequired(TypedDict):
+    text: str
+    chars: int
+    index: int
+
+
+class UserRequest(_UserRequestRequired, total=False):
+    archived: Optional[ArchiveLine]
+    demonstration: bool
 
 
 class _CompactSummaryRequired(TypedDict):
@@ -189,6 +222,8 @@ class _CompactSummaryRequired(TypedDict):
 
 class CompactSummary(_CompactSummaryRequired, total=False):
     instruction: Optional[str]
+    instruction_effect: Optional[str]
+    requests: List[UserRequest]
 
 
 class OffloadedAction(TypedDict):

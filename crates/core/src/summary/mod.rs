@@ -1,15 +1,33 @@
 //! Summarisers: turn a span of compacted messages (and the previous summary) into a
-//! [`CompactSummary`].
+//! [`CompactSummary`] an agent can go on from.
 //!
-//! [`Summarizer`] is the seam for the LLM backends of a later issue; [`extractive`] is the
-//! default, deterministic and offline, so compaction works out of the box and never fails for
-//! want of a model. [`render`] turns a summary into the text the model reads.
+//! Layout:
+//! - [`extractive`]: the default summariser, deterministic and offline, so compaction works
+//!   out of the box and never fails for want of a model: [`span`] reads a span,
+//!   [`merge`] merges it into the summary in force, [`budget`] fits it by field priority,
+//!   [`steer`] applies a compaction instruction.
+//! - [`llm`]: a model writes the prose; the same draft and budget rules guarantee the user's
+//!   words and the exact identifiers. [`prompts`] holds its prompts, [`parse`] reads its reply
+//!   (and summaries pasted into a conversation).
+//! - [`extract`]: the heuristics both use: paths, calls, outcomes, prose.
+//! - [`fields`]: the one table of summary fields.
+//! - [`render`]: the Markdown the model reads; [`memory`]: the daily memory note.
 
+pub mod budget;
+pub mod extract;
 pub mod extractive;
+pub mod fields;
 pub mod llm;
 pub mod memory;
+mod merge;
+pub mod parse;
 pub mod prompts;
 pub mod render;
+mod span;
+mod steer;
+
+#[cfg(test)]
+mod tests;
 
 use satchel_protocol::{CompactSummary, MessageFormat};
 use serde_json::Value;
@@ -23,14 +41,37 @@ pub struct SummaryInput<'a> {
     pub previous: Option<&'a CompactSummary>,
     /// The messages being compacted, in order, with their full original texts.
     pub messages: &'a [Value],
+    /// The original index of each message in its session (requests name it); when empty,
+    /// positions in `messages` stand in.
+    pub indices: &'a [usize],
     /// Their format.
     pub format: MessageFormat,
     /// A client instruction that steers the summary (`context.compact`), if any.
     pub instruction: Option<&'a str>,
+    /// Openings of user messages that are demonstrations, not requests; `None`: the defaults
+    /// ([`extract::prose::DEMONSTRATION_PREFIXES`]).
+    pub demonstration_prefixes: Option<&'a [String]>,
     /// Token budget of the rendered summary ([`render::render_summary`]).
     pub max_tokens: u64,
     /// Counts tokens for the budget.
     pub counter: &'a TokenCounter,
+}
+
+impl<'a> SummaryInput<'a> {
+    /// The input for `messages` (indices from their positions, no previous summary, no
+    /// instruction, the default demonstration openings).
+    pub fn new(messages: &'a [Value], format: MessageFormat, max_tokens: u64, counter: &'a TokenCounter) -> Self {
+        SummaryInput {
+            previous: None,
+            messages,
+            indices: &[],
+            format,
+            instruction: None,
+            demonstration_prefixes: None,
+            max_tokens,
+            counter,
+        }
+    }
 }
 
 /// Why a summariser produced nothing; the daemon then keeps the messages and reports it.

@@ -12,9 +12,7 @@
 
 use std::borrow::Cow;
 
-use satchel_protocol::{ArchiveRange, CompactSummary};
-
-use crate::tokens::TokenCounter;
+use satchel_protocol::{ArchiveLine, ArchiveRange, CompactSummary, IdentifierList, OmittedItems, UserRequest};
 
 /// First line of the message that carries the summary into the context.
 pub const SUMMARY_HEADING: &str = "# Summary of previous conversation";
@@ -30,13 +28,27 @@ const NONE: &str = "(none)";
 /// ones, and the archive path guide.
 pub fn render_summary(summary: &CompactSummary) -> String {
     let mut out = String::new();
-    list(&mut out, "## Goal", &summary.goal, Style::Plain);
+    goal(&mut out, summary);
     list(
         &mut out,
         "## Constraints & Preferences",
         &summary.constraints,
         Style::Plain,
     );
+    if let Some(omitted) = summary
+        .critical_context
+        .omitted
+        .iter()
+        .find(|o| o.list == IdentifierList::Constraints && o.count > 0)
+    {
+        // Before the closing blank line of the section.
+        out.pop();
+        out.push_str(&format!(
+            "- … and {} earlier constraints {}\n\n",
+            omitted.count,
+            archive_span(&summary.archive)
+        ));
+    }
     out.push_str("## Progress\n\n");
     list(&mut out, "### Done", &summary.done, Style::Checked);
     list(&mut out, "### In Progress", &summary.in_progress, Style::Unchecked);
@@ -45,12 +57,43 @@ pub fn render_summary(summary: &CompactSummary) -> String {
     list(&mut out, "## Next Steps", &summary.next_steps, Style::Numbered);
 
     let ctx = &summary.critical_context;
+    let where_archived = archive_span(&summary.archive);
     out.push_str("## Critical Context\n\n");
-    sub_list(&mut out, "Files modified", &ctx.files_modified, true);
-    sub_list(&mut out, "Files read", &ctx.files_read, true);
-    sub_list(&mut out, "Commands run", &ctx.commands, true);
-    sub_list(&mut out, "Errors seen", &ctx.errors, true);
-    sub_list(&mut out, "Notes", &ctx.notes, false);
+    for (label, items, list, code) in [
+        (
+            "Files modified",
+            &ctx.files_modified,
+            IdentifierList::FilesModified,
+            true,
+        ),
+        ("Files read", &ctx.files_read, IdentifierList::FilesRead, true),
+        ("Commands run", &ctx.commands, IdentifierList::Commands, true),
+        ("Errors seen", &ctx.errors, IdentifierList::Errors, true),
+        ("Notes", &ctx.notes, IdentifierList::Notes, false),
+    ] {
+        let omitted = ctx.omitted.iter().find(|o| o.list == list && o.count > 0);
+        sub_list(&mut out, label, items, code, omitted, &where_archived);
+    }
+    let demonstrations: Vec<&UserRequest> = summary.requests.iter().filter(|r| r.demonstration).collect();
+    if !demonstrations.is_empty() {
+        out.push_str("- Demonstrations (examples of how to work, not tasks):\n");
+        let references: Vec<String> = demonstrations
+            .iter()
+            .filter(|r| r.text.is_empty())
+            .map(|r| r.index.to_string())
+            .collect();
+        if !references.is_empty() {
+            out.push_str(&format!(
+                "  - {REFERENCES_OPENING}{}: in the archive)\n",
+                references.join(", ")
+            ));
+        }
+        for request in demonstrations.iter().filter(|r| !r.text.is_empty()) {
+            out.push_str("  - ");
+            out.push_str(&request_line(request, false));
+            out.push('\n');
+        }
+    }
     out.push('\n');
 
     out.push_str("## Archive (path guide)\n\n");
@@ -68,23 +111,32 @@ pub fn render_summary(summary: &CompactSummary) -> String {
     out
 }
 
-/// Tokens a summary's rendering may use so that it still fits `max_tokens` once the caller
-/// appends the archive range of the compaction in progress (and, for a first compaction, the
-/// reading hint that comes with the path guide). Both summarisers budget with it.
-pub(crate) fn budget_before_next_range(first_range: bool, max_tokens: u64, counter: &TokenCounter) -> u64 {
-    let widest = ArchiveRange {
-        file: "dialog/0000-00-00.jsonl".into(),
-        start_line: 999_999,
-        end_line: 999_999,
-        first_index: 999_999,
-        last_index: 999_999,
-        messages: 999_999,
-    };
-    let mut reserve = counter.count_text(&archive_line(&widest)) + 1;
-    if first_range {
-        reserve += counter.count_text(ARCHIVE_HINT) + 1;
+/// A summary as it will be shown once the caller has archived the compaction in progress:
+/// with the widest archive range it can append (in the file of the previous range, which
+/// makes the longest "in `dialog/…` lines a-b" pointers) and an archive line for every
+/// request not archived yet. Budgets are checked against this, so the real summary can only
+/// be shorter.
+pub(crate) fn with_next_range(summary: &CompactSummary) -> CompactSummary {
+    let file = summary
+        .archive
+        .last()
+        .map_or("dialog/0000-00-00.jsonl".to_owned(), |r| r.file.clone());
+    let mut widest = summary.clone();
+    for request in widest.requests.iter_mut().filter(|r| r.archived.is_none()) {
+        request.archived = Some(ArchiveLine {
+            file: file.clone(),
+            line: 9_999_999,
+        });
     }
-    max_tokens.saturating_sub(reserve)
+    widest.archive.push(ArchiveRange {
+        file,
+        start_line: 9_999_999,
+        end_line: 9_999_999,
+        first_index: 9_999_999,
+        last_index: 9_999_999,
+        messages: 9_999_999,
+    });
+    widest
 }
 
 /// The full text of the summary message: [`SUMMARY_HEADING`], the peer's introduction, the
@@ -162,16 +214,111 @@ fn list(out: &mut String, heading: &str, items: &[String], style: Style) {
     out.push('\n');
 }
 
-fn sub_list(out: &mut String, label: &str, items: &[String], code: bool) {
+/// Where the archived messages are, for "and N more" lines: the archive file and its line
+/// span when there is one file, else a pointer to the path guide.
+fn archive_span(archive: &[ArchiveRange]) -> String {
+    match archive {
+        [] => "in the archive".to_owned(),
+        [first, rest @ ..] if rest.iter().all(|r| r.file == first.file) => {
+            let start = archive.iter().map(|r| r.start_line).min().unwrap_or(0);
+            let end = archive.iter().map(|r| r.end_line).max().unwrap_or(0);
+            format!("in {} lines {start}-{end}", code_span(&first.file))
+        }
+        _ => "in the archive files below".to_owned(),
+    }
+}
+
+/// `## Goal`: goal statements, then the user's requests (demonstrations are listed under
+/// Critical Context), the newest last; requests reduced to references share one line.
+fn goal(out: &mut String, summary: &CompactSummary) {
+    out.push_str("## Goal\n\n");
+    let requests: Vec<&UserRequest> = summary.requests.iter().filter(|r| !r.demonstration).collect();
+    if summary.goal.is_empty() && requests.is_empty() {
+        out.push_str(NONE);
+        out.push_str("\n\n");
+        return;
+    }
+    for item in &summary.goal {
+        out.push_str("- ");
+        out.push_str(&one_line(item));
+        out.push('\n');
+    }
+    let references: Vec<String> = requests
+        .iter()
+        .filter(|r| r.text.is_empty())
+        .map(|r| r.index.to_string())
+        .collect();
+    if !references.is_empty() {
+        out.push_str(&format!(
+            "- {REFERENCES_OPENING}{}: earlier requests, in the archive)\n",
+            references.join(", ")
+        ));
+    }
+    let listed: Vec<&&UserRequest> = requests.iter().filter(|r| !r.text.is_empty()).collect();
+    // One archive file for all of them (the usual case) is named once.
+    let file = common_file(listed.iter().map(|r| **r));
+    if let Some(file) = file {
+        out.push_str(&format!("{REQUEST_FILE_OPENING}{}):\n", code_span(file)));
+    }
+    for request in listed {
+        out.push_str("- ");
+        out.push_str(&request_line(request, file.is_some()));
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+/// Opening of the line that names the archive file of the request lines below it.
+pub(crate) const REQUEST_FILE_OPENING: &str = "User requests (whole messages at the line given, in ";
+
+/// The archive file every request is in, when they are all archived in one.
+fn common_file<'a>(mut requests: impl Iterator<Item = &'a UserRequest>) -> Option<&'a str> {
+    let first = requests.next()?.archived.as_ref()?.file.as_str();
+    requests
+        .all(|r| r.archived.as_ref().is_some_and(|a| a.file == first))
+        .then_some(first)
+}
+
+/// Opening of the line that lists requests reduced to references.
+pub(crate) const REFERENCES_OPENING: &str = "(messages ";
+
+/// `(message 12, 3842 chars, `dialog/…` line 40) text`: where the whole message is, and how
+/// long it is when the text is only its opening; the file is left out when a line above
+/// names it for every request (`file_named`).
+pub(crate) fn request_line(request: &UserRequest, file_named: bool) -> String {
+    let mut origin = format!("(message {}", request.index);
+    if request.text.chars().count() < request.chars || request.text.ends_with('…') {
+        origin.push_str(&format!(", {} chars", request.chars));
+    }
+    match &request.archived {
+        Some(archived) if file_named => origin.push_str(&format!(", line {}", archived.line)),
+        Some(archived) => origin.push_str(&format!(", {} line {}", code_span(&archived.file), archived.line)),
+        None => {}
+    }
+    format!("{origin}) {}", one_line(&request.text))
+}
+
+fn sub_list(
+    out: &mut String,
+    label: &str,
+    items: &[String],
+    code: bool,
+    omitted: Option<&OmittedItems>,
+    where_archived: &str,
+) {
     out.push_str("- ");
     out.push_str(label);
-    if items.is_empty() {
+    if items.is_empty() && omitted.is_none() {
         out.push_str(": ");
         out.push_str(NONE);
         out.push('\n');
         return;
     }
     out.push_str(":\n");
+    if let Some(omitted) = omitted {
+        out.push_str(&omitted_line(omitted, items.is_empty(), where_archived));
+        out.push('\n');
+    }
     for item in items {
         out.push_str("  - ");
         let line = one_line(item);
@@ -184,6 +331,35 @@ fn sub_list(out: &mut String, label: &str, items: &[String], code: bool) {
     }
 }
 
+/// Groups named on an omitted line: the largest few say where most items were.
+const GROUPS_SHOWN: usize = 3;
+/// A group name (a directory, a program) is shown up to this many chars.
+const GROUP_NAME_CHARS: usize = 60;
+
+/// Opening of the line that counts omitted items.
+pub(crate) const OMITTED_OPENING: &str = "  - … ";
+
+/// `… and 37 more (`src/test/` 20, `src/main/` 17) in `dialog/…` lines 1-380`.
+fn omitted_line(omitted: &OmittedItems, only: bool, where_archived: &str) -> String {
+    let groups: Vec<String> = omitted
+        .groups
+        .iter()
+        .take(GROUPS_SHOWN)
+        .map(|g| {
+            let (name, cut) = crate::summary::extract::text::cut_chars(&g.name, GROUP_NAME_CHARS);
+            let name = if cut { format!("{name}…") } else { name.to_owned() };
+            format!("{} {}", code_span(&name), g.count)
+        })
+        .collect();
+    let groups = if groups.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", groups.join(", "))
+    };
+    let (and, more) = if only { ("", "") } else { ("and ", " more") };
+    format!("{OMITTED_OPENING}{and}{}{more}{groups} {where_archived}", omitted.count)
+}
+
 /// List items must stay on one line; summaries from other backends may carry newlines.
 fn one_line(text: &str) -> Cow<'_, str> {
     if text.contains(['\n', '\r']) {
@@ -191,6 +367,35 @@ fn one_line(text: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(text)
     }
+}
+
+/// A CommonMark code span at the start of `text`: its content and the rest (the inverse of
+/// [`code_span`]).
+pub(crate) fn leading_code_span(text: &str) -> Option<(String, &str)> {
+    let fence = text.chars().take_while(|&c| c == '`').count();
+    if fence == 0 {
+        return None;
+    }
+    let body = &text[fence..];
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'`' {
+            let run = bytes[i..].iter().take_while(|&&b| b == b'`').count();
+            if run == fence {
+                let inner = &body[..i];
+                let inner = match inner.strip_prefix(' ').and_then(|s| s.strip_suffix(' ')) {
+                    Some(stripped) if !stripped.trim().is_empty() => stripped,
+                    _ => inner,
+                };
+                return Some((inner.to_owned(), &body[i + run..]));
+            }
+            i += run;
+        } else {
+            i += 1;
+        }
+    }
+    None
 }
 
 /// A CommonMark code span that shows `text` exactly: the fence is one backtick longer than
@@ -257,6 +462,7 @@ mod tests {
                 commands: vec!["cargo test -p auth".into(), "echo `date`".into()],
                 errors: vec!["error[E0425]: cannot find value `x` in this scope".into()],
                 notes: vec![],
+                omitted: vec![],
             },
             archive: vec![ArchiveRange {
                 file: "dialog/2026-11-22.jsonl".into(),
@@ -267,6 +473,8 @@ mod tests {
                 messages: 29,
             }],
             instruction: None,
+            instruction_effect: None,
+            requests: vec![],
         }
     }
 

@@ -1,0 +1,345 @@
+//! What one compacted span says, read message by message: the user's requests and
+//! constraints, the agent's decisions, steps and plan, what its calls did and how they ended.
+
+use std::collections::{HashMap, HashSet};
+
+use satchel_protocol::{CompactSummary, MessageFormat, UserRequest};
+use serde_json::Value;
+
+use super::extract::calls::{CallFacts, area};
+use super::extract::outcome::failure_line;
+use super::extract::paths::{PathKind, path_kind, path_tokens, prose_path_tokens};
+use super::extract::prose::{
+    DEMONSTRATION_PREFIXES, is_constraint, is_decision, is_demonstration, is_intent, plan_steps, sentences,
+};
+use super::extract::text::{collapse_ws, cut_chars, cut_words};
+use super::parse::parse_summary;
+use super::render::{SUMMARY_HEADING, code_span};
+use crate::format;
+
+/// Longest request text kept: its opening, which names the task.
+pub const REQUEST_CHARS: usize = 500;
+/// A demonstration is only labelled: its opening says what it is.
+pub const DEMONSTRATION_CHARS: usize = 80;
+const SENTENCE_CHARS: usize = 300;
+const PATH_CHARS: usize = 300;
+const STEP_CHARS: usize = 400;
+/// Done and blocked items only remind what happened; the full command is under "Commands".
+pub(crate) const SHORT_COMMAND_CHARS: usize = 80;
+/// Changed files listed one by one in Done; more are counted.
+const CHANGES_LISTED: usize = 3;
+/// Shorter user messages ("ok", "go on") are replies, not new requests.
+const MIN_REQUEST_WORDS: usize = 3;
+
+/// A list that keeps the first occurrence of each non-empty string, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Unique {
+    pub items: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Unique {
+    pub fn push(&mut self, item: String) {
+        if !item.is_empty() && self.seen.insert(item.clone()) {
+            self.items.push(item);
+        }
+    }
+}
+
+/// How a call ended, in order, for the blocked list.
+#[derive(Debug, Clone)]
+pub(crate) struct Outcome {
+    /// The call's key (its command), when the call is known.
+    pub key: Option<String>,
+    /// What a later success must share to clear a failure: a command's area or a file.
+    pub areas: Vec<String>,
+    /// The failure line, or `None` for a success.
+    pub error: Option<String>,
+}
+
+/// What one span says, before merging.
+#[derive(Debug, Default)]
+pub(crate) struct SpanFacts {
+    pub requests: Vec<UserRequest>,
+    pub constraints: Unique,
+    /// Chronological.
+    pub decisions: Unique,
+    pub done: Unique,
+    /// Files changed by calls that succeeded, for one "Modified" item in `done`.
+    changed: Unique,
+    pub in_progress: Option<String>,
+    pub outcomes: Vec<Outcome>,
+    pub next_steps: Vec<String>,
+    pub files_read: Unique,
+    pub files_modified: Unique,
+    pub commands: Unique,
+    pub errors: Unique,
+    /// Dotted names that look like code identifiers rather than files (`this.foo`).
+    pub identifiers: Unique,
+    /// Summaries pasted into the conversation (a summary carried over from another session).
+    pub pasted: Vec<CompactSummary>,
+}
+
+/// The messages of a span and where they come from.
+pub(crate) struct Span<'a> {
+    pub messages: &'a [Value],
+    /// Original index of each message; empty when unknown (then positions stand in).
+    pub indices: &'a [usize],
+    pub format: MessageFormat,
+    pub demonstration_prefixes: Option<&'a [String]>,
+}
+
+impl SpanFacts {
+    pub fn read(span: &Span<'_>) -> SpanFacts {
+        let mut facts = SpanFacts::default();
+        let mut calls: HashMap<String, CallFacts> = HashMap::new();
+        let mut current_file: Option<String> = None;
+        let mut last_assistant: Option<(String, bool)> = None;
+        let mut pending_request: Option<String> = None;
+        for (position, message) in span.messages.iter().enumerate() {
+            let index = span.indices.get(position).copied().unwrap_or(position);
+            match message.get("role").and_then(Value::as_str) {
+                Some("user") => {
+                    for text in text_blocks(message) {
+                        if text.trim().is_empty() {
+                            continue;
+                        }
+                        if text.starts_with(SUMMARY_HEADING) {
+                            facts.pasted.extend(parse_summary(text).ok());
+                        } else if facts.user_text(text, index, span.demonstration_prefixes) {
+                            pending_request = Some(text.to_owned());
+                        }
+                    }
+                    facts.results(message, span.format, &calls);
+                }
+                Some("tool") => facts.results(message, span.format, &calls),
+                Some("assistant") => {
+                    let text = text_blocks(message).collect::<Vec<_>>().join("\n");
+                    let tool_calls = format::tool_calls(message, span.format);
+                    if !text.trim().is_empty() {
+                        facts.assistant_text(&text);
+                        last_assistant = Some((text, !tool_calls.is_empty()));
+                    }
+                    pending_request = None;
+                    for call in tool_calls {
+                        let call_facts = CallFacts::of(&call, &mut current_file);
+                        facts.call(&call_facts);
+                        calls.insert(call.id, call_facts);
+                    }
+                }
+                _ => {}
+            }
+        }
+        facts.plan(last_assistant, pending_request);
+        facts.report_changes();
+        facts
+    }
+
+    /// The files the span changed, as Done items: each one when there are a few, else how
+    /// many and the last ones.
+    fn report_changes(&mut self) {
+        let changed = std::mem::take(&mut self.changed.items);
+        let mut items: Vec<String> = if changed.len() <= CHANGES_LISTED {
+            changed.iter().map(|p| format!("Modified {}", code_span(p))).collect()
+        } else {
+            let last: Vec<String> = changed[changed.len() - CHANGES_LISTED..]
+                .iter()
+                .map(|p| code_span(p))
+                .collect();
+            vec![format!(
+                "Modified {} files, the last {}",
+                changed.len(),
+                last.join(", ")
+            )]
+        };
+        items.append(&mut self.done.items);
+        self.done = Unique::default();
+        for item in items {
+            self.done.push(item);
+        }
+    }
+
+    /// Reads a user's text; true when it is a request.
+    fn user_text(&mut self, text: &str, index: usize, demonstration_prefixes: Option<&[String]>) -> bool {
+        let collapsed = collapse_ws(text);
+        let chars = collapsed.chars().count();
+        let demonstration = match demonstration_prefixes {
+            Some(prefixes) => is_demonstration(text, prefixes),
+            None => is_demonstration(text, DEMONSTRATION_PREFIXES),
+        };
+        if demonstration {
+            self.requests.push(UserRequest {
+                text: cut_words(&collapsed, DEMONSTRATION_CHARS),
+                chars,
+                index,
+                archived: None,
+                demonstration: true,
+            });
+            return false;
+        }
+        let prose: Vec<String> = sentences(text);
+        let constraints: Vec<&String> = prose.iter().filter(|s| is_constraint(s)).collect();
+        for sentence in &constraints {
+            self.constraints.push(cut_words(sentence, SENTENCE_CHARS));
+        }
+        for token in prose_path_tokens(text) {
+            self.reference(token, &[]);
+        }
+        // A message that only states constraints is listed under Constraints alone.
+        let only_constraints = !constraints.is_empty() && constraints.len() == prose.len();
+        let is_request = !only_constraints
+            && (collapsed.split(' ').count() >= MIN_REQUEST_WORDS || self.requests.iter().all(|r| r.demonstration));
+        if is_request {
+            self.requests.push(UserRequest {
+                text: cut_words(&collapsed, REQUEST_CHARS),
+                chars,
+                index,
+                archived: None,
+                demonstration: false,
+            });
+        }
+        is_request
+    }
+
+    /// Decisions, and the step under way: the message's first intent ("Let's run the
+    /// tests"), which its call carries out; later intents of it are the plan.
+    fn assistant_text(&mut self, text: &str) {
+        let mut intent = None;
+        for sentence in sentences(text) {
+            if is_decision(&sentence) {
+                self.decisions.push(cut_words(&sentence, SENTENCE_CHARS));
+            }
+            if intent.is_none() && is_intent(&sentence) {
+                intent = Some(cut_words(&sentence, SENTENCE_CHARS));
+            }
+        }
+        if intent.is_some() {
+            self.in_progress = intent;
+        }
+    }
+
+    /// Files a path-like token into read or identifiers (modified files are listed by the
+    /// caller).
+    fn reference(&mut self, token: &str, modified: &[String]) {
+        let Some(kind) = path_kind(token) else { return };
+        let path = cut_chars(token, PATH_CHARS).0.to_owned();
+        if modified.contains(&path) {
+            return;
+        }
+        match kind {
+            PathKind::File => self.files_read.push(path),
+            PathKind::Identifier => self.identifiers.push(path),
+        }
+    }
+
+    fn call(&mut self, call: &CallFacts) {
+        for s in &call.strings {
+            if !s.chars().any(char::is_whitespace) && path_kind(s) == Some(PathKind::File) {
+                self.reference(s, &call.modified);
+            } else {
+                for token in path_tokens(s) {
+                    self.reference(token, &call.modified);
+                }
+            }
+        }
+        for path in &call.modified {
+            self.files_modified.push(cut_chars(path, PATH_CHARS).0.to_owned());
+        }
+        self.commands.push(call.key.clone());
+    }
+
+    fn results(&mut self, message: &Value, format: MessageFormat, calls: &HashMap<String, CallFacts>) {
+        if !format::has_tool_result(message, format) {
+            return;
+        }
+        let texts = format::result_texts(message, format);
+        for id in format::result_ids(message, format) {
+            let text = texts
+                .iter()
+                .filter(|t| t.call_id.as_deref().unwrap_or("") == id)
+                .filter_map(|t| message.pointer(&t.pointer).and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let call = calls.get(&id);
+            let looks_only = call.is_some_and(|c| c.read_only);
+            let error = failure_line(&text, is_flagged(message, &id), looks_only);
+            match (&error, call) {
+                (Some(line), _) => self.errors.push(line.clone()),
+                (None, Some(call)) => self.succeeded(call, &text),
+                (None, None) => {}
+            }
+            let areas = call
+                .map(|c| {
+                    let mut areas = vec![area(&c.key)];
+                    areas.extend(c.modified.iter().cloned());
+                    areas
+                })
+                .unwrap_or_default();
+            self.outcomes.push(Outcome {
+                key: call.map(|c| c.key.clone()),
+                areas,
+                error,
+            });
+        }
+    }
+
+    /// Done records what was achieved: files changed and checks that passed, not every
+    /// command run.
+    fn succeeded(&mut self, call: &CallFacts, output: &str) {
+        for path in &call.modified {
+            self.changed.push(path.clone());
+        }
+        if call.runs_checks {
+            let last = output.lines().rev().map(str::trim).find(|l| !l.is_empty());
+            let key = code_span(&cut_words(&call.key, SHORT_COMMAND_CHARS));
+            self.done.push(match last {
+                Some(line) => format!("{key} succeeded: {}", cut_words(line, SHORT_COMMAND_CHARS)),
+                None => format!("{key} succeeded"),
+            });
+        }
+    }
+
+    /// Next steps are the agent's own stated plan in its last message, less the step its
+    /// call of that message is already taking; and the user's request when it is unanswered.
+    fn plan(&mut self, last_assistant: Option<(String, bool)>, pending_request: Option<String>) {
+        if let Some((text, has_calls)) = last_assistant {
+            let mut steps = plan_steps(&text);
+            if has_calls && !steps.is_empty() {
+                steps.remove(0);
+            }
+            self.next_steps.extend(steps.iter().map(|s| cut_words(s, STEP_CHARS)));
+        }
+        if let Some(request) = pending_request {
+            self.next_steps.push(format!(
+                "Answer the user's latest request: {}",
+                cut_words(&collapse_ws(&request), STEP_CHARS)
+            ));
+        }
+    }
+}
+
+/// The text blocks of a message: a string content, or its `text` parts.
+pub(crate) fn text_blocks(message: &Value) -> impl Iterator<Item = &str> {
+    let content = message.get("content");
+    let whole = content.and_then(Value::as_str);
+    let parts = content
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str));
+    whole.into_iter().chain(parts)
+}
+
+/// The tool marked the result of `id` as an error (Anthropic `is_error`).
+fn is_flagged(message: &Value, id: &str) -> bool {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|b| {
+            b.get("tool_use_id").and_then(Value::as_str) == Some(id)
+                && b.get("is_error").and_then(Value::as_bool) == Some(true)
+        })
+}

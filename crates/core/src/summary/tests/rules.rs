@@ -1,0 +1,333 @@
+//! One test per rule of the summary (issue 12): each drives a conversation through
+//! [`check`] and asserts what the rule guarantees.
+
+use serde_json::json;
+
+use super::*;
+use crate::summary::render::summary_message_text;
+
+#[test]
+fn a_session_keeps_requests_constraints_outcomes_and_the_plan() {
+    let summary = check(Case::new(session()), "openai_session");
+    assert_eq!(summary.requests.len(), 1);
+    assert!(summary.requests[0].text.starts_with("Please fix the failing build"));
+    assert_eq!(
+        summary.constraints,
+        [
+            "You must not change the public API.",
+            "Keep the changes minimal and never touch vendor/."
+        ]
+    );
+    let ctx = &summary.critical_context;
+    assert_eq!(ctx.files_modified, ["crates/app/Cargo.toml"]);
+    assert_eq!(ctx.errors, [BUILD_ERROR]);
+    assert_eq!(summary.blocked, [format!("`{BUILD}` failed: {BUILD_ERROR}")]);
+    assert_eq!(summary.done, ["Modified `crates/app/Cargo.toml`"]);
+    assert_eq!(summary.next_steps, ["Open Cargo.toml at the root", "Rerun the build"]);
+}
+
+#[test]
+fn anthropic_sessions_read_the_same() {
+    let summary = check(Case::new(anthropic_session()).anthropic(), "anthropic_session");
+    assert!(
+        summary
+            .constraints
+            .contains(&"Also, always run clippy before you finish.".to_owned())
+    );
+    assert_eq!(summary.critical_context.errors, [BUILD_ERROR]);
+    assert_eq!(summary.critical_context.files_modified, ["crates/app/Cargo.toml"]);
+}
+
+/// Rule 1: every request stays in Goal and every constraint stays, however many identifiers
+/// the span names; the lists are compressed into counted groups instead.
+#[test]
+fn requests_and_constraints_outlive_the_identifier_lists() {
+    let mut messages = huge_session(600);
+    messages.insert(
+        150,
+        user("Also: never rename a public function, and keep the old log macros working."),
+    );
+    messages.insert(
+        300,
+        user("After the migration, update docs/logging.md with the new API."),
+    );
+    let summary = check(Case::new(messages).budget(1500), "identifier_flood");
+    let goal: Vec<&str> = summary.requests.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(goal.len(), 2, "{goal:?}");
+    assert!(goal[0].starts_with("Migrate every module"));
+    assert_eq!(goal[1], "After the migration, update docs/logging.md with the new API.");
+    assert!(summary.constraints.contains(&"Do not change behaviour.".to_owned()));
+    assert!(
+        summary
+            .constraints
+            .contains(&"Also: never rename a public function, and keep the old log macros working.".to_owned())
+    );
+    let omitted = &summary.critical_context.omitted;
+    assert!(omitted.iter().any(|o| o.count > 100), "{omitted:?}");
+}
+
+/// Rule 1: constraints and requests survive any number of later compactions, each of which
+/// brings a flood of new identifiers.
+#[test]
+fn constraints_and_requests_survive_repeated_compactions() {
+    let mut summary = Case::new(session()).summarize();
+    for round in 0..8 {
+        let mut messages = huge_session(120);
+        messages.insert(0, user(&format!("Round {round}: migrate the next batch of modules.")));
+        summary = Case::new(messages).after(&summary).budget(1200).summarize();
+    }
+    let text = render_summary(&summary);
+    for kept in [
+        "You must not change the public API.",
+        "Keep the changes minimal and never touch vendor/.",
+        "Do not change behaviour.",
+        "Round 7: migrate the next batch of modules.",
+    ] {
+        assert!(text.contains(kept), "{kept} lost:\n{text}");
+    }
+    // The session's request, "Migrate every module…" (repeated each round, listed once) and 8 rounds.
+    assert_eq!(summary.requests.iter().filter(|r| !r.demonstration).count(), 10);
+    insta::assert_snapshot!("after_nine_compactions", text);
+}
+
+/// Rule 2: a demonstration is labelled and never becomes the goal, and nothing is mined from it.
+#[test]
+fn demonstrations_are_not_the_task() {
+    let demo = "Here is a demonstration of how to correctly accomplish this task.\nYou should always \
+                open src/marshmallow/fields.py first. The fix is to use round().";
+    let summary = check(
+        Case::new(vec![
+            user(demo),
+            user("We're currently solving the following issue. ISSUE: JsonWriter rejects NaN in lenient mode."),
+            run("c1", "Let's find the writer.", "find_file JsonWriter.java"),
+            result(
+                "c1",
+                "Found 1 matches for \"JsonWriter.java\":\n/gson/src/JsonWriter.java",
+            ),
+        ]),
+        "demonstration",
+    );
+    let (demos, requests): (Vec<_>, Vec<_>) = summary.requests.iter().partition(|r| r.demonstration);
+    assert_eq!(demos.len(), 1);
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].text.contains("JsonWriter rejects NaN"));
+    assert!(summary.constraints.is_empty(), "{:?}", summary.constraints);
+    assert!(
+        !summary
+            .critical_context
+            .files_read
+            .contains(&"src/marshmallow/fields.py".to_owned())
+    );
+}
+
+/// Rule 3: errors are failing outcomes; a search that finds "Error" and a listing that
+/// names an exception are not errors. Blocked is cleared by a later success in the same area.
+#[test]
+fn outcomes_not_keywords() {
+    let summary = check(
+        Case::new(vec![
+            user("Make the parser tests pass without touching the lexer."),
+            run("c1", "Let's look for the handler.", "grep -rn ErrorHandler src"),
+            result(
+                "c1",
+                "src/errors.rs:12:pub struct ErrorHandler;\nsrc/lib.rs:3:use errors::ErrorHandler;",
+            ),
+            run("c2", "", "ls src"),
+            result("c2", "errors.rs\nlib.rs\nParseException.java"),
+            run("c3", "Let's run the tests.", "cargo test -p parser"),
+            result(
+                "c3",
+                "test parse_empty ... FAILED\nfailures:\n    parse_empty\ntest result: FAILED. 3 passed; 1 failed",
+            ),
+            run("c4", "", "python check.py"),
+            result(
+                "c4",
+                "Traceback (most recent call last):\n  File \"check.py\", line 2\n    boom()\nNameError: name 'boom' is not defined",
+            ),
+            call(
+                "c5",
+                "The fix is to accept empty input.",
+                "edit_file",
+                json!({"path": "src/parser.rs", "new": "x"}),
+            ),
+            result("c5", "ok"),
+            run("c6", "", "cargo test -p parser"),
+            result("c6", "test result: ok. 4 passed; 0 failed"),
+        ]),
+        "outcomes",
+    );
+    let ctx = &summary.critical_context;
+    assert_eq!(
+        ctx.errors,
+        [
+            "test result: FAILED. 3 passed; 1 failed",
+            "NameError: name 'boom' is not defined"
+        ]
+    );
+    assert_eq!(
+        summary.blocked,
+        ["`python check.py` failed: NameError: name 'boom' is not defined"]
+    );
+    assert_eq!(
+        summary.done,
+        [
+            "Modified `src/parser.rs`",
+            "`cargo test -p parser` succeeded: test result: ok. 4 passed; 0 failed"
+        ]
+    );
+}
+
+/// Rule 3: next steps are the agent's own plan, not the step its call is already taking and
+/// not a line like "Exit due to cost limit".
+#[test]
+fn next_steps_come_from_the_stated_plan() {
+    let summary = check(
+        Case::new(vec![
+            user("Add a --verbose flag to the CLI."),
+            run(
+                "c1",
+                "Now let's add the flag to src/cli.rs. Then I'll update the README. After that, we can run the tests.",
+                "sed -i 's/quiet/verbose/' src/cli.rs",
+            ),
+            result("c1", ""),
+        ]),
+        "plan",
+    );
+    assert_eq!(
+        summary.next_steps,
+        ["Then I'll update the README.", "After that, we can run the tests."]
+    );
+    assert_eq!(summary.in_progress, ["Now let's add the flag to src/cli.rs."]);
+    let ended = Case::new(vec![
+        user("Fix the bug in src/a.rs please."),
+        say("Exit due to cost limit"),
+    ])
+    .summarize();
+    assert!(ended.next_steps.is_empty(), "{:?}", ended.next_steps);
+}
+
+/// Rule 3: junk that looks like a path or a name is not listed.
+#[test]
+fn junk_identifiers_are_filtered() {
+    let summary = Case::new(vec![
+        user("The value is n/a, e.g. when reading. See line 1475.To fix it edit src/a.rs, or inputting/reading."),
+        run("c1", "", "sed -i 's/foo/bar/g' src/a.rs"),
+        result("c1", ""),
+    ])
+    .summarize();
+    let ctx = &summary.critical_context;
+    assert_eq!(ctx.files_read, Vec::<String>::new());
+    assert_eq!(ctx.files_modified, ["src/a.rs"]);
+    assert!(ctx.notes.is_empty(), "{:?}", ctx.notes);
+}
+
+/// Rule 4: "… only" keeps exactly the named sections (and the requests).
+#[test]
+fn only_instructions_keep_exactly_the_named_sections() {
+    let summary = check(
+        Case::new(session()).instruction("keep requirements and decisions only"),
+        "instruction_only",
+    );
+    assert_eq!(
+        summary.instruction_effect.as_deref(),
+        Some("kept only: user requests, constraints, key decisions")
+    );
+    assert!(!summary.requests.is_empty() && !summary.constraints.is_empty() && !summary.key_decisions.is_empty());
+    assert!(summary.done.is_empty() && summary.next_steps.is_empty() && summary.blocked.is_empty());
+    assert_eq!(summary.critical_context, Default::default());
+}
+
+/// Rule 4: "focus on …" serves the named sections first when the budget is tight.
+#[test]
+fn focus_instructions_change_what_is_kept_first() {
+    let messages = huge_session(200);
+    let plain = Case::new(messages.clone()).budget(700).summarize();
+    let focused = check(
+        Case::new(messages)
+            .budget(700)
+            .instruction("focus on errors and file paths"),
+        "instruction_focus",
+    );
+    let count = |s: &CompactSummary| s.critical_context.errors.len() + s.critical_context.files_modified.len();
+    assert!(
+        count(&focused) > count(&plain),
+        "{} vs {}",
+        count(&focused),
+        count(&plain)
+    );
+    assert!(focused.key_decisions.len() < plain.key_decisions.len() || plain.key_decisions.is_empty());
+    assert_eq!(
+        focused.instruction_effect.as_deref(),
+        Some("served first: errors, blocked, files modified, files read")
+    );
+}
+
+/// Rule 6: a summary pasted into a new session is merged, not dropped.
+#[test]
+fn a_pasted_summary_is_merged() {
+    let earlier = Case::new(session()).summarize();
+    let pasted = summary_message_text(&earlier);
+    let summary = check(
+        Case::new(vec![
+            user(&pasted),
+            user("Continue from that summary: add serde to the workspace manifest too."),
+            run("c9", "", "cat Cargo.toml"),
+            result("c9", "[workspace]"),
+        ]),
+        "pasted",
+    );
+    assert_eq!(summary.constraints, earlier.constraints);
+    assert!(
+        summary
+            .requests
+            .iter()
+            .any(|r| r.text.starts_with("Please fix the failing build"))
+    );
+    assert!(
+        summary
+            .requests
+            .iter()
+            .any(|r| r.text.starts_with("Continue from that summary"))
+    );
+    assert!(summary.critical_context.errors.contains(&BUILD_ERROR.to_owned()));
+}
+
+/// Rendering and parsing are inverse for satchel's own summaries: compacting the summary
+/// message again changes nothing.
+#[test]
+fn a_summary_compacted_again_is_unchanged() {
+    let summary = Case::new(session()).summarize();
+    let again = Case::new(vec![user(&summary_message_text(&summary))])
+        .after(&summary)
+        .summarize();
+    assert_eq!(again.requests, summary.requests);
+    assert_eq!(again.constraints, summary.constraints);
+    assert_eq!(again.critical_context.commands, summary.critical_context.commands);
+}
+
+/// A huge span is summarised within budget, keeping the newest identifiers.
+#[test]
+fn a_huge_span_fits_and_keeps_the_newest_identifiers() {
+    let messages = huge_session(2000);
+    let summary = Case::new(messages.clone()).summarize();
+    let text = render_summary(&summary);
+    let last = "sed -i 's/log::info/tracing::info/' crates/mod_999/src/lib_999.rs && cargo check -p mod_999";
+    assert!(text.contains(last));
+    assert!(text.contains("crates/mod_999/src/lib_999.rs"));
+    assert!(text.contains("error[E0432]: unresolved import `tracing` in mod_995"));
+    assert_eq!(summary, Case::new(messages).summarize(), "deterministic");
+}
+
+#[test]
+fn tiny_budgets_never_panic() {
+    let counter = counter();
+    for max in [0, 10, 100, 300] {
+        let messages = session();
+        let summary = ExtractiveSummarizer
+            .summarize(&SummaryInput::new(&messages, MessageFormat::Openai, max, &counter))
+            .unwrap();
+        if max >= 300 {
+            assert!(counter.count_text(&render_summary(&summary)) <= max);
+        }
+    }
+}
