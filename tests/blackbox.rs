@@ -330,28 +330,34 @@ fn large_tool_result_is_offloaded_then_truncated_further_when_old() {
 fn result_within_the_slack_is_never_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    // 3 050 bytes is within 100 bytes of the old-phase limit; 5 000 is clearly past it (just
-    // past it, an excerpt plus its notice would be longer than the result, so it stays whole).
-    let (within, past) = (sized_text(3_050), sized_text(5_000));
+    // 3 050 bytes is within 100 bytes of the old-phase limit; 5 000 is clearly past it, and
+    // 3 150 just past it: cut too (the slack is the spec's), keeping less than 3 000 bytes so
+    // that its excerpt, notice included, is still shorter than the result.
+    let (within, past, just_past) = (sized_text(3_050), sized_text(5_000), sized_text(3_150));
     let messages = vec![
         user("show both"),
         openai_calls(&[
             ("c1", "bash", json!({"command": "a"})),
             ("c2", "bash", json!({"command": "b"})),
+            ("c3", "bash", json!({"command": "c"})),
         ]),
         tool_result("c1", &within),
         tool_result("c2", &past),
+        tool_result("c3", &just_past),
     ];
     let first = prepare(&mut d, "slack", &messages);
     assert_eq!(first["messages"], json!(messages), "both are whole while recent");
     let offloaded = actions(&first, "offloaded");
     assert_eq!(
         offloaded.len(),
-        1,
-        "only the result a phase may cut is saved: {}",
+        2,
+        "only the results a phase may cut are saved: {}",
         first["actions"]
     );
-    assert_eq!(offloaded[0]["index"], 3);
+    assert_eq!(
+        (offloaded[0]["index"].clone(), offloaded[1]["index"].clone()),
+        (json!(3), json!(4))
+    );
 
     let second = append(&mut d, "slack", &[assistant("ok"), user("next")]);
     assert_eq!(
@@ -360,10 +366,14 @@ fn result_within_the_slack_is_never_truncated() {
         "within the slack: whole even when old"
     );
     assert_excerpt(text_at(&second, 3, "/content"), &past, 3_000);
+    let cut = text_at(&second, 4, "/content");
+    assert!(
+        cut.contains(MARKER) && cut.len() < just_past.len(),
+        "just past the slack: cut, and shorter"
+    );
     let truncated = actions(&second, "truncated");
-    assert_eq!(truncated.len(), 1, "{}", second["actions"]);
-    assert_eq!(truncated[0]["index"], 3);
-    assert_eq!(offload_files(dir.path()).len(), 1);
+    assert_eq!(truncated.len(), 2, "{}", second["actions"]);
+    assert_eq!(offload_files(dir.path()).len(), 2);
     d.shutdown();
 }
 

@@ -223,7 +223,12 @@ fn counter(tokenizer: &str) -> TokenCounter {
 fn summarize(previous: Option<&CompactSummary>, messages: &[Value], counter: &TokenCounter) -> CompactSummary {
     let input = SummaryInput {
         previous,
-        ..SummaryInput::new(messages, MessageFormat::Openai, Config::default().summary_max_tokens, counter)
+        ..SummaryInput::new(
+            messages,
+            MessageFormat::Openai,
+            Config::default().summary_max_tokens,
+            counter,
+        )
     };
     ExtractiveSummarizer
         .summarize(&input)

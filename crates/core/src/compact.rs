@@ -11,7 +11,7 @@ use std::borrow::Borrow;
 
 use serde_json::Value;
 
-use crate::format::{MessageFormat, has_tool_result};
+use crate::format::{MessageFormat, has_tool_result, tool_calls};
 
 /// What a compaction does to a list of messages (indices into that list).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,10 +42,11 @@ fn is_split_point(messages: &[impl Borrow<Value>], k: usize, format: MessageForm
     if is_user_turn(here, format) {
         return true;
     }
-    // An assistant message that follows tool results continues the agent loop, not a user
-    // exchange: cutting here separates nothing, provided the results before it are complete,
-    // which holds because results directly precede it.
-    role(here) == Some("assistant") && has_tool_result(before, format)
+    // An assistant message that follows tool results and calls tools again continues the agent
+    // loop: cutting here separates nothing, provided the results before it are complete, which
+    // holds because results directly precede it. One that calls no tool is the final answer
+    // to the request, and is never kept without the request and the calls that led to it.
+    role(here) == Some("assistant") && has_tool_result(before, format) && !tool_calls(here, format).is_empty()
 }
 
 /// Plans a compaction that keeps about `reserve` tokens of tail.
@@ -146,6 +147,23 @@ mod tests {
     }
 
     #[test]
+    fn a_final_answer_stays_with_its_request_and_calls() {
+        let f = MessageFormat::Openai;
+        let m = vec![
+            user("old task"),
+            reply("ok"),
+            user("task"),
+            call("a"),
+            result("a"),
+            reply("the answer"),
+        ];
+        // The answer alone would fit the reserve; it is kept with the request and the call.
+        let plan = plan_split(&m, &[10, 10, 10, 10, 100, 10], f, 20).unwrap();
+        assert_eq!(plan.tail_start, 2);
+        assert_eq!(plan.compact, vec![0, 1]);
+    }
+
+    #[test]
     fn an_oversized_last_turn_is_kept_whole() {
         let m = vec![user("a"), reply("b"), user("huge"), reply("c")];
         let plan = plan_split(&m, &[1, 1, 10_000, 1], MessageFormat::Openai, 10).unwrap();
@@ -228,9 +246,11 @@ mod tests {
             prop_assert!(plan.keep.contains(&newest_user));
             // The tail starts at a boundary: a user turn, or an assistant message after results.
             prop_assert!(is_split_point(&m, plan.tail_start, f));
-            // An assistant reply is never kept without the user message it answers.
+            // An assistant reply is never kept without the user message it answers, nor a final
+            // answer without the calls that led to it.
             if role(&m[plan.tail_start]) == Some("assistant") {
                 prop_assert!(has_tool_result(&m[plan.tail_start - 1], f));
+                prop_assert!(!tool_calls(&m[plan.tail_start], f).is_empty());
             }
             // The tail fits the reserve unless no valid split point would.
             let tail: u64 = t[plan.tail_start..].iter().sum();

@@ -195,10 +195,12 @@ impl Config {
         if !(0.0..=2.0).contains(&self.llm_temperature) {
             return Err(("llm_temperature", "must be in [0, 2]".into()));
         }
-        if self.summary_max_tokens < 200 || self.summary_max_tokens >= self.compact_threshold_tokens() {
+        // The budget used is capped at a quarter of the window; it must still leave room
+        // below the compaction threshold, or every compaction would trigger the next.
+        if self.summary_max_tokens < 200 || self.summary_budget_tokens() >= self.compact_threshold_tokens() {
             return Err((
                 "summary_max_tokens",
-                "must be at least 200 and below the compaction threshold".into(),
+                "must be at least 200, and the budget used (at most a quarter of max_input_length) below the compaction threshold".into(),
             ));
         }
         if !(1.0..=10.0).contains(&self.token_count_estimate_divisor) {

@@ -215,8 +215,16 @@ impl Daemon {
         let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
         let mut usage = self.usage(session, &config, &counter, &extras, false);
         let counted = started.elapsed();
-        let mut over_limit_reason = None;
-        if config.compact_enabled && usage.total >= config.compact_threshold_tokens() {
+        let mut over_limit_reason: Option<String> = None;
+        let retry_futile = session
+            .futile_compaction_at
+            .is_none_or(|at| usage.compactable >= at + config.summary_budget_tokens());
+        if config.compact_enabled && usage.total >= config.compact_threshold_tokens() && !retry_futile {
+            over_limit_reason = Some(
+                "an earlier compaction of this session could not make the request smaller; it is tried again once a summary's worth of new messages has accrued".into(),
+            );
+        }
+        if config.compact_enabled && usage.total >= config.compact_threshold_tokens() && retry_futile {
             let how = CompactionRequest {
                 instruction: None,
                 manual: false,
@@ -227,10 +235,16 @@ impl Daemon {
                 Ok(Some(report)) => actions.push(Action::Compacted(report)),
                 Ok(None) => {
                     over_limit_reason = Some(
-                        "nothing before the newest turn can be compacted without separating a tool call from its result or an assistant reply from its user message",
+                        "nothing before the newest turn can be compacted without separating a tool call from its result or an assistant reply from its user message".into(),
                     )
                 }
                 Err(CompactError::Summarize(reason)) => actions.push(Action::CompactionFailed { reason }),
+                Err(CompactError::Futile(reason)) => {
+                    let session = guard.as_mut().expect("session present");
+                    session.futile_compaction_at = Some(usage.compactable);
+                    actions.push(Action::CompactionFailed { reason: reason.clone() });
+                    over_limit_reason = Some(reason);
+                }
                 Err(CompactError::Rpc(e)) => {
                     self.forget(&mut guard);
                     return Err(e);
@@ -292,7 +306,7 @@ impl Daemon {
                 usage.tools,
                 usage.summary,
                 usage.messages,
-                over_limit_reason.unwrap_or(
+                over_limit_reason.as_deref().unwrap_or(
                     "the kept messages are the smallest tail that keeps tool calls with their results and the newest user message"
                 ),
             )
@@ -634,6 +648,15 @@ impl Daemon {
         summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
         let summary_tokens = counter.count_text(&summary_message_text(&summary)) + 4;
+        // A summary that is not smaller than what it replaces would only be run again on the
+        // next call (a small window thrashing): an automatic compaction then changes nothing.
+        // A manual one was asked for, and runs.
+        if !how.manual && summary_tokens >= compacted_tokens + before.summary {
+            return Err(CompactError::Futile(format!(
+                "compaction skipped: the summary ({summary_tokens} tokens) would not be smaller than the {} tokens it replaces",
+                compacted_tokens + before.summary
+            )));
+        }
         let begun = CompactionBegun {
             id: compaction_id,
             indices: plan.compact.iter().map(|&p| session.entries[p].index).collect(),
@@ -664,11 +687,19 @@ impl Daemon {
         // below; if that write fails the caller drops this session and the reload finishes it.
         let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
         session.entries.retain(|e| !compacted.contains(&e.index));
+        let previous = session.summary().cloned();
         let mut summary = begun.summary.clone();
         summary.add_archive_range(range.clone(), &begun.indices);
         session.set_summary(Some(summary));
         let mut begun = begun;
-        begun.tokens_after = self.usage(session, config, counter, extras, false).total;
+        // The size of the request returned next: with recent results cut to the old-phase
+        // limit too when it is still over the window, as `prepare` will do.
+        let mut after = self.usage(session, config, counter, extras, false);
+        if after.total > config.max_input_length {
+            after = self.usage(session, config, counter, extras, true);
+        }
+        begun.tokens_after = after.total;
+        session.futile_compaction_at = None;
         let done = SessionRecord::CompactionDone {
             id: begun.id.clone(),
             range: range.clone(),
@@ -678,7 +709,7 @@ impl Daemon {
 
         let report = report_of(&begun, Some(&range));
         if config.memory_enabled {
-            self.remember(id, &begun, session.summary());
+            self.remember(id, &begun, previous.as_ref(), session.summary());
         }
         session.compactions.push(CompactionInfo {
             begun,
@@ -749,15 +780,20 @@ impl Daemon {
         }
     }
 
-    /// Appends what a compaction learned to the day's memory log. Derived data: a failure is
+    /// Appends what a compaction learned since the previous one to the day's memory log. Derived data: a failure is
     /// logged, never fatal (the archive already holds everything).
-    fn remember(&self, session_id: &str, begun: &CompactionBegun, summary: Option<&CompactSummary>) {
-        let Some(summary) = summary else { return };
+    fn remember(
+        &self,
+        session_id: &str,
+        begun: &CompactionBegun,
+        previous: Option<&CompactSummary>,
+        summary: Option<&CompactSummary>,
+    ) {
+        let Some(note) = summary.and_then(|s| memory_note(previous, s, session_id, &begun.at)) else {
+            return;
+        };
         let date = begun.at.get(..10).unwrap_or("unknown-date");
-        if let Err(e) = self
-            .memory
-            .append_daily(date, &memory_note(summary, session_id, &begun.at))
-        {
+        if let Err(e) = self.memory.append_daily(date, &note) {
             tracing::warn!(session = session_id, "could not append to the memory log: {e}");
         }
     }
@@ -819,7 +855,9 @@ impl Daemon {
         let outcome = self.compact(&params.session_id, session, &config, &counter, &extras, how);
         let compaction = match outcome {
             Ok(report) => report,
-            Err(CompactError::Summarize(reason)) => return Err(RpcError::SummarizeFailed(reason)),
+            Err(CompactError::Summarize(reason) | CompactError::Futile(reason)) => {
+                return Err(RpcError::SummarizeFailed(reason));
+            }
             Err(CompactError::Rpc(e)) => {
                 self.forget(&mut guard);
                 return Err(e);
@@ -1120,6 +1158,8 @@ struct Ingested {
 enum CompactError {
     /// The summariser failed: nothing changed.
     Summarize(String),
+    /// The summary would not be smaller than what it replaces: nothing changed.
+    Futile(String),
     /// Storage failed.
     Rpc(RpcError),
 }

@@ -372,6 +372,10 @@ pub struct Session {
     pub peak_tokens: u64,
     /// Token usage of the last request returned.
     pub last_usage: Option<satchel_protocol::TokenUsage>,
+    /// Set when an automatic compaction was skipped because it could not make the request
+    /// smaller: the compactable tokens then. It is not tried again until that many more have
+    /// accrued (a summary's worth), so a small window does not thrash; any compaction clears it.
+    pub futile_compaction_at: Option<u64>,
     /// What the cached renderings depend on; a change clears them.
     render_key: Option<String>,
     /// What the cached token counts depend on besides the renderings.
@@ -475,6 +479,7 @@ impl Session {
             last_system: None,
             last_tools: None,
             peak_tokens: 0,
+            futile_compaction_at: None,
             last_usage: None,
             render_key: None,
             count_key: None,

@@ -1,57 +1,127 @@
-//! The long-term memory note a compaction leaves (F17): the summary's goal and progress, the
-//! user's preferences in their own words, and lessons from failures, as Markdown for
-//! `memory/YYYY-MM-DD.md`.
+//! The long-term memory note a compaction leaves (F17), as Markdown for `memory/YYYY-MM-DD.md`:
+//! what is new since the session's previous note (requests, preferences in the user's words,
+//! what was achieved, decisions) and lessons from real failures: a failure later fixed (what
+//! failed and that it was resolved) and what is still blocked.
+//!
+//! Each compaction's summary carries everything before it, so writing it whole would repeat
+//! the same paragraphs in every note; only items the previous summary did not have are
+//! written, and a compaction that learned nothing new writes nothing.
+
+use std::collections::HashSet;
 
 use satchel_protocol::CompactSummary;
 
-/// The note for one compaction of `session_id` at `at` (RFC 3339).
-pub fn memory_note(summary: &CompactSummary, session_id: &str, at: &str) -> String {
+use super::extract::text::normalized;
+
+/// The note for one compaction of `session_id` at `at` (RFC 3339): what `summary` has that
+/// `previous` (the summary before this compaction) had not; `None` when that is nothing.
+pub fn memory_note(
+    previous: Option<&CompactSummary>,
+    summary: &CompactSummary,
+    session_id: &str,
+    at: &str,
+) -> Option<String> {
+    let empty = CompactSummary::default();
+    let previous = previous.unwrap_or(&empty);
+    let new = |now: &[String], before: &[String]| -> Vec<String> {
+        let seen: HashSet<String> = before.iter().map(|t| normalized(t)).collect();
+        now.iter().filter(|t| !seen.contains(&normalized(t))).cloned().collect()
+    };
+    let known_requests: HashSet<usize> = previous.requests.iter().map(|r| r.index).collect();
+    let requests: Vec<String> = summary
+        .requests
+        .iter()
+        .filter(|r| !r.demonstration && !r.text.is_empty() && !known_requests.contains(&r.index))
+        .map(|r| r.text.clone())
+        .collect();
+    let resolved: Vec<String> = new(&previous.blocked, &summary.blocked)
+        .into_iter()
+        .map(|b| format!("{b} (resolved later)"))
+        .collect();
+    let still_blocked: Vec<String> = new(&summary.blocked, &previous.blocked)
+        .into_iter()
+        .map(|b| format!("Still blocked: {b}"))
+        .collect();
+    let sections: [(&str, Vec<String>); 7] = [
+        ("Goal", new(&summary.goal, &previous.goal)),
+        ("Requests", requests),
+        (
+            "Preferences and constraints",
+            new(&summary.constraints, &previous.constraints),
+        ),
+        ("Done", new(&summary.done, &previous.done)),
+        ("Key decisions", new(&summary.key_decisions, &previous.key_decisions)),
+        ("Lessons from failures", [resolved, still_blocked].concat()),
+        (
+            "Files modified",
+            new(
+                &summary.critical_context.files_modified,
+                &previous.critical_context.files_modified,
+            ),
+        ),
+    ];
+    if sections.iter().all(|(_, items)| items.is_empty()) {
+        return None;
+    }
     let mut out = format!("\n## Compaction of session `{session_id}` at {at}\n\n");
-    let mut section = |title: &str, items: &[String]| {
-        if items.is_empty() {
-            return;
-        }
+    for (title, items) in sections.iter().filter(|(_, items)| !items.is_empty()) {
         out.push_str(&format!("### {title}\n\n"));
         for item in items {
             out.push_str(&format!("- {}\n", item.replace('\n', " ")));
         }
         out.push('\n');
-    };
-    section("Goal", &summary.goal);
-    section("Preferences and constraints", &summary.constraints);
-    section("Done", &summary.done);
-    section("Key decisions", &summary.key_decisions);
-    let lessons: Vec<String> = summary
-        .critical_context
-        .errors
-        .iter()
-        .map(|e| format!("Failed: {e}"))
-        .chain(summary.blocked.iter().map(|b| format!("Still blocked: {b}")))
-        .collect();
-    section("Lessons from failures", &lessons);
-    section("Files modified", &summary.critical_context.files_modified);
-    out
+    }
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use satchel_protocol::UserRequest;
+
     use super::*;
 
-    #[test]
-    fn note_keeps_preferences_and_failures_verbatim() {
-        let summary = CompactSummary {
-            goal: vec!["Fix the lexer".into()],
-            constraints: vec!["Don't change the public API.".into()],
-            critical_context: satchel_protocol::CriticalContext {
-                errors: vec!["error[E0433]: failed to resolve".into()],
-                ..Default::default()
-            },
+    fn summary(constraints: &[&str], blocked: &[&str]) -> CompactSummary {
+        CompactSummary {
+            requests: vec![UserRequest {
+                text: "Fix the lexer".into(),
+                chars: 13,
+                index: 0,
+                archived: None,
+                demonstration: false,
+            }],
+            constraints: constraints.iter().map(|c| (*c).to_owned()).collect(),
+            blocked: blocked.iter().map(|c| (*c).to_owned()).collect(),
             ..Default::default()
-        };
-        let note = memory_note(&summary, "s1", "2026-11-22T00:00:00Z");
+        }
+    }
+
+    #[test]
+    fn a_note_keeps_preferences_and_failures_verbatim() {
+        let first = summary(
+            &["Don't change the public API."],
+            &["`cargo test` failed: error[E0433]: failed to resolve"],
+        );
+        let note = memory_note(None, &first, "s1", "2026-11-22T00:00:00Z").unwrap();
         assert!(note.contains("## Compaction of session `s1` at 2026-11-22T00:00:00Z"));
+        assert!(note.contains("### Requests\n\n- Fix the lexer\n"));
         assert!(note.contains("- Don't change the public API.\n"));
-        assert!(note.contains("- Failed: error[E0433]: failed to resolve\n"));
+        assert!(note.contains("- Still blocked: `cargo test` failed: error[E0433]: failed to resolve\n"));
         assert!(!note.contains("### Done"), "empty sections are left out");
+    }
+
+    #[test]
+    fn later_notes_hold_only_what_is_new() {
+        let first = summary(&["Don't change the public API."], &["`cargo test` failed: E"]);
+        let second = summary(&["Don't change the public API.", "Prefer small commits."], &[]);
+        let note = memory_note(Some(&first), &second, "s1", "2026-11-22T01:00:00Z").unwrap();
+        assert!(!note.contains("public API"), "{note}");
+        assert!(!note.contains("Fix the lexer"), "{note}");
+        assert!(note.contains("- Prefer small commits.\n"));
+        assert!(note.contains("- `cargo test` failed: E (resolved later)\n"));
+        assert_eq!(
+            memory_note(Some(&second), &second, "s1", "t"),
+            None,
+            "nothing new, no note"
+        );
     }
 }

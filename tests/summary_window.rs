@@ -1,0 +1,189 @@
+//! How compaction's summary behaves against the window, through the real binary: its budget
+//! scales with the window, a compaction that cannot make the request smaller is skipped once
+//! and not retried on every call, each compaction's `tokens_after` is the size of the request
+//! returned, and the daily memory note holds only what is new.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use serde_json::{Value, json};
+use support::Daemon;
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn call(id: &str, command: &str) -> Value {
+    json!({"role": "assistant", "content": "Let's run it.", "tool_calls": [{"id": id, "type": "function",
+        "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}}]})
+}
+
+fn result(id: &str, output: &str) -> Value {
+    json!({"role": "tool", "tool_call_id": id, "content": output})
+}
+
+/// Appends `messages` to session `s` (creating it on the first call) with `config`.
+fn prepare(d: &mut Daemon, first: bool, messages: Vec<Value>, config: &Value) -> Value {
+    let key = if first { "messages" } else { "append" };
+    d.call(
+        "context.prepare",
+        json!({"session_id": "s", key: messages, "config": config}),
+    )
+}
+
+fn actions<'a>(result: &'a Value, kind: &str) -> Vec<&'a Value> {
+    result["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == kind)
+        .collect()
+}
+
+/// A coding loop: each step runs a build over a long output.
+fn step(i: usize) -> Vec<Value> {
+    let id = format!("c{i}");
+    let output = format!(
+        "compiling module {i}\n{}\nFinished module {i}",
+        "warning: unused variable\n".repeat(40)
+    );
+    vec![call(&id, &format!("cargo build -p module_{i}")), result(&id, &output)]
+}
+
+#[test]
+fn the_summary_budget_is_at_most_a_quarter_of_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    // summary_max_tokens stays at its default (2500): a 2048-token window gets 512.
+    let config = json!({"max_input_length": 2048});
+    let mut compactions = 0;
+    let mut first = true;
+    for i in 0..40 {
+        let mut messages = if first {
+            vec![user(
+                "Build every module and keep the warnings as they are, do not silence them.",
+            )]
+        } else {
+            Vec::new()
+        };
+        messages.extend(step(i));
+        let result = prepare(&mut d, first, messages, &config);
+        first = false;
+        compactions += actions(&result, "compacted").len();
+        assert!(
+            result["tokens"]["summary"].as_u64().unwrap() <= 512,
+            "{}",
+            result["tokens"]
+        );
+        for compacted in actions(&result, "compacted") {
+            assert_eq!(
+                compacted["tokens_after"], result["tokens"]["total"],
+                "tokens_after is the size of the request returned"
+            );
+        }
+    }
+    assert!(compactions >= 2, "the test lost its point: {compactions} compactions");
+    d.shutdown();
+}
+
+#[test]
+fn a_compaction_that_cannot_shrink_the_request_is_not_retried_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let config = json!({"max_input_length": 1024});
+    // A small step, then one big result that must stay (it is the newest turn): all a
+    // compaction could replace is the small step, and its summary would be larger.
+    let big: String = (0..160).map(|i| format!("line {i} of the build log\n")).collect();
+    let first = prepare(
+        &mut d,
+        true,
+        vec![
+            user("Build the parser."),
+            call("a", "ls"),
+            result("a", "src"),
+            call("b", "cargo build -p parser"),
+            result("b", &big),
+        ],
+        &config,
+    );
+    assert!(first["tokens"]["total"].as_u64().unwrap() >= 819, "{}", first["tokens"]);
+    let skipped = actions(&first, "compaction_failed");
+    assert_eq!(skipped.len(), 1, "{first}");
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("compaction skipped: the summary"),
+        "{}",
+        skipped[0]
+    );
+    assert!(actions(&first, "compacted").is_empty());
+    // The next calls add little: the compaction is not tried again (no summariser run, no
+    // report), until a summary's worth of new messages has accrued.
+    let mut retried_at = None;
+    for i in 0..40 {
+        let id = format!("s{i}");
+        let result = prepare(
+            &mut d,
+            false,
+            vec![call(&id, "cargo check"), result(&id, "ok")],
+            &config,
+        );
+        if !actions(&result, "compaction_failed").is_empty() || !actions(&result, "compacted").is_empty() {
+            retried_at = Some(i);
+            break;
+        }
+        if let Some(reason) = result["over_limit"].as_str() {
+            assert!(reason.contains("could not make the request smaller"), "{reason}");
+        }
+    }
+    let retried_at = retried_at.expect("tried again once enough had accrued");
+    assert!(retried_at >= 5, "retried after only {retried_at} small steps");
+    d.shutdown();
+}
+
+#[test]
+fn the_daily_memory_note_holds_only_what_is_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let config = json!({"max_input_length": 2048});
+    let constraint = "Never silence a compiler warning with an allow attribute.";
+    let mut first = true;
+    let mut compactions = 0;
+    for i in 0..40 {
+        let mut messages = if first {
+            vec![user(&format!("Build every module. {constraint}"))]
+        } else if i == 3 {
+            // A later request, so the first (the newest user message until now) can be compacted.
+            vec![user("Also build the docs when the modules are done.")]
+        } else {
+            Vec::new()
+        };
+        messages.extend(step(i));
+        let result = prepare(&mut d, first, messages, &config);
+        first = false;
+        compactions += actions(&result, "compacted").len();
+    }
+    assert!(compactions >= 2, "the test lost its point: {compactions} compactions");
+    d.shutdown();
+    let notes: String = std::fs::read_dir(dir.path().join("memory"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(notes.matches("## Compaction of session `s`").count() >= 1, "{notes}");
+    assert_eq!(
+        notes.matches(&format!("\n- {constraint}\n")).count(),
+        1,
+        "the constraint is noted once:\n{notes}"
+    );
+    assert_eq!(
+        notes.matches("\n- Build every module.").count(),
+        1,
+        "the request is noted once:\n{notes}"
+    );
+    assert_eq!(
+        notes.matches("cargo build -p module_0`").count(),
+        1,
+        "what was done is noted once:\n{notes}"
+    );
+}
