@@ -176,9 +176,11 @@ pub fn has_cue(text: &str, cues: &[&str]) -> bool {
     let lower = text.to_lowercase().replace('\u{2019}', "'");
     cues.iter().any(|cue| {
         lower.match_indices(cue).any(|(at, _)| {
-            let before_ok = lower[..at].chars().next_back().is_none_or(|c| !c.is_alphanumeric());
+            // `_` joins words in code (`next_token`): a cue inside such a name is not a cue.
+            let word = |c: char| c.is_alphanumeric() || c == '_';
+            let before_ok = lower[..at].chars().next_back().is_none_or(|c| !word(c));
             let rest = &lower[at + cue.len()..];
-            let word_end = rest.find(|c: char| !c.is_alphanumeric()).unwrap_or(rest.len());
+            let word_end = rest.find(|c: char| !word(c)).unwrap_or(rest.len());
             before_ok && matches!(&rest[..word_end], "" | "s" | "d" | "ed" | "ing")
         })
     })
@@ -243,6 +245,7 @@ mod tests {
         assert!(is_decision("I'll add it to Cargo.toml instead of vendoring."));
         assert!(!is_decision("Let's navigate into the src directory."));
         assert!(is_intent("Let's navigate into the src directory."));
+        assert!(!is_intent("The next_token function assumes one byte per character."));
     }
 
     #[test]
