@@ -98,13 +98,17 @@ impl CallFacts {
 }
 
 /// The area a command works on, which a later success must share to clear its failure: the
-/// program and its first argument that is not an option (`mvn test`, `python reproduce.py`).
+/// program and its first argument that is not an option when that names a subcommand or a
+/// file (`mvn test`, `python reproduce.py`); the program alone when the argument is data
+/// (`submit flat{…}` is cleared by a later `submit 'flag{…}'`).
 pub fn area(key: &str) -> String {
     let mut words = key.split_whitespace().filter(|w| !w.starts_with('-') && *w != "…");
     let program = words.next().unwrap_or("");
     let program = program.rsplit('/').next().unwrap_or(program);
-    match words.next() {
-        Some(arg) => format!("{program} {}", unquote(arg)),
+    let names_something =
+        |arg: &str| !arg.is_empty() && arg.chars().all(|c| c.is_alphanumeric() || "-_./:".contains(c));
+    match words.next().map(unquote).filter(|arg| names_something(arg)) {
+        Some(arg) => format!("{program} {arg}"),
         None => program.to_owned(),
     }
 }
@@ -254,6 +258,8 @@ mod tests {
         assert_eq!(area("./gradlew test"), "gradlew test");
         assert_eq!(area("python reproduce.py"), "python reproduce.py");
         assert_eq!(area("edit 12:15 …"), "edit 12:15");
+        assert_eq!(area("submit flat{People always}"), "submit");
+        assert_eq!(area("submit 'flag{People always}'"), "submit");
     }
 
     #[test]
