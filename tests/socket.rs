@@ -639,6 +639,18 @@ fn inspect_renders_lists_json_and_details() {
     );
     let summary_before = succeeded(&inspect(None, &["build", "--socket", sock, "--detail", "summary"]));
     assert!(summary_before.contains("no summary yet"), "{summary_before}");
+    // What an instruction did is shown after the text the model reads.
+    prepare(&mut daemon, "steer", &chat(12));
+    daemon.call(
+        "context.compact",
+        json!({"session_id": "steer", "instruction": "focus on errors"}),
+    );
+    let steered = succeeded(&inspect(None, &["steer", "--socket", sock, "--detail", "summary"]));
+    assert!(
+        steered
+            .ends_with("(instruction of the latest compaction: \"focus on errors\"; served first: errors, blocked)\n"),
+        "{steered}"
+    );
 
     // --detail compaction:0 is the compaction record.
     let record = succeeded(&inspect(None, &["chat", "--socket", sock, "--detail", "compaction:0"]));

@@ -288,6 +288,16 @@ fn print_detail(conn: &mut Connection, r: &InspectResult, key: &str) -> anyhow::
     Ok(())
 }
 
+/// The summary as the model reads it, then (for the person reading) the instruction that
+/// steered the latest compaction and what it did.
 fn render(summary: &CompactSummary) -> String {
-    satchel_core::summary::render::summary_message_text(summary)
+    let mut text = satchel_core::summary::render::summary_message_text(summary);
+    if let Some(instruction) = &summary.instruction {
+        text.push_str(&format!("\n\n(instruction of the latest compaction: {instruction:?}"));
+        if let Some(effect) = &summary.instruction_effect {
+            text.push_str(&format!("; {effect}"));
+        }
+        text.push(')');
+    }
+    text
 }
