@@ -77,17 +77,7 @@ pub fn render_summary(summary: &CompactSummary) -> String {
     let demonstrations: Vec<&UserRequest> = summary.requests.iter().filter(|r| r.demonstration).collect();
     if !demonstrations.is_empty() {
         out.push_str("- Demonstrations (examples of how to work, not tasks):\n");
-        let references: Vec<String> = demonstrations
-            .iter()
-            .filter(|r| r.text.is_empty())
-            .map(|r| r.index.to_string())
-            .collect();
-        if !references.is_empty() {
-            out.push_str(&format!(
-                "  - {REFERENCES_OPENING}{}: in the archive)\n",
-                references.join(", ")
-            ));
-        }
+        out.push_str(&references_line("  - ", &demonstrations, "in the archive"));
         for request in demonstrations.iter().filter(|r| !r.text.is_empty()) {
             out.push_str("  - ");
             out.push_str(&request_line(request, false));
@@ -243,17 +233,7 @@ fn goal(out: &mut String, summary: &CompactSummary) {
         out.push_str(&one_line(item));
         out.push('\n');
     }
-    let references: Vec<String> = requests
-        .iter()
-        .filter(|r| r.text.is_empty())
-        .map(|r| r.index.to_string())
-        .collect();
-    if !references.is_empty() {
-        out.push_str(&format!(
-            "- {REFERENCES_OPENING}{}: earlier requests, in the archive)\n",
-            references.join(", ")
-        ));
-    }
+    out.push_str(&references_line("- ", &requests, "earlier requests, in the archive"));
     let listed: Vec<&&UserRequest> = requests.iter().filter(|r| !r.text.is_empty()).collect();
     // One archive file for all of them (the usual case) is named once.
     let file = common_file(listed.iter().map(|r| **r));
@@ -277,6 +257,20 @@ fn common_file<'a>(mut requests: impl Iterator<Item = &'a UserRequest>) -> Optio
     requests
         .all(|r| r.archived.as_ref().is_some_and(|a| a.file == first))
         .then_some(first)
+}
+
+/// One list item naming the requests reduced to references (no text), or nothing when none is:
+/// `- (messages 3, 17: earlier requests, in the archive)`.
+fn references_line(bullet: &str, requests: &[&UserRequest], what: &str) -> String {
+    let references: Vec<String> = requests
+        .iter()
+        .filter(|r| r.text.is_empty())
+        .map(|r| r.index.to_string())
+        .collect();
+    if references.is_empty() {
+        return String::new();
+    }
+    format!("{bullet}{REFERENCES_OPENING}{}: {what})\n", references.join(", "))
 }
 
 /// Opening of the line that lists requests reduced to references.
