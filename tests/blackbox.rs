@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use support::{Daemon, Framing, number_after, quoted_after, reconstruct};
+use support::{Daemon, Framing, actions, number_after, quoted_after, reconstruct};
 
 const MARKER: &str = "<<<TRUNCATED>>>";
 
@@ -83,16 +83,6 @@ fn prepare(d: &mut Daemon, session: &str, messages: &[Value]) -> Value {
 
 fn append(d: &mut Daemon, session: &str, messages: &[Value]) -> Value {
     d.call("context.prepare", json!({"session_id": session, "append": messages}))
-}
-
-/// The actions of a prepare result of one `kind` (`offloaded` / `truncated`).
-fn actions<'a>(result: &'a Value, kind: &str) -> Vec<&'a Value> {
-    result["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == kind)
-        .collect()
 }
 
 /// The string at `pointer` in returned message `index`.

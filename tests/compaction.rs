@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Daemon, archive_lines, archived, reconstruct};
+use support::{Daemon, actions, archive_lines, archived, reconstruct};
 
 /// First line of the summary message.
 const HEADING: &str = "# Summary of previous conversation";
@@ -302,16 +302,6 @@ fn same_modulo_summary(returned: &Value, original: &Value) -> bool {
     let mut rest = returned.clone();
     rest["content"] = original["content"].clone();
     content[1..] == original_blocks[..] && rest == *original
-}
-
-/// The actions of a prepare result of one `kind`.
-fn actions<'a>(result: &'a Value, kind: &str) -> Vec<&'a Value> {
-    result["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == kind)
-        .collect()
 }
 
 fn n(v: &Value) -> u64 {

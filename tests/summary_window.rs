@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::Daemon;
+use support::{Daemon, actions};
 
 fn user(text: &str) -> Value {
     json!({"role": "user", "content": text})
@@ -31,15 +31,6 @@ fn prepare(d: &mut Daemon, first: bool, messages: Vec<Value>, config: &Value) ->
     )
 }
 
-fn actions<'a>(result: &'a Value, kind: &str) -> Vec<&'a Value> {
-    result["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == kind)
-        .collect()
-}
-
 /// A coding loop: each step runs a build over a long output.
 fn step(i: usize) -> Vec<Value> {
     let id = format!("c{i}");
@@ -50,39 +41,47 @@ fn step(i: usize) -> Vec<Value> {
     vec![call(&id, &format!("cargo build -p module_{i}")), result(&id, &output)]
 }
 
+/// Runs 40 build steps in session `s`, the user's messages from `requests` (by step) coming
+/// first in their step; hands every result to `check` and returns how many compactions ran.
+fn build_loop(
+    d: &mut Daemon,
+    config: &Value,
+    requests: impl Fn(usize) -> Option<Value>,
+    mut check: impl FnMut(&Value),
+) -> usize {
+    let mut compactions = 0;
+    for i in 0..40 {
+        let mut messages: Vec<Value> = requests(i).into_iter().collect();
+        messages.extend(step(i));
+        let result = prepare(d, i == 0, messages, config);
+        compactions += actions(&result, "compacted").len();
+        check(&result);
+    }
+    assert!(compactions >= 2, "the test lost its point: {compactions} compactions");
+    compactions
+}
+
 #[test]
 fn the_summary_budget_is_at_most_a_quarter_of_the_window() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
     // summary_max_tokens stays at its default (2500): a 2048-token window gets 512.
     let config = json!({"max_input_length": 2048});
-    let mut compactions = 0;
-    let mut first = true;
-    for i in 0..40 {
-        let mut messages = if first {
-            vec![user(
-                "Build every module and keep the warnings as they are, do not silence them.",
-            )]
-        } else {
-            Vec::new()
-        };
-        messages.extend(step(i));
-        let result = prepare(&mut d, first, messages, &config);
-        first = false;
-        compactions += actions(&result, "compacted").len();
+    let request =
+        |i| (i == 0).then(|| user("Build every module and keep the warnings as they are, do not silence them."));
+    build_loop(&mut d, &config, request, |result| {
         assert!(
             result["tokens"]["summary"].as_u64().unwrap() <= 512,
             "{}",
             result["tokens"]
         );
-        for compacted in actions(&result, "compacted") {
+        for compacted in actions(result, "compacted") {
             assert_eq!(
                 compacted["tokens_after"], result["tokens"]["total"],
                 "tokens_after is the size of the request returned"
             );
         }
-    }
-    assert!(compactions >= 2, "the test lost its point: {compactions} compactions");
+    });
     d.shutdown();
 }
 
@@ -148,23 +147,13 @@ fn the_daily_memory_note_holds_only_what_is_new() {
     let mut d = Daemon::start(dir.path(), &[]);
     let config = json!({"max_input_length": 2048});
     let constraint = "Never silence a compiler warning with an allow attribute.";
-    let mut first = true;
-    let mut compactions = 0;
-    for i in 0..40 {
-        let mut messages = if first {
-            vec![user(&format!("Build every module. {constraint}"))]
-        } else if i == 3 {
-            // A later request, so the first (the newest user message until now) can be compacted.
-            vec![user("Also build the docs when the modules are done.")]
-        } else {
-            Vec::new()
-        };
-        messages.extend(step(i));
-        let result = prepare(&mut d, first, messages, &config);
-        first = false;
-        compactions += actions(&result, "compacted").len();
-    }
-    assert!(compactions >= 2, "the test lost its point: {compactions} compactions");
+    let request = |i| match i {
+        0 => Some(user(&format!("Build every module. {constraint}"))),
+        // A later request, so the first (the newest user message until then) can be compacted.
+        3 => Some(user("Also build the docs when the modules are done.")),
+        _ => None,
+    };
+    build_loop(&mut d, &config, request, |_| {});
     d.shutdown();
     let notes: String = std::fs::read_dir(dir.path().join("memory"))
         .unwrap()

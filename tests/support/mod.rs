@@ -213,6 +213,16 @@ impl Daemon {
     }
 }
 
+/// The actions of one `kind` in a `context.prepare` result.
+pub fn actions<'a>(result: &'a Value, kind: &str) -> Vec<&'a Value> {
+    result["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == kind)
+        .collect()
+}
+
 /// Waits until `path` exists (a daemon started with `--no-stdio` says nothing when ready).
 pub fn wait_for_path(path: &Path) {
     let deadline = Instant::now() + REPLY_TIMEOUT;
