@@ -114,6 +114,12 @@ pub struct Config {
     pub read_file_tool_names: Vec<String>,
     /// Offloaded files older than this many days are swept, unless a session still refers to them.
     pub offload_retention_days: f64,
+    /// Sessions kept in memory at most; past it the least recently used idle one is dropped
+    /// (its log stays, and the next call on it reloads it). Daemon-wide: per-request values
+    /// are ignored.
+    pub max_live_sessions: usize,
+    /// A session idle this long is dropped from memory (reloaded from its log when used again).
+    pub session_idle_secs: f64,
 }
 
 impl Default for Config {
@@ -151,6 +157,8 @@ impl Default for Config {
             markdown_file_extensions: vec![".md".into(), ".mdx".into(), ".markdown".into()],
             read_file_tool_names: vec!["read_file".into(), "Read".into(), "view_file".into(), "read".into()],
             offload_retention_days: 5.0,
+            max_live_sessions: 256,
+            session_idle_secs: 1800.0,
         }
     }
 }
@@ -226,6 +234,12 @@ impl Config {
         }
         if self.offload_retention_days.is_nan() || self.offload_retention_days <= 0.0 {
             return Err(("offload_retention_days", "must be positive".into()));
+        }
+        if self.max_live_sessions == 0 {
+            return Err(("max_live_sessions", "must be at least 1".into()));
+        }
+        if self.session_idle_secs.is_nan() || self.session_idle_secs <= 0.0 {
+            return Err(("session_idle_secs", "must be positive".into()));
         }
         if self.dialog_path.is_empty() || self.dialog_path.contains("..") || self.dialog_path.starts_with('/') {
             return Err(("dialog_path", "must be a relative path inside the workspace".into()));

@@ -32,6 +32,8 @@ pub enum ErrorCode {
     StorageFailure,
     /// -32005: the summariser failed; nothing was compacted and the session is unchanged.
     SummarizeFailed,
+    /// -32009: `append` with `expect_messages` found another message count; nothing was appended.
+    StaleSession,
     /// -32007: the request exceeds the size limit (jsonrpsee's own code, kept as is).
     PayloadTooLarge,
     /// -32008: the reply would exceed the size limit (jsonrpsee's own code, kept as is).
@@ -40,7 +42,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in table order (used to generate the documentation).
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -52,6 +54,7 @@ impl ErrorCode {
         ErrorCode::FileNotFound,
         ErrorCode::StorageFailure,
         ErrorCode::SummarizeFailed,
+        ErrorCode::StaleSession,
         ErrorCode::PayloadTooLarge,
         ErrorCode::ResponseTooLarge,
     ];
@@ -70,6 +73,7 @@ impl ErrorCode {
             ErrorCode::FileNotFound => -32003,
             ErrorCode::StorageFailure => -32004,
             ErrorCode::SummarizeFailed => -32005,
+            ErrorCode::StaleSession => -32009,
             ErrorCode::PayloadTooLarge => -32007,
             ErrorCode::ResponseTooLarge => -32008,
         }
@@ -89,6 +93,7 @@ impl ErrorCode {
             ErrorCode::FileNotFound => "FileNotFound",
             ErrorCode::StorageFailure => "StorageFailure",
             ErrorCode::SummarizeFailed => "SummarizeFailed",
+            ErrorCode::StaleSession => "StaleSession",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
             ErrorCode::ResponseTooLarge => "ResponseTooLarge",
         }
@@ -102,7 +107,9 @@ impl ErrorCode {
             ErrorCode::MethodNotFound => "No method of that name.",
             ErrorCode::InvalidParams => "Params do not match the method; the message and `data` name the field.",
             ErrorCode::InternalError => "Unexpected failure inside satchel; the daemon keeps serving.",
-            ErrorCode::RequestCancelled => "The request was cancelled by `$/cancelRequest`.",
+            ErrorCode::RequestCancelled => {
+                "The request was cancelled by `$/cancelRequest` before it took effect: the session is exactly as before."
+            }
             ErrorCode::UnknownSession => "The session id is not known (e.g. `append` before any `messages`).",
             ErrorCode::PathOutsideWorkspace => {
                 "A path is absolute, contains `..`, or resolves (through a symlink) outside the workspace."
@@ -113,6 +120,9 @@ impl ErrorCode {
             }
             ErrorCode::SummarizeFailed => {
                 "The summariser failed (`context.compact`); nothing was compacted and the session is unchanged."
+            }
+            ErrorCode::StaleSession => {
+                "`append` carried `expect_messages` and the session holds another count (a reply was lost, or another client appended); nothing was appended."
             }
             ErrorCode::PayloadTooLarge => "The request is larger than the transport's size limit.",
             ErrorCode::ResponseTooLarge => {

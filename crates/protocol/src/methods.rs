@@ -257,8 +257,8 @@ pub struct WatchResult {
 pub struct ContextEvent {
     /// The session.
     pub session_id: String,
-    /// `prepare` or `compact`.
-    pub kind: String,
+    /// The call that changed the session.
+    pub kind: EventKind,
     /// Tokens per zone of the session's request now.
     pub tokens: TokenUsage,
     /// Pressure now.
@@ -267,8 +267,50 @@ pub struct ContextEvent {
     pub messages: usize,
     /// Compactions so far.
     pub compactions: usize,
-    /// Kinds of the actions the call took (`offloaded`, `compacted`, ...).
-    pub actions: Vec<String>,
+    /// Kinds of the actions the call took, in order.
+    pub actions: Vec<ActionKind>,
+}
+
+/// Which call a [`ContextEvent`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// `context.prepare`.
+    Prepare,
+    /// `context.compact`.
+    Compact,
+}
+
+/// The kind of an [`Action`], as listed in events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// [`Action::Offloaded`].
+    Offloaded,
+    /// [`Action::Compacted`].
+    Compacted,
+    /// [`Action::CompactionFailed`].
+    CompactionFailed,
+    /// [`Action::Repaired`].
+    Repaired,
+    /// [`Action::Truncated`].
+    Truncated,
+}
+
+/// What the repair pass changed in the returned list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RepairKind {
+    /// A tool call had no result: a result saying so was added.
+    SyntheticResult,
+    /// A tool result answered no call in the list: it was dropped.
+    DroppedOrphanResult,
+    /// Two consecutive messages of the same role were merged.
+    MergedSameRole,
+    /// Tool results were moved before other content of their message.
+    MovedResultsFirst,
+    /// The list started with an assistant message: a user message was put first.
+    InsertedLeadingUser,
 }
 
 /// Params of `context.prepare`. Exactly one of `messages` and `append` is given.
@@ -290,6 +332,12 @@ pub struct PrepareParams<M = Value> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Vec<Value>>")]
     pub append: Option<Vec<M>>,
+    /// With `append`: how many messages the client believes the session holds (its
+    /// `reconciliation.session_messages` of the last reply). When the session holds another
+    /// count the call is refused (-32009) and nothing is appended, so a retry after a lost
+    /// reply never appends the same messages twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_messages: Option<usize>,
     /// Declared format; `auto` (default) detects it.
     #[serde(default)]
     pub format: FormatHint,
@@ -437,9 +485,8 @@ pub enum Action {
     Repaired {
         /// Position in the returned list.
         index: usize,
-        /// What was done: `synthetic_result`, `dropped_orphan_result`, `merged_same_role`,
-        /// `moved_results_first` or `inserted_leading_user`.
-        repair: String,
+        /// What was done.
+        repair: RepairKind,
         /// The tool call concerned, if any.
         call_id: Option<String>,
     },
@@ -459,6 +506,19 @@ pub enum Action {
         /// Size of the full text.
         total_bytes: usize,
     },
+}
+
+impl Action {
+    /// Its kind.
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::Offloaded { .. } => ActionKind::Offloaded,
+            Action::Compacted(_) => ActionKind::Compacted,
+            Action::CompactionFailed { .. } => ActionKind::CompactionFailed,
+            Action::Repaired { .. } => ActionKind::Repaired,
+            Action::Truncated { .. } => ActionKind::Truncated,
+        }
+    }
 }
 
 /// A compaction, as reported by `context.prepare`, `context.compact` and `context.inspect`.

@@ -1,6 +1,7 @@
 //! The daemon's typed errors and their one conversion to JSON-RPC error objects.
 
 use jsonrpsee::types::ErrorObjectOwned;
+use satchel_engine::EngineError;
 use satchel_protocol::ErrorCode;
 use satchel_storage::StorageError;
 use serde_json::json;
@@ -16,15 +17,9 @@ pub enum RpcError {
         /// What is wrong with it.
         message: String,
     },
-    /// The session is not known.
-    #[error("unknown session {0:?}: send `messages` to create it")]
-    UnknownSession(String),
-    /// The summariser failed; nothing changed.
-    #[error("{0}")]
-    SummarizeFailed(String),
-    /// Storage refused or the client named a bad path.
+    /// The engine refused or failed the call; it had no effect.
     #[error(transparent)]
-    Storage(StorageError),
+    Engine(#[from] EngineError),
 }
 
 impl RpcError {
@@ -37,14 +32,35 @@ impl RpcError {
     }
 
     fn code(&self) -> ErrorCode {
+        let engine = match self {
+            RpcError::InvalidParams { .. } => return ErrorCode::InvalidParams,
+            RpcError::Engine(e) => e,
+        };
+        match engine {
+            EngineError::InvalidParams { .. } => ErrorCode::InvalidParams,
+            EngineError::UnknownSession(_) => ErrorCode::UnknownSession,
+            EngineError::StaleSession { .. } => ErrorCode::StaleSession,
+            EngineError::SummarizeFailed(_) => ErrorCode::SummarizeFailed,
+            EngineError::Cancelled => ErrorCode::RequestCancelled,
+            EngineError::Storage(StorageError::OutsideWorkspace(_)) => ErrorCode::PathOutsideWorkspace,
+            EngineError::Storage(StorageError::NotFound(_)) => ErrorCode::FileNotFound,
+            EngineError::Storage(StorageError::InvalidSessionId(_) | StorageError::NotText(_)) => {
+                ErrorCode::InvalidParams
+            }
+            EngineError::Storage(StorageError::Io { .. } | StorageError::Corrupt { .. }) => ErrorCode::StorageFailure,
+        }
+    }
+
+    /// What the error's `data.details` says, beyond its message.
+    fn details(&self) -> Option<serde_json::Value> {
         match self {
-            RpcError::InvalidParams { .. } => ErrorCode::InvalidParams,
-            RpcError::UnknownSession(_) => ErrorCode::UnknownSession,
-            RpcError::SummarizeFailed(_) => ErrorCode::SummarizeFailed,
-            RpcError::Storage(StorageError::OutsideWorkspace(_)) => ErrorCode::PathOutsideWorkspace,
-            RpcError::Storage(StorageError::NotFound(_)) => ErrorCode::FileNotFound,
-            RpcError::Storage(StorageError::InvalidSessionId(_) | StorageError::NotText(_)) => ErrorCode::InvalidParams,
-            RpcError::Storage(StorageError::Io { .. } | StorageError::Corrupt { .. }) => ErrorCode::StorageFailure,
+            RpcError::InvalidParams { field, .. } | RpcError::Engine(EngineError::InvalidParams { field, .. }) => {
+                Some(json!({ "field": field }))
+            }
+            RpcError::Engine(EngineError::StaleSession { expected, held, .. }) => {
+                Some(json!({ "expected": expected, "session_messages": held }))
+            }
+            _ => None,
         }
     }
 }
@@ -52,17 +68,13 @@ impl RpcError {
 impl From<RpcError> for ErrorObjectOwned {
     fn from(error: RpcError) -> Self {
         let code = error.code();
-        let data = match &error {
-            RpcError::InvalidParams { field, .. } => Some(json!({ "field": field })),
-            _ => None,
-        };
         if code == ErrorCode::StorageFailure {
             tracing::error!("{error}");
         }
         ErrorObjectOwned::owned(
             code.code(),
             error.to_string(),
-            data.map(|d| json!({ "name": code.name(), "details": d })),
+            error.details().map(|d| json!({ "name": code.name(), "details": d })),
         )
     }
 }

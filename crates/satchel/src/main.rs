@@ -4,14 +4,12 @@
 //! the protocol channel), open the workspace, and hand stdin/stdout to the transport.
 
 mod config;
-mod daemon;
 mod demo;
 mod error;
+mod handlers;
 mod inspect;
 mod llm;
-mod parallel;
 mod rpc;
-mod session;
 mod socket;
 mod transport;
 
@@ -152,7 +150,8 @@ fn serve(
         }
         counter.count_text("warm up")
     });
-    let daemon = Arc::new(daemon::Daemon::new(workspace, config).context("opening the dialog archive")?);
+    let engine = satchel_engine::Engine::new(workspace, config).context("opening the dialog archive")?;
+    let daemon = Arc::new(handlers::Daemon::new(engine));
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -161,8 +160,8 @@ fn serve(
         let bound = match socket_path {
             Some(path) => {
                 let path =
-                    path.unwrap_or_else(|| daemon.workspace().root().join(socket::RUN_DIR).join("satchel.sock"));
-                Some(socket::bind(daemon.workspace().root(), &path, &lock)?)
+                    path.unwrap_or_else(|| daemon.engine().workspace().root().join(socket::RUN_DIR).join("satchel.sock"));
+                Some(socket::bind(daemon.engine().workspace().root(), &path, &lock)?)
             }
             None => None,
         };
@@ -173,7 +172,7 @@ fn serve(
             }
         };
         tracing::info!(
-            workspace = %daemon.workspace().root().display(),
+            workspace = %daemon.engine().workspace().root().display(),
             stdio = !no_stdio,
             socket = bound.is_some(),
             "satchel serving"
@@ -229,12 +228,12 @@ async fn shutdown_signal() {
 }
 
 /// Sweeps expired offload files at start-up and then every [`SWEEP_INTERVAL`].
-async fn sweep_periodically(daemon: Arc<daemon::Daemon>) {
+async fn sweep_periodically(daemon: Arc<handlers::Daemon>) {
     let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         ticks.tick().await;
         let daemon = daemon.clone();
-        match tokio::task::spawn_blocking(move || daemon.sweep(SystemTime::now())).await {
+        match tokio::task::spawn_blocking(move || daemon.engine().sweep(SystemTime::now())).await {
             Ok(Ok(report)) => tracing::info!(
                 removed = report.removed,
                 kept_referenced = report.kept_referenced,

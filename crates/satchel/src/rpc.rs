@@ -22,22 +22,24 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::daemon::Daemon;
 use crate::error::RpcError;
-use crate::transport::{ClientHandle, DirectHandler, Service, TransportLimits};
+use crate::handlers::Daemon;
+use crate::transport::{CallScope, DirectHandler, Service, TransportLimits};
 
 /// Everything the transports serve: every method through jsonrpsee, and `context.prepare`
 /// also directly (see [`DirectHandler`]).
 pub fn service(daemon: Arc<Daemon>, limits: TransportLimits) -> Result<Service, RegisterMethodError> {
     let methods = module(daemon.clone())?.into();
-    let prepare: DirectHandler = Arc::new(move |body, client| {
+    let prepare_daemon = daemon.clone();
+    let prepare: DirectHandler = Arc::new(move |body, scope| {
         direct_call(body, limits, |params: PrepareParams<Box<RawValue>>| {
-            daemon.prepare(params, Some(client))
+            prepare_daemon.prepare(params, &scope)
         })
     });
     Ok(Service {
         methods,
         direct: Arc::new(HashMap::from([(ContextPrepare::NAME, prepare)])),
+        on_close: Some(Arc::new(move |connection| daemon.connection_closed(connection))),
     })
 }
 
@@ -126,16 +128,16 @@ fn success_reply<R: Serialize>(id: &Id, result: &R, max_bytes: usize) -> Option<
 /// The module serving every method of [`satchel_protocol`].
 pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {
     let mut module = RpcModule::from_arc(daemon);
-    register::<Initialize, _, _, _>(&mut module, |daemon, params, client| {
-        Ok(daemon.initialize(params, client, method_names()))
+    register::<Initialize, _, _, _>(&mut module, |daemon, params, scope| {
+        daemon.initialize(params, scope, method_names())
     })?;
     // Messages stay JSON text on the way in and out: see `PrepareParams`.
-    register::<ContextPrepare, _, _, _>(&mut module, |daemon, params, client| daemon.prepare(params, client))?;
-    register::<ContextCompact, _, _, _>(&mut module, |daemon, params, client| daemon.compact_now(params, client))?;
+    register::<ContextPrepare, _, _, _>(&mut module, |daemon, params, scope| daemon.prepare(params, scope))?;
+    register::<ContextCompact, _, _, _>(&mut module, |daemon, params, scope| daemon.compact(params, scope))?;
     register::<ContextRead, _, _, _>(&mut module, |daemon, params, _| daemon.read(params))?;
-    register::<ContextInspect, _, _, _>(&mut module, |daemon, params, _| daemon.inspect(params))?;
+    register::<ContextInspect, _, _, _>(&mut module, |daemon, params, scope| daemon.inspect(params, scope))?;
     register::<ContextSessions, _, _, _>(&mut module, |daemon, _: SessionsParams, _| daemon.sessions())?;
-    register::<ContextWatch, _, _, _>(&mut module, |daemon, params, client| daemon.watch(params, client))?;
+    register::<ContextWatch, _, _, _>(&mut module, |daemon, params, scope| daemon.watch(params, scope))?;
     Ok(module)
 }
 
@@ -161,15 +163,22 @@ where
     M: Method,
     P: DeserializeOwned + Send,
     R: Serialize + Clone + Send + 'static,
-    F: Fn(&Daemon, P, Option<ClientHandle>) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
+    F: Fn(&Daemon, P, &CallScope) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
 {
     module.register_blocking_method(
         M::NAME,
         move |params: Params, daemon: Arc<Daemon>, extensions: Extensions| {
             let params = decode::<P>(&params)?;
-            // The connection's handle lets a method talk back to its own client.
-            let client = extensions.get::<ClientHandle>().cloned();
-            handler(&daemon, params, client).map_err(ErrorObjectOwned::from)
+            // The connection's handle lets a method talk back to its own client; the scope
+            // also carries the call's cancellation and its place in the arrival order.
+            let Some(scope) = extensions.get::<CallScope>().cloned() else {
+                return Err(ErrorObjectOwned::owned(
+                    satchel_protocol::ErrorCode::InternalError.code(),
+                    "a call arrived without its transport scope",
+                    None::<()>,
+                ));
+            };
+            handler(&daemon, params, &scope).map_err(ErrorObjectOwned::from)
         },
     )?;
     Ok(())

@@ -23,6 +23,6 @@ pub use error::StorageError;
 pub use memory::{MEMORY_DIR, MemoryFiles};
 pub use offload::{OffloadStore, SavedText, SweepReport};
 pub use sessions::{
-    CompactionBegun, CompactionInfo, SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload,
+    CompactionBegun, CompactionInfo, LogMark, SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload,
 };
 pub use workspace::Workspace;

@@ -180,6 +180,13 @@ impl SessionLog {
     }
 }
 
+/// Where a session log ended at some moment: see [`SessionStore::mark`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogMark {
+    /// Its length in bytes; `None` when it did not exist.
+    len: Option<u64>,
+}
+
 /// The `sessions/` directory.
 #[derive(Debug, Clone)]
 pub struct SessionStore {
@@ -243,6 +250,46 @@ impl SessionStore {
             log.apply(record);
         }
         Ok(Some(log))
+    }
+
+    /// Where the log of session `id` ends now, to [`roll_back`](SessionStore::roll_back) to.
+    pub fn mark(&self, id: &str) -> Result<LogMark, StorageError> {
+        let path = self.path(id)?;
+        match fs::metadata(&path) {
+            Ok(meta) => Ok(LogMark { len: Some(meta.len()) }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LogMark { len: None }),
+            Err(e) => Err(StorageError::Io {
+                op: "stat",
+                path,
+                source: e,
+            }),
+        }
+    }
+
+    /// Cuts the log of session `id` back to `mark`: the records of a call that did not take
+    /// effect (cancelled, or a later write failed) leave it. A log that did not exist at the
+    /// mark is removed. Every write after the mark must have finished.
+    pub fn roll_back(&self, id: &str, mark: &LogMark) -> Result<(), StorageError> {
+        let path = self.path(id)?;
+        match mark.len {
+            Some(len) => {
+                let file = OpenOptions::new().write(true).open(&path).map_err(io("open", &path))?;
+                if file.metadata().map_err(io("stat", &path))?.len() != len {
+                    file.set_len(len).map_err(io("truncate", &path))?;
+                    file.sync_all().map_err(io("fsync", &path))?;
+                }
+                Ok(())
+            }
+            None => match fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(StorageError::Io {
+                    op: "remove",
+                    path,
+                    source: e,
+                }),
+            },
+        }
     }
 
     /// Appends records with one write and one fsync.

@@ -2,7 +2,7 @@
 //!
 //! Language servers ask their client things in the middle of a call
 //! (`workspace/configuration`) and report progress on it (`$/progress`). jsonrpsee's HTTP
-//! entry point knows nothing of the stream, so [`serve`](super::serve) puts a [`ClientHandle`]
+//! entry point knows nothing of the stream, so [`serve`](super::serve) puts a [`ClientHandle`] (in a `CallScope`)
 //! into every request's extensions. Its requests carry string ids (`"satchel-1"`, …) from a
 //! counter of their own, so they never collide with the client's ids; the read loop hands the
 //! client's responses to the waiting request here instead of to jsonrpsee, which would answer
@@ -56,7 +56,7 @@ type Reply = Result<Value, ClientRequestError>;
 /// A way to talk to the client on the other end of the stream a request came in on.
 ///
 /// [`serve`](super::serve) inserts one into the extensions of every request it hands to
-/// jsonrpsee, so a method handler gets it with `extensions.get::<ClientHandle>()`. Clones
+/// jsonrpsee, so a method handler gets it with `extensions.get::<CallScope>()`. Clones
 /// talk to the same client. A handle kept after its connection ended does no harm:
 /// notifications are dropped and requests fail with [`ClientRequestError::Disconnected`].
 #[derive(Clone)]
@@ -325,7 +325,11 @@ mod tests {
     /// The handle `serve` put into the request, and the test method's `[params, timeout_ms]`.
     fn ask_args(params: &Params, ext: &Extensions) -> Result<(ClientHandle, Value, Duration), ErrorObjectOwned> {
         let (forwarded, ms): (Value, u64) = params.parse()?;
-        let client = ext.get::<ClientHandle>().expect("serve inserts a ClientHandle").clone();
+        let client = ext
+            .get::<super::super::CallScope>()
+            .expect("serve inserts a CallScope")
+            .client
+            .clone();
         Ok((client, forwarded, Duration::from_millis(ms)))
     }
 
@@ -343,7 +347,10 @@ mod tests {
             .expect("fresh name");
         module
             .register_blocking_method("progress", |_, _, ext| {
-                let client = ext.get::<ClientHandle>().expect("serve inserts a ClientHandle");
+                let client = &ext
+                    .get::<super::super::CallScope>()
+                    .expect("serve inserts a CallScope")
+                    .client;
                 client.notify("$/progress", json!({"n": 1}));
                 client.notify("$/progress", json!({"n": 2}));
                 "done"
@@ -351,7 +358,10 @@ mod tests {
             .expect("fresh name");
         module
             .register_async_method("progress_async", |_, _, ext| async move {
-                let client = ext.get::<ClientHandle>().expect("serve inserts a ClientHandle");
+                let client = &ext
+                    .get::<super::super::CallScope>()
+                    .expect("serve inserts a CallScope")
+                    .client;
                 client.notify("$/progress", json!({"n": 1}));
                 client.notify("$/progress", Value::Null);
                 "done"

@@ -10,6 +10,7 @@
 
 mod client;
 mod framing;
+mod order;
 mod queue;
 mod shim;
 
@@ -34,7 +35,10 @@ pub use client::ClientHandle;
 pub use client::ClientRequestError;
 use client::Peer;
 use framing::{Frame, FrameReader, Framing, Incoming};
+use order::Arrivals;
+pub use order::CallScope;
 use queue::{WriteQueue, write_frames, write_frames_blocking};
+use satchel_engine::CallToken;
 use shim::Shim;
 
 /// LSP's error code for a request the client cancelled.
@@ -71,10 +75,13 @@ impl Default for TransportLimits {
 /// jsonrpsee reads a request's envelope (one pass over the text, a copy of the params) before
 /// the method decodes its params (another pass). For a method whose requests carry a whole
 /// conversation, megabytes on every call, those passes cost more than the method's own work.
-/// The handler gets the message and the client's handle and returns the reply, or `None` to
+/// The handler gets the message and the call's scope and returns the reply, or `None` to
 /// let jsonrpsee answer instead (it must then have the method too, so that every error is
-/// jsonrpsee's own).
-pub type DirectHandler = Arc<dyn Fn(&[u8], ClientHandle) -> Option<Vec<u8>> + Send + Sync>;
+/// jsonrpsee's own); it must then leave the scope's admission untaken.
+pub type DirectHandler = Arc<dyn Fn(&[u8], CallScope) -> Option<Vec<u8>> + Send + Sync>;
+
+/// Told the id of a connection that has closed, to drop what was kept for it.
+pub type CloseHandler = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// What a served stream answers: jsonrpsee's methods, and the methods answered directly.
 #[derive(Clone)]
@@ -83,6 +90,8 @@ pub struct Service {
     pub methods: Methods,
     /// Methods answered without jsonrpsee when the message is a plain, well-formed call.
     pub direct: Arc<HashMap<&'static str, DirectHandler>>,
+    /// Runs when a connection closes.
+    pub on_close: Option<CloseHandler>,
 }
 
 impl From<Methods> for Service {
@@ -90,6 +99,7 @@ impl From<Methods> for Service {
         Service {
             methods,
             direct: Arc::default(),
+            on_close: None,
         }
     }
 }
@@ -147,7 +157,9 @@ where
         queue,
         in_flight: Arc::default(),
         next_seq: 0,
+        arrivals: Arrivals::default(),
     };
+    let connection_id = conn.peer.handle().connection_id();
     // Large reads: tokio's stdin reads on a blocking thread, one hop per fill, and a resent
     // history is megabytes.
     let mut frames = FrameReader::new(
@@ -181,6 +193,9 @@ where
     // Dropping the connection fails the requests waiting for the client. Each request task
     // holds a sender, so the writer drains and ends once all have finished.
     drop(conn);
+    if let Some(on_close) = &service.on_close {
+        on_close(connection_id);
+    }
     joined(writer_task.await)
 }
 
@@ -290,6 +305,8 @@ struct InFlight {
     seq: u64,
     framing: Framing,
     abort: AbortHandle,
+    /// Decides whether a cancel still stops the call (see [`CallToken`]).
+    token: CallToken,
 }
 
 type InFlightMap = Arc<Mutex<HashMap<Id<'static>, InFlight>>>;
@@ -305,6 +322,8 @@ struct Connection {
     /// it finishes, or a cancel) is the one that replies, so a request gets exactly one reply.
     in_flight: InFlightMap,
     next_seq: u64,
+    /// Admissions in arrival order.
+    arrivals: Arrivals,
 }
 
 impl Connection {
@@ -340,7 +359,12 @@ impl Connection {
         let seq = self.next_seq;
         self.next_seq += 1;
         let shim = Arc::clone(&self.shim);
-        let client = self.peer.handle();
+        let token = CallToken::new();
+        let scope = CallScope {
+            client: self.peer.handle(),
+            token: token.clone(),
+            admission: self.arrivals.next(),
+        };
         let queue = self.queue.clone();
         let in_flight = Arc::clone(&self.in_flight);
         // Holding the lock while spawning means the task cannot finish and look for its
@@ -352,22 +376,22 @@ impl Connection {
         let task = tokio::spawn(async move {
             let reply = match direct {
                 Some(handler) => {
-                    let direct_client = client.clone();
+                    let direct_scope = scope.clone();
                     let answered = tokio::task::spawn_blocking(move || {
-                        let reply = handler(&body, direct_client);
+                        let reply = handler(&body, direct_scope);
                         (body, reply)
                     })
                     .await;
                     match answered {
                         Ok((_, Some(reply))) => Some(reply),
-                        Ok((body, None)) => shim.call(body, client).await,
+                        Ok((body, None)) => shim.call(body, scope).await,
                         Err(e) => {
                             tracing::error!("a direct method panicked: {e}");
                             None
                         }
                     }
                 }
-                None => shim.call(body, client).await,
+                None => shim.call(body, scope).await,
             };
             if let Some(id) = key {
                 let mut map = lock(&in_flight);
@@ -382,19 +406,38 @@ impl Connection {
         });
         if let Some(id) = tracked {
             let abort = task.abort_handle();
-            map.insert(id, InFlight { seq, framing, abort });
+            map.insert(
+                id,
+                InFlight {
+                    seq,
+                    framing,
+                    abort,
+                    token,
+                },
+            );
         }
     }
 
-    /// Aborts the request named by a `$/cancelRequest` and replies -32800 for it.
+    /// Cancels the request named by a `$/cancelRequest` and replies -32800 for it, unless
+    /// the request has passed its commit point: its result is then sent as usual (LSP allows
+    /// that). A cancelled call's handler may still be running, undoing what it did; it holds
+    /// its session until then, so whatever the client sends next on that session sees the
+    /// session as it was before the cancelled call.
     async fn cancel(&self, body: &[u8]) {
         let Ok(Cancel { params }) = serde_json::from_slice::<Cancel>(body) else {
             tracing::warn!("$/cancelRequest without params.id");
             return;
         };
         let id = params.id.into_owned();
-        let Some(entry) = lock(&self.in_flight).remove(&id) else {
-            return; // already answered, or never existed
+        let entry = {
+            let mut map = lock(&self.in_flight);
+            match map.get(&id) {
+                Some(entry) if entry.token.cancel() => map.remove(&id),
+                _ => None, // already answered, never existed, or committed: the result comes
+            }
+        };
+        let Some(entry) = entry else {
+            return;
         };
         entry.abort.abort();
         let error = ErrorObject::borrowed(REQUEST_CANCELLED_CODE, "Request cancelled", None);

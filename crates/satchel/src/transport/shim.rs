@@ -15,7 +15,7 @@ use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{ConnectionState, HttpBody, HttpRequest, ServerConfig, ServerHandle, stop_channel};
 use tokio::sync::Semaphore;
 
-use super::{ClientHandle, TransportLimits};
+use super::{CallScope, TransportLimits};
 
 /// Connection ids handed to jsonrpsee, unique per served stream within the process.
 static NEXT_CONN_ID: AtomicU32 = AtomicU32::new(0);
@@ -54,10 +54,10 @@ impl Shim {
     /// Handles one message (a call, notification or batch) and returns the reply body,
     /// or `None` when there is nothing to send back.
     ///
-    /// `client` goes into the request's extensions, which jsonrpsee passes to the method.
-    pub async fn call(&self, body: Vec<u8>, client: ClientHandle) -> Option<Vec<u8>> {
+    /// `scope` goes into the request's extensions, which jsonrpsee passes to the method.
+    pub async fn call(&self, body: Vec<u8>, scope: CallScope) -> Option<Vec<u8>> {
         let mut request = HttpRequest::new(HttpBody::from(body));
-        request.extensions_mut().insert(client);
+        request.extensions_mut().insert(scope);
         *request.method_mut() = http::Method::POST;
         request.headers_mut().insert(
             http::header::CONTENT_TYPE,

@@ -1,0 +1,399 @@
+//! Compaction: summarise the older part of a session, archive its raw messages, and put the
+//! summary in their place; automatic (from `prepare`) or manual (`context.compact`).
+
+use std::collections::HashSet;
+
+use satchel_core::compact::plan_split;
+use satchel_core::summary::extractive::ExtractiveSummarizer;
+use satchel_core::summary::llm::{Language, LlmSummarizer};
+use satchel_core::summary::memory::memory_note;
+use satchel_core::summary::render::summary_message_text;
+use satchel_core::summary::{Summarizer, SummaryInput};
+use satchel_core::tokens::TokenCounter;
+use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
+use satchel_protocol::{
+    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, EventKind,
+};
+use satchel_storage::{CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord};
+use serde_json::Value;
+
+use crate::call::CallContext;
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::ingest::Writes;
+use crate::live::Ticket;
+use crate::session::{Entry, Session, format_or_default};
+use crate::usage::{RequestExtras, usage};
+use crate::{Outcome, event_of};
+
+/// Why and how a compaction runs.
+pub(crate) struct CompactionRequest<'a, 'c> {
+    /// Steers the summary (`context.compact`).
+    pub instruction: Option<&'a str>,
+    /// Requested by `context.compact`.
+    pub manual: bool,
+    /// The call: its model, progress sink and cancellation.
+    pub call: &'a CallContext<'c>,
+    /// The call's own writes, still running: they must be done before the compaction logs
+    /// anything after them.
+    pub pending_writes: Option<&'a mut Writes>,
+}
+
+/// Why a compaction did not happen.
+pub(crate) enum CompactError {
+    /// The summariser failed: nothing changed.
+    Summarize(String),
+    /// The summary would not be smaller than what it replaces: nothing changed.
+    Futile(String),
+    /// Storage failed, or the call was cancelled.
+    Engine(EngineError),
+}
+
+impl From<EngineError> for CompactError {
+    fn from(e: EngineError) -> Self {
+        CompactError::Engine(e)
+    }
+}
+
+impl From<satchel_storage::StorageError> for CompactError {
+    fn from(e: satchel_storage::StorageError) -> Self {
+        CompactError::Engine(e.into())
+    }
+}
+
+/// A summary made for a span, before anything is written.
+struct Drafted {
+    begun: CompactionBegun,
+    encoded: EncodedLines,
+    compacted_tokens: u64,
+}
+
+impl Engine {
+    /// `context.compact`: compact now, everything but the reserve.
+    pub fn compact_now(
+        &self,
+        ticket: Ticket,
+        params: CompactParams,
+        config: &Config,
+        call: &CallContext<'_>,
+    ) -> Result<Outcome<CompactResult>, EngineError> {
+        self.transaction(ticket, &call.token, |slot| {
+            let Some(session) = slot.as_mut() else {
+                return Err(EngineError::UnknownSession(params.session_id.clone()));
+            };
+            let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+            // A manual compaction counts the request as the last `context.prepare` sent it.
+            let extras = RequestExtras {
+                system: session.last_system.clone(),
+                tools: session.last_tools.clone(),
+            };
+            let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
+            let how = CompactionRequest {
+                instruction: params.instruction.as_deref(),
+                manual: true,
+                call,
+                pending_writes: None,
+            };
+            let compaction = match self.compact(&params.session_id, session, config, &counter, &extras, how) {
+                Ok(report) => report,
+                Err(CompactError::Summarize(reason) | CompactError::Futile(reason)) => {
+                    return Err(EngineError::SummarizeFailed(reason));
+                }
+                Err(CompactError::Engine(e)) => return Err(e),
+            };
+            let mut event = None;
+            if let Some(report) = &compaction {
+                session.last_usage = Some(usage(session, config, &counter, &extras, false));
+                let actions = [Action::Compacted(report.clone())];
+                event = Some(event_of(&params.session_id, session, EventKind::Compact, &actions));
+            }
+            Ok(Outcome {
+                result: CompactResult {
+                    session_id: params.session_id.clone(),
+                    compacted: compaction.as_ref().map_or(0, |c| c.messages),
+                    compaction,
+                    summary: session.summary().cloned(),
+                    summary_text: session.summary_text().map(str::to_owned),
+                },
+                event,
+            })
+        })
+    }
+
+    /// Compacts the older part of a session: summarise, claim the call's commit point, log
+    /// the start, archive the raw messages, log the end, then drop them from memory.
+    /// `Ok(None)`: nothing to compact.
+    pub(crate) fn compact(
+        &self,
+        id: &str,
+        session: &mut Session,
+        config: &Config,
+        counter: &TokenCounter,
+        extras: &RequestExtras,
+        how: CompactionRequest<'_, '_>,
+    ) -> Result<Option<CompactionReport>, CompactError> {
+        let Some(drafted) = self.draft(id, session, config, counter, extras, &how)? else {
+            return Ok(None);
+        };
+        let Drafted {
+            mut begun,
+            encoded,
+            compacted_tokens,
+        } = drafted;
+        let before_summary = session.summary_tokens(counter, config);
+        let summary_tokens = counter.count_text(&summary_message_text(&begun.summary)) + 4;
+        // A summary that is not smaller than what it replaces would only be run again on the
+        // next call (a small window thrashing): an automatic compaction then changes nothing.
+        // A manual one was asked for, and runs.
+        if !how.manual && summary_tokens >= compacted_tokens + before_summary {
+            return Err(CompactError::Futile(format!(
+                "compaction skipped: the summary ({summary_tokens} tokens) would not be smaller than the {} tokens it replaces",
+                compacted_tokens + before_summary
+            )));
+        }
+        begun.tokens_after = (begun.tokens_before + summary_tokens).saturating_sub(compacted_tokens + before_summary);
+        if let Some(pending) = how.pending_writes {
+            pending.wait()?;
+        }
+        // The commit point: a cancel that came while the summariser ran wins here, and the
+        // call's earlier records are rolled back; from here on the compaction takes effect.
+        if !how.call.token.commit() {
+            return Err(EngineError::Cancelled.into());
+        }
+        self.sessions
+            .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])?;
+        let range = self.archive_compaction(&begun, encoded, &[])?;
+
+        // Archived: the messages may leave memory. The log says so only with the done record
+        // below; if that write fails the call is rolled back and the reload finds the log as
+        // it was before the call.
+        let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
+        session.entries.retain(|e| !compacted.contains(&e.index));
+        let previous = session.summary().cloned();
+        let mut summary = begun.summary.clone();
+        summary.add_archive_range(range.clone(), &begun.indices);
+        session.set_summary(Some(summary));
+        // The size of the request returned next: with recent results cut to the old-phase
+        // limit too when it is still over the window, as `prepare` will do.
+        let mut after = usage(session, config, counter, extras, false);
+        if after.total > config.max_input_length {
+            after = usage(session, config, counter, extras, true);
+        }
+        begun.tokens_after = after.total;
+        session.futile_compaction_at = None;
+        let done = SessionRecord::CompactionDone {
+            id: begun.id.clone(),
+            range: range.clone(),
+            tokens_after: Some(begun.tokens_after),
+        };
+        self.sessions.append(id, &[done])?;
+        let report = report_of(&begun, Some(&range));
+        if config.memory_enabled {
+            self.remember(id, &begun, previous.as_ref(), session.summary());
+        }
+        session.compactions.push(CompactionInfo {
+            begun,
+            range: Some(range),
+        });
+        Ok(Some(report))
+    }
+
+    /// Plans the split and summarises the span, encoding its archive lines on another core
+    /// meanwhile; writes nothing. `Ok(None)`: nothing can be compacted.
+    fn draft(
+        &self,
+        id: &str,
+        session: &mut Session,
+        config: &Config,
+        counter: &TokenCounter,
+        extras: &RequestExtras,
+        how: &CompactionRequest<'_, '_>,
+    ) -> Result<Option<Drafted>, CompactError> {
+        let before = usage(session, config, counter, extras, false);
+        let tokens = session.count_tokens(counter, config, false);
+        let format = format_or_default(session.format);
+        let Some(plan) = plan_split(
+            &session.rendered_entries(config, false),
+            &tokens,
+            format,
+            config.reserve_tokens(),
+        ) else {
+            return Ok(None);
+        };
+        let span: Vec<Value> = plan
+            .compact
+            .iter()
+            .map(|&p| session.entries[p].full_message(&self.offloads))
+            .collect();
+        let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries[p].index).collect();
+        let input = SummaryInput {
+            previous: session.summary(),
+            messages: &span,
+            indices: &indices,
+            format,
+            instruction: how.instruction,
+            demonstration_prefixes: Some(&config.demonstration_prefixes),
+            max_tokens: config.summary_budget_tokens(),
+            counter,
+        };
+        let compaction_id = self.ids.next_id();
+        let at = self.clock.now();
+        let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let archive_file = self.archive.file_for(&at.format("%Y-%m-%d").to_string());
+        let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries[p]).collect();
+        // The archive lines are encoded on another core while the summariser runs: for a
+        // first pass over a long history each takes tens of milliseconds.
+        let (summarized, encoded) = std::thread::scope(|scope| {
+            let encoding = scope.spawn(|| {
+                let lines = dialog_lines(id, &compaction_id, &archived_at, &removed, &span, &HashSet::new());
+                self.archive.encode(&archive_file, &lines)
+            });
+            let summarized = summarize(config, &input, how.call);
+            let encoded = encoding.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (summarized, encoded)
+        });
+        let (mut summary, summarizer) = summarized?;
+        let encoded = encoded?;
+        summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
+        let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
+        Ok(Some(Drafted {
+            begun: CompactionBegun {
+                id: compaction_id,
+                indices,
+                summary,
+                archive_file,
+                at: archived_at,
+                tokens_before: before.total,
+                tokens_after: before.total,
+                manual: how.manual,
+                summarizer,
+            },
+            encoded,
+            compacted_tokens,
+        }))
+    }
+
+    /// Appends what a compaction learned since the previous one to the day's memory log.
+    /// Derived data: a failure is logged, never fatal (the archive already holds everything).
+    fn remember(
+        &self,
+        session_id: &str,
+        begun: &CompactionBegun,
+        previous: Option<&CompactSummary>,
+        summary: Option<&CompactSummary>,
+    ) {
+        let Some(note) = summary.and_then(|s| memory_note(previous, s, session_id, &begun.at)) else {
+            return;
+        };
+        let date = begun.at.get(..10).unwrap_or("unknown-date");
+        if let Err(e) = self.memory.append_daily(date, &note) {
+            tracing::warn!(session = session_id, "could not append to the memory log: {e}");
+        }
+    }
+
+    /// Appends a compaction's `encoded` archive lines to the dialog archive and returns where
+    /// its messages are, counting the lines an interrupted first attempt left `present`
+    /// (line, index).
+    pub(crate) fn archive_compaction(
+        &self,
+        begun: &CompactionBegun,
+        encoded: EncodedLines,
+        present: &[(usize, usize)],
+    ) -> Result<ArchiveRange, satchel_storage::StorageError> {
+        let mut first_line = present.iter().map(|(line, _)| *line).min();
+        let mut last_line = present.iter().map(|(line, _)| *line).max();
+        if !encoded.is_empty() {
+            let appended = self.archive.append_encoded(&begun.archive_file, encoded)?;
+            first_line = Some(first_line.map_or(appended.start_line, |l| l.min(appended.start_line)));
+            last_line = Some(last_line.map_or(appended.end_line, |l| l.max(appended.end_line)));
+        }
+        Ok(ArchiveRange {
+            file: begun.archive_file.clone(),
+            start_line: first_line.unwrap_or(0),
+            end_line: last_line.unwrap_or(0),
+            first_index: begun.indices.first().copied().unwrap_or(0),
+            last_index: begun.indices.last().copied().unwrap_or(0),
+            messages: begun.indices.len(),
+        })
+    }
+}
+
+/// Runs the configured summariser. Model-backed ones never fail: they retry once and fall
+/// back to the extractive summary, saying so in the returned backend name.
+fn summarize(
+    config: &Config,
+    input: &SummaryInput<'_>,
+    call: &CallContext<'_>,
+) -> Result<(CompactSummary, String), CompactError> {
+    let extractive = |backend: &str| {
+        ExtractiveSummarizer
+            .summarize(input)
+            .map(|s| (s, backend.to_owned()))
+            .map_err(|e| CompactError::Summarize(e.to_string()))
+    };
+    if config.summarizer == SummarizerKind::Extractive {
+        return extractive("extractive");
+    }
+    let completer = match call.models.completer(config.summarizer, config) {
+        Ok(completer) => completer,
+        Err(why) => return extractive(&format!("extractive (fallback: {why})")),
+    };
+    let language = match config.summary_language {
+        SummaryLanguage::En => Language::En,
+        SummaryLanguage::Zh => Language::Zh,
+    };
+    let progress = call.progress.clone();
+    let summary = LlmSummarizer::new(completer)
+        .with_language(language)
+        .with_input_budget(config.llm_input_budget_tokens)
+        .with_max_output(config.llm_max_output_tokens)
+        .with_progress(move |stage, stages| progress(stage, stages))
+        .summarize_reporting(input);
+    Ok(summary)
+}
+
+/// The dialog archive lines of compacted messages: `full[i]` is the full message of
+/// `removed[i]`; messages whose index is in `skip` are already archived.
+pub(crate) fn dialog_lines<'a>(
+    session_id: &str,
+    compaction_id: &str,
+    archived_at: &str,
+    removed: &[&Entry],
+    full: &'a [Value],
+    skip: &HashSet<usize>,
+) -> Vec<DialogLine<&'a Value>> {
+    removed
+        .iter()
+        .zip(full)
+        .filter(|(e, _)| !skip.contains(&e.index))
+        .map(|(e, message)| DialogLine {
+            session_id: session_id.to_owned(),
+            index: e.index,
+            compaction_id: compaction_id.to_owned(),
+            archived_at: archived_at.to_owned(),
+            message,
+            offloads: e
+                .offloaded
+                .iter()
+                .map(|o| DialogOffload {
+                    pointer: o.pointer.clone(),
+                    file: o.file.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A compaction as reported to clients.
+pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> CompactionReport {
+    CompactionReport {
+        id: begun.id.clone(),
+        at: begun.at.clone(),
+        manual: begun.manual,
+        messages: begun.indices.len(),
+        tokens_before: begun.tokens_before,
+        tokens_after: begun.tokens_after,
+        archive: range.cloned(),
+        summarizer: begun.summarizer.clone(),
+    }
+}

@@ -1,0 +1,145 @@
+//! The [`Engine`]: what every call shares, and the transaction each session call runs in.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use satchel_protocol::Config;
+use satchel_storage::{DialogArchive, MemoryFiles, OffloadStore, SessionStore, StorageError, Workspace};
+
+use crate::call::CallToken;
+use crate::clock::{Clock, IdSource, RandomIds, SystemClock};
+use crate::error::EngineError;
+use crate::live::{LiveLimits, LiveSessions, Ticket};
+use crate::session::Session;
+
+/// How often idle sessions are looked for, at most.
+const IDLE_SWEEP_MS: i64 = 60_000;
+
+/// Sessions, their durable state and the pipeline, shared by every call.
+pub struct Engine {
+    pub(crate) workspace: Workspace,
+    pub(crate) offloads: OffloadStore,
+    pub(crate) sessions: SessionStore,
+    pub(crate) archive: DialogArchive,
+    pub(crate) memory: MemoryFiles,
+    /// The daemon's configuration; a call may override parts of it for itself.
+    pub(crate) config: Config,
+    pub(crate) live: LiveSessions,
+    /// Held shared by calls that write references to offload files, exclusively by the
+    /// sweep, which must not delete a file between a call deciding to reuse it and the
+    /// call logging its reference.
+    pub(crate) gate: RwLock<()>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdSource>,
+    /// When idle sessions are next looked for (clock milliseconds).
+    next_idle_sweep_ms: AtomicI64,
+}
+
+impl Engine {
+    /// An engine over `workspace` with the daemon's `config`, the system clock and random ids.
+    pub fn new(workspace: Workspace, config: Config) -> Result<Self, StorageError> {
+        Self::with_clock(workspace, config, Arc::new(SystemClock), Arc::new(RandomIds))
+    }
+
+    /// [`Engine::new`] with the given sources of time and ids.
+    pub fn with_clock(
+        workspace: Workspace,
+        config: Config,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdSource>,
+    ) -> Result<Self, StorageError> {
+        Ok(Engine {
+            offloads: OffloadStore::new(&workspace),
+            sessions: SessionStore::new(&workspace),
+            archive: DialogArchive::new(&workspace, &config.dialog_path)?,
+            memory: MemoryFiles::new(&workspace),
+            workspace,
+            config,
+            live: LiveSessions::default(),
+            gate: RwLock::new(()),
+            clock,
+            ids,
+            next_idle_sweep_ms: AtomicI64::new(0),
+        })
+    }
+
+    /// The workspace.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// The daemon's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A place in the queue of session `id`: calls on one session run in the order their
+    /// tickets were taken. Take it as soon as the call's session is known, in arrival order.
+    pub fn ticket(&self, id: &str) -> Result<Ticket, EngineError> {
+        SessionStore::validate_id(id).map_err(|e| EngineError::invalid_params("session_id", e))?;
+        Ok(self.live.ticket(id))
+    }
+
+    /// Sessions held in memory.
+    pub fn live_sessions(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Runs `body` on the session of `ticket` as one transaction: in its turn, with the
+    /// session loaded from its log if it is not in memory (`None` inside: no such session).
+    /// When `body` fails, whatever it wrote to the session log is cut off again and the
+    /// session leaves memory, so the next call starts from the log as it was: the call had
+    /// no effect. A cancel noticed before the turn begins stops the call right there.
+    pub(crate) fn transaction<T>(
+        &self,
+        ticket: Ticket,
+        token: &CallToken,
+        body: impl FnOnce(&mut Option<Session>) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let id = ticket.session_id().to_owned();
+        let turn = ticket.wait();
+        let outcome = (|| {
+            if token.is_cancelled() {
+                return Err(EngineError::Cancelled);
+            }
+            let mut session = turn.session();
+            if session.is_none() {
+                *session = self.load_session(&id)?;
+            }
+            let mark = self.sessions.mark(&id)?;
+            let outcome = body(&mut session);
+            if outcome.is_err() {
+                *session = None;
+                if let Err(e) = self.sessions.roll_back(&id, &mark) {
+                    tracing::error!(session = %id, "could not roll back a failed call's log records: {e}");
+                }
+            }
+            outcome
+        })();
+        turn.touch(self.clock.now().timestamp_millis());
+        drop(turn);
+        self.evict_idle();
+        outcome
+    }
+
+    /// Drops sessions from memory past the live limit, and (at most once a minute) those idle
+    /// too long.
+    fn evict_idle(&self) {
+        let now = self.clock.now().timestamp_millis();
+        let due = now >= self.next_idle_sweep_ms.load(Ordering::Relaxed);
+        if !due && self.live.len() <= self.config.max_live_sessions {
+            return;
+        }
+        if due {
+            self.next_idle_sweep_ms.store(now + IDLE_SWEEP_MS, Ordering::Relaxed);
+        }
+        let limits = LiveLimits {
+            max_sessions: self.config.max_live_sessions,
+            idle_ms: (self.config.session_idle_secs * 1000.0) as i64,
+        };
+        let dropped = self.live.evict(now, limits);
+        if dropped > 0 {
+            tracing::debug!(dropped, live = self.live.len(), "sessions dropped from memory");
+        }
+    }
+}

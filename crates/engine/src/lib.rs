@@ -1,0 +1,82 @@
+//! Satchel's engine: sessions in memory and the pipeline `context.prepare` runs, as a library
+//! that knows no transport.
+//!
+//! The engine holds each session's messages, reconciles what a client sends with them,
+//! offloads large tool results, compacts the older part into a summary, archives it, and
+//! recovers from a crash on load. Calls on one session run in arrival order, each as one
+//! transaction: all its effects durable and its result returned, or none. Time and ids come
+//! from an injected [`Clock`] and [`IdSource`]; models and progress reports come with each
+//! call ([`CallContext`]); what a call did is returned as an event for the caller to publish.
+//!
+//! # Layout
+//!
+//! - [`engine`]: the [`Engine`] and the transaction every session call runs in.
+//! - [`live`]: sessions in memory, the per-session queue of calls, eviction.
+//! - `prepare`, `ingest`, `usage`, `compact`, `recovery`, `queries`: one call or stage each.
+//! - `session`: a session's messages and their cached renderings; `align` in it reconciles.
+//! - [`call`]: cancellation, models and progress, as a caller passes them.
+//! - [`clock`]: the injected sources of time and ids.
+//! - `parallel`: sharing a large batch of per-message work between cores.
+
+pub mod call;
+pub mod clock;
+mod compact;
+pub mod engine;
+mod error;
+mod ingest;
+pub mod live;
+pub mod parallel;
+mod prepare;
+mod queries;
+mod recovery;
+mod session;
+mod usage;
+
+pub use call::{CallContext, CallToken, ModelSource, NoModels, ProgressSink};
+pub use clock::{Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock};
+pub use engine::Engine;
+pub use error::EngineError;
+pub use live::Ticket;
+pub use prepare::Prepared;
+
+use satchel_core::repair::Repair;
+use satchel_protocol::{Action, ContextEvent, EventKind, RepairKind};
+
+use crate::session::Session;
+
+/// What a call returns, and the event its session's watchers are told.
+#[derive(Debug)]
+pub struct Outcome<T> {
+    /// The call's result.
+    pub result: T,
+    /// What changed, for `context.watch`ers; `None` when nothing did.
+    pub event: Option<ContextEvent>,
+}
+
+/// The event telling watchers what a call just did to session `id`.
+fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) -> ContextEvent {
+    let tokens = session.last_usage.clone().unwrap_or_default();
+    ContextEvent {
+        session_id: id.to_owned(),
+        kind,
+        pressure: tokens.pressure(),
+        tokens,
+        messages: session.entries.len(),
+        compactions: session.compactions.len(),
+        actions: actions.iter().map(Action::kind).collect(),
+    }
+}
+
+/// The action reporting a repair.
+fn repair_action(repair: &Repair) -> Action {
+    let (index, repair, call_id) = match repair {
+        Repair::SyntheticResult { index, call_id } => (*index, RepairKind::SyntheticResult, Some(call_id.clone())),
+        Repair::DroppedOrphanResult { index, call_id } => {
+            (*index, RepairKind::DroppedOrphanResult, Some(call_id.clone()))
+        }
+        Repair::MergedSameRole { index } => (*index, RepairKind::MergedSameRole, None),
+        Repair::MovedResultsFirst { index } => (*index, RepairKind::MovedResultsFirst, None),
+        Repair::InsertedLeadingUser => (0, RepairKind::InsertedLeadingUser, None),
+    };
+    Action::Repaired { index, repair, call_id }
+}

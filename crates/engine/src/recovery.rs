@@ -1,0 +1,115 @@
+//! Loading a session from its log, and finishing a compaction a crash interrupted.
+
+use std::collections::HashSet;
+
+use satchel_core::format;
+use satchel_core::hash::MessageHash;
+use satchel_core::render::OffloadedText;
+use satchel_core::truncate::TextStats;
+use satchel_protocol::MessageFormat;
+use satchel_storage::{CompactionInfo, SessionRecord, StorageError, StoredMessage};
+use serde_json::Value;
+
+use crate::compact::dialog_lines;
+use crate::engine::Engine;
+use crate::session::{Entry, Session, format_or_default};
+
+impl Engine {
+    /// Loads a session from its log, restoring offloaded texts and finishing a compaction a
+    /// crash interrupted. `None`: no such session.
+    pub(crate) fn load_session(&self, id: &str) -> Result<Option<Session>, StorageError> {
+        let Some(log) = self.sessions.load(id)? else {
+            return Ok(None);
+        };
+        let format = format_or_default(log.format);
+        let mut session = Session::new(log.format, self.offloads.clone());
+        session.original_hashes = log.original_hashes.iter().map(|h| stored_hash(h)).collect();
+        session.text_hashes = vec![None; session.original_hashes.len()];
+        for (index, stored) in log.messages {
+            let logged_hash = stored.hash.parse::<MessageHash>().ok();
+            let (message, offloaded) = restore(stored, format, &session.entries);
+            let mut entry = Entry::new(index, session.original_hashes[index], message, offloaded, None);
+            // A log written by an older satchel holds another kind of hash: hash the message again.
+            if logged_hash.is_none() {
+                entry.hash = MessageHash::of_value(&entry.full_message(&self.offloads));
+                session.original_hashes[index] = entry.hash;
+            }
+            session.entries.push(entry);
+        }
+        let mut summary = log.summary;
+        session.compactions = log.compactions;
+        if let Some((begun, removed)) = log.pending {
+            let removed: Vec<Entry> = removed
+                .into_iter()
+                .map(|(index, stored)| {
+                    let hash = stored_hash(&stored.hash);
+                    let (message, offloaded) = restore(stored, format, &[]);
+                    Entry::new(index, hash, message, offloaded, None)
+                })
+                .collect();
+            let full: Vec<Value> = removed.iter().map(|e| e.full_message(&self.offloads)).collect();
+            // The first attempt may have written some lines: find them by compaction id.
+            let present = self.archive.lines_of(&begun.archive_file, id, &begun.id)?;
+            let done: HashSet<usize> = present.iter().map(|(_, index)| *index).collect();
+            let removed: Vec<&Entry> = removed.iter().collect();
+            let lines = dialog_lines(id, &begun.id, &begun.at, &removed, &full, &done);
+            let encoded = self.archive.encode(&begun.archive_file, &lines)?;
+            let range = self.archive_compaction(&begun, encoded, &present)?;
+            self.sessions.append(
+                id,
+                &[SessionRecord::CompactionDone {
+                    id: begun.id.clone(),
+                    range: range.clone(),
+                    tokens_after: None,
+                }],
+            )?;
+            if let Some(summary) = &mut summary {
+                summary.add_archive_range(range.clone(), &begun.indices);
+            }
+            tracing::warn!(session = id, compaction = %begun.id, "finished a compaction interrupted by a crash");
+            session.compactions.push(CompactionInfo {
+                begun,
+                range: Some(range),
+            });
+        }
+        session.set_summary(summary);
+        tracing::debug!(
+            session = id,
+            messages = session.entries.len(),
+            "session restored from its log"
+        );
+        Ok(Some(session))
+    }
+}
+
+/// Restores a stored message: the message as logged (offloaded texts empty, see
+/// [`Entry::message`]) and what is known of its offloaded texts.
+fn restore(stored: StoredMessage, format: MessageFormat, earlier: &[Entry]) -> (Value, Vec<OffloadedText>) {
+    let message = stored.message;
+    let mut offloaded = Vec::with_capacity(stored.offloads.len());
+    for o in stored.offloads {
+        let call_id = format::result_texts(&message, format)
+            .into_iter()
+            .find(|t| t.pointer == o.pointer)
+            .and_then(|t| t.call_id);
+        let call = call_id.and_then(|cid| format::find_call(earlier.iter().rev().map(|e| &e.message), &cid, format));
+        offloaded.push(OffloadedText {
+            pointer: o.pointer,
+            file: o.file,
+            stats: TextStats {
+                total_bytes: o.total_bytes,
+                total_lines: o.total_lines,
+            },
+            call,
+        });
+    }
+    (message, offloaded)
+}
+
+/// A hash read from a session log. One in an older form cannot be compared with today's
+/// hashes: it becomes a hash no message has, so that message counts as changed if resent.
+fn stored_hash(stored: &str) -> MessageHash {
+    stored
+        .parse()
+        .unwrap_or_else(|_| MessageHash::of_value(&Value::String(format!("unrecognised stored hash {stored}"))))
+}

@@ -1,0 +1,21 @@
+//! `context.compact`: compact a session now, optionally steered by an instruction.
+
+use satchel_protocol::{CompactParams, CompactResult};
+
+use super::Daemon;
+use crate::error::RpcError;
+use crate::transport::CallScope;
+
+impl Daemon {
+    /// `context.compact`.
+    pub fn compact(&self, params: CompactParams, scope: &CallScope) -> Result<CompactResult, RpcError> {
+        let config = self.effective_config(params.config.as_ref())?;
+        let ticket = self.ticket(scope, &params.session_id)?;
+        let session_id = params.session_id.clone();
+        let outcome = self.run_with_call(scope, &session_id, |call| {
+            self.engine().compact_now(ticket, params, &config, call)
+        })?;
+        self.publish(outcome.event);
+        Ok(outcome.result)
+    }
+}

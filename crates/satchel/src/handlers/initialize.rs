@@ -1,0 +1,41 @@
+//! `initialize`: the client declares its capabilities; the daemon answers with its own.
+
+use satchel_protocol::{InitializeParams, InitializeResult};
+
+use super::{Daemon, lock};
+use crate::error::RpcError;
+use crate::transport::CallScope;
+
+impl Daemon {
+    /// `initialize`.
+    pub fn initialize(
+        &self,
+        params: InitializeParams,
+        scope: &CallScope,
+        methods: Vec<String>,
+    ) -> Result<InitializeResult, RpcError> {
+        if !scope.token.commit() {
+            return Err(satchel_engine::EngineError::Cancelled.into());
+        }
+        let connection = scope.client.connection_id();
+        let mut completing = lock(&self.completing_clients);
+        if params.capabilities.summarizer_complete {
+            completing.insert(connection);
+        } else {
+            completing.remove(&connection);
+        }
+        drop(completing);
+        if let Some(info) = &params.client_info {
+            tracing::info!(client = %info, "initialize");
+        }
+        let engine = self.engine();
+        Ok(InitializeResult {
+            server_name: "satchel".into(),
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            protocol_version: satchel_protocol::PROTOCOL_VERSION.into(),
+            workspace: engine.workspace().root().display().to_string(),
+            config: engine.config().clone(),
+            methods,
+        })
+    }
+}
