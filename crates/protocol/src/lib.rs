@@ -26,7 +26,9 @@ pub const PROTOCOL_VERSION: &str = "0.1.0";
 /// A JSON-RPC method: its wire name and the types of its params and result.
 ///
 /// Declaring each method once as a type (as rust-analyzer's `lsp/ext.rs` does) lets the daemon
-/// register handlers and the schema generator describe them from the same declaration.
+/// register handlers and the schema generator describe them from the same declaration. The
+/// method table, [`MethodKind`], lists every such type once, with its [`LockScope`]: the daemon
+/// registers, `initialize` reports and `openrpc.json` describes exactly its methods.
 pub trait Method {
     /// The wire name, e.g. `context.prepare`.
     const NAME: &'static str;

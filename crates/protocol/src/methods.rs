@@ -1,10 +1,142 @@
-//! Methods: each declared once as a type implementing [`Method`], with its params and result.
+//! Methods: each declared once as a type implementing [`Method`], with its params and result,
+//! and listed once in the method table ([`MethodKind`]) with its [`LockScope`].
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{CompactSummary, Config, Method, summary::ArchiveRange};
+use crate::{CompactSummary, Config, Method, openrpc::schema_of, summary::ArchiveRange};
+
+/// What a method's calls wait for before they run. Declared per method in the method table
+/// ([`MethodKind`]) and published as `x-lock-scope` in `openrpc.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockScope {
+    /// The call names a session (`session_id`) and waits its turn on it: calls on one session
+    /// run one at a time, in the order they arrived, each seeing what the calls before it did.
+    Session,
+    /// The call reads the workspace (stored files, the list of sessions) and does not queue:
+    /// it runs at once, alongside calls on any session, and never waits for one.
+    Workspace,
+    /// The call changes only what the daemon keeps for the calling connection (its
+    /// capabilities, its subscriptions) and does not queue on any session; calls the
+    /// connection sends after it see its effect.
+    Connection,
+}
+
+impl LockScope {
+    /// Every scope.
+    pub const ALL: [LockScope; 3] = [LockScope::Session, LockScope::Workspace, LockScope::Connection];
+
+    /// The wire name, the value of `x-lock-scope` in `openrpc.json`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LockScope::Session => "session",
+            LockScope::Workspace => "workspace",
+            LockScope::Connection => "connection",
+        }
+    }
+
+    /// What the scope means for a client, copied into `openrpc.json`.
+    pub const fn meaning(self) -> &'static str {
+        match self {
+            LockScope::Session => {
+                "Calls on one session (`session_id`) run one at a time, in the order they arrived; each sees what the calls before it did."
+            }
+            LockScope::Workspace => {
+                "Reads the workspace without queueing: runs at once, alongside calls on any session, and never waits for one."
+            }
+            LockScope::Connection => {
+                "Changes only the calling connection's state and queues on no session; calls the connection sends after it see its effect."
+            }
+        }
+    }
+}
+
+/// One row of the method table: what [`MethodKind::spec`] says about a method.
+#[derive(Debug, Clone, Copy)]
+pub struct MethodSpec {
+    /// The wire name ([`Method::NAME`]).
+    pub name: &'static str,
+    /// One-line description ([`Method::SUMMARY`]).
+    pub summary: &'static str,
+    /// What its calls wait for.
+    pub lock_scope: LockScope,
+    /// The JSON Schema (draft 2020-12) of its params ([`Method::Params`]).
+    pub params_schema: fn() -> Value,
+    /// The JSON Schema (draft 2020-12) of its result ([`Method::Result`]).
+    pub result_schema: fn() -> Value,
+}
+
+impl MethodSpec {
+    /// The row of method `M`, whose calls wait for `lock_scope`.
+    const fn of<M: Method>(lock_scope: LockScope) -> MethodSpec {
+        MethodSpec {
+            name: M::NAME,
+            summary: M::SUMMARY,
+            lock_scope,
+            params_schema: schema_of::<M::Params>,
+            result_schema: schema_of::<M::Result>,
+        }
+    }
+}
+
+/// Declares [`MethodKind`] from the table below: its variants, [`MethodKind::ALL`] and
+/// [`MethodKind::spec`] come from the same rows, so none can miss a method.
+macro_rules! method_table {
+    ($($method:ident: $scope:ident,)*) => {
+        /// Every method of the protocol, one variant per [`Method`] type: the one list the
+        /// daemon registers (with an exhaustive `match`), `initialize` reports and
+        /// `openrpc.json` describes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum MethodKind {
+            $(
+                #[doc = concat!("[`", stringify!($method), "`], lock scope [`LockScope::", stringify!($scope), "`].")]
+                $method,
+            )*
+        }
+
+        impl MethodKind {
+            /// Every method, in table order (the order of `initialize`'s `methods` and of
+            /// `openrpc.json`).
+            pub const ALL: [MethodKind; [$(stringify!($method)),*].len()] = [$(MethodKind::$method),*];
+
+            /// Its row of the table: wire name, summary, lock scope and schemas.
+            pub const fn spec(self) -> MethodSpec {
+                match self {
+                    $(MethodKind::$method => MethodSpec::of::<$method>(LockScope::$scope),)*
+                }
+            }
+        }
+    };
+}
+
+// The method table: each method's declaration type and its lock scope.
+method_table! {
+    Initialize: Connection,
+    ContextPrepare: Session,
+    ContextRead: Workspace,
+    ContextCompact: Session,
+    ContextInspect: Session,
+    ContextSessions: Workspace,
+    ContextWatch: Connection,
+}
+
+impl MethodKind {
+    /// The wire name, e.g. `context.prepare`.
+    pub const fn name(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// What its calls wait for.
+    pub const fn lock_scope(self) -> LockScope {
+        self.spec().lock_scope
+    }
+
+    /// The method of a wire name.
+    pub fn from_name(name: &str) -> Option<MethodKind> {
+        MethodKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
 
 /// `initialize`: the first call of an editor plugin; tells it who answers and how it is configured.
 pub enum Initialize {}
@@ -606,4 +738,46 @@ pub struct ReadResult {
     pub total_lines: usize,
     /// Bytes in the file.
     pub total_bytes: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::{LockScope, MethodKind};
+
+    #[test]
+    fn table_names_are_unique_and_found_again() {
+        let names: HashSet<&str> = MethodKind::ALL.iter().map(|kind| kind.name()).collect();
+        assert_eq!(
+            names.len(),
+            MethodKind::ALL.len(),
+            "a wire name appears twice in the method table"
+        );
+        for kind in MethodKind::ALL {
+            assert_eq!(MethodKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(MethodKind::from_name("shutdown"), None);
+    }
+
+    #[test]
+    fn every_method_has_its_intended_lock_scope() {
+        let intended = [
+            ("initialize", LockScope::Connection),
+            ("context.prepare", LockScope::Session),
+            ("context.read", LockScope::Workspace),
+            ("context.compact", LockScope::Session),
+            ("context.inspect", LockScope::Session),
+            ("context.sessions", LockScope::Workspace),
+            ("context.watch", LockScope::Connection),
+        ];
+        let table: Vec<(&str, LockScope)> = MethodKind::ALL.iter().map(|k| (k.name(), k.lock_scope())).collect();
+        assert_eq!(table, intended);
+    }
+
+    #[test]
+    fn lock_scope_names_are_unique() {
+        let names: HashSet<&str> = LockScope::ALL.iter().map(|scope| scope.name()).collect();
+        assert_eq!(names.len(), LockScope::ALL.len());
+    }
 }

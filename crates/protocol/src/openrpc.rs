@@ -7,31 +7,38 @@
 use schemars::{JsonSchema, generate::SchemaSettings};
 use serde_json::{Value, json};
 
-use crate::{
-    ContextCompact, ContextEvent, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch,
-    ErrorCode, Initialize, Method, PROTOCOL_VERSION,
-};
+use crate::{ContextEvent, ErrorCode, LockScope, MethodKind, PROTOCOL_VERSION};
 
-fn schema_of<T: JsonSchema>() -> Value {
+/// The JSON Schema (draft 2020-12) of `T`.
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12().into_generator();
     serde_json::to_value(generator.into_root_schema_for::<T>()).unwrap_or(Value::Null)
 }
 
-fn method<M: Method>() -> Value {
+/// A method's entry, from its row of the method table; `x-lock-scope` is its [`LockScope`].
+fn method(kind: MethodKind) -> Value {
+    let spec = kind.spec();
     json!({
-        "name": M::NAME,
-        "summary": M::SUMMARY,
+        "name": spec.name,
+        "summary": spec.summary,
         "paramStructure": "by-name",
-        "params": [{ "name": "params", "required": true, "schema": schema_of::<M::Params>() }],
-        "result": { "name": "result", "schema": schema_of::<M::Result>() },
+        "params": [{ "name": "params", "required": true, "schema": (spec.params_schema)() }],
+        "result": { "name": "result", "schema": (spec.result_schema)() },
+        "x-lock-scope": spec.lock_scope.name(),
     })
 }
 
-/// The whole OpenRPC document: every method and the error-code table.
+/// The whole OpenRPC document: every method of the method table, what their lock scopes
+/// mean, and the error-code table.
 pub fn document() -> Value {
     let errors: Vec<Value> = ErrorCode::ALL
         .iter()
         .map(|c| json!({ "code": c.code(), "name": c.name(), "message": c.meaning() }))
+        .collect();
+    let methods: Vec<Value> = MethodKind::ALL.into_iter().map(method).collect();
+    let lock_scopes: Vec<Value> = LockScope::ALL
+        .iter()
+        .map(|s| json!({ "name": s.name(), "meaning": s.meaning() }))
         .collect();
     json!({
         "openrpc": "1.3.2",
@@ -40,15 +47,8 @@ pub fn document() -> Value {
             "version": PROTOCOL_VERSION,
             "description": "Context-window daemon for AI agents. JSON-RPC 2.0 over stdio (NDJSON or Content-Length framing).",
         },
-        "methods": [
-            method::<Initialize>(),
-            method::<ContextPrepare>(),
-            method::<ContextCompact>(),
-            method::<ContextRead>(),
-            method::<ContextInspect>(),
-            method::<ContextSessions>(),
-            method::<ContextWatch>(),
-        ],
+        "methods": methods,
+        "x-satchel-lock-scopes": lock_scopes,
         "x-satchel-errors": errors,
         "x-satchel-notifications": [
             { "name": "$/cancelRequest", "direction": "client→server", "params": { "id": "id of the request to cancel" } },
@@ -80,6 +80,32 @@ pub fn errors_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
+
+    use crate::{LockScope, MethodKind};
+
+    /// The document lists exactly the table's methods, in its order, each with its lock scope.
+    #[test]
+    fn document_lists_exactly_the_method_table() {
+        let document = super::document();
+        let listed: Vec<(&str, &str)> = document["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["name"].as_str().unwrap(), m["x-lock-scope"].as_str().unwrap()))
+            .collect();
+        let table: Vec<(&str, &str)> = MethodKind::ALL
+            .iter()
+            .map(|kind| (kind.name(), kind.lock_scope().name()))
+            .collect();
+        assert_eq!(listed, table);
+        let scopes: Vec<&str> = document["x-satchel-lock-scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(scopes, LockScope::ALL.map(LockScope::name));
+    }
 
     /// Regenerates `protocol/` and fails when the committed files differ.
     /// Run with `UPDATE_PROTOCOL=1` to rewrite them after changing a type.

@@ -4,21 +4,17 @@
 //! Layers are merged as JSON objects and deserialised once, so every layer gets the same
 //! validation and errors name the offending key.
 
-use std::path::Path;
-
 use satchel_protocol::Config;
+use satchel_storage::Layout;
 use serde_json::{Map, Value};
-
-/// Name of the configuration file inside the workspace.
-pub const CONFIG_FILE: &str = "config.json";
 
 /// Why a configuration layer was rejected: the key and the reason.
 pub type ConfigError = (String, String);
 
 /// The effective base configuration of a workspace.
-pub fn load(workspace: &Path, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+pub fn load(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
     let mut merged = to_map(&Config::default());
-    let path = workspace.join(CONFIG_FILE);
+    let path = workspace.config_file();
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let file: Map<String, Value> =
@@ -84,8 +80,9 @@ mod tests {
     #[test]
     fn layers_file_then_env() {
         let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
         std::fs::write(
-            dir.path().join(CONFIG_FILE),
+            layout.config_file(),
             r#"{"pruning_recent_n": 4, "max_input_length": 32768}"#,
         )
         .unwrap();
@@ -93,7 +90,7 @@ mod tests {
             ("SATCHEL_PRUNING_RECENT_N".to_owned(), "6".to_owned()),
             ("SATCHEL_TOKENIZER".to_owned(), "estimate".to_owned()),
         ];
-        let c = load(dir.path(), env.into_iter()).unwrap();
+        let c = load(&layout, env.into_iter()).unwrap();
         assert_eq!((c.pruning_recent_n, c.max_input_length), (6, 32768));
         assert_eq!(c.tokenizer, satchel_protocol::config::Tokenizer::Estimate);
     }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use satchel_protocol::{CompactSummary, InspectResult, Pressure, SessionsResult};
+use satchel_storage::Layout;
 use serde_json::{Value, json};
 
 use crate::socket::read_daemon_info;
@@ -89,7 +90,7 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
                 Some(w) => w.to_path_buf(),
                 None => crate::default_workspace()?,
             };
-            read_daemon_info(&workspace)?.socket
+            read_daemon_info(&Layout::new(workspace))?.socket
         }
     };
     let mut conn = Connection::open(&socket)?;

@@ -135,8 +135,8 @@ fn serve(
 ) -> anyhow::Result<()> {
     let workspace =
         Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
-    let lock = socket::lock_workspace(workspace.root())?;
-    let config = config::load(workspace.root(), std::env::vars())
+    let lock = socket::lock_workspace(workspace.layout())?;
+    let config = config::load(workspace.layout(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
     // Building an exact encoder takes a few hundred milliseconds: do it beside start-up, not
     // inside the first `context.prepare` (nor before the first `initialize` answer). At the
@@ -159,9 +159,9 @@ fn serve(
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
-                let path =
-                    path.unwrap_or_else(|| daemon.engine().workspace().root().join(socket::RUN_DIR).join("satchel.sock"));
-                Some(socket::bind(daemon.engine().workspace().root(), &path, &lock)?)
+                let layout = daemon.engine().workspace().layout();
+                let path = path.unwrap_or_else(|| layout.socket());
+                Some(socket::bind(layout, &path, &lock)?)
             }
             None => None,
         };

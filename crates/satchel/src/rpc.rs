@@ -9,8 +9,8 @@ use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
-    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, Initialize, Method,
-    SessionsParams,
+    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, Initialize, LockScope,
+    Method, MethodKind, SessionsParams,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -125,35 +125,43 @@ fn success_reply<R: Serialize>(id: &Id, result: &R, max_bytes: usize) -> Option<
     (reply.len() <= max_bytes).then_some(reply)
 }
 
-/// The module serving every method of [`satchel_protocol`].
+/// The module serving every method of [`satchel_protocol`]'s method table ([`MethodKind`]).
 pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodError> {
     let mut module = RpcModule::from_arc(daemon);
-    register::<Initialize, _, _, _>(&mut module, |daemon, params, scope| {
-        daemon.initialize(params, scope, method_names())
-    })?;
-    // Messages stay JSON text on the way in and out: see `PrepareParams`.
-    register::<ContextPrepare, _, _, _>(&mut module, |daemon, params, scope| daemon.prepare(params, scope))?;
-    register::<ContextCompact, _, _, _>(&mut module, |daemon, params, scope| daemon.compact(params, scope))?;
-    register::<ContextRead, _, _, _>(&mut module, |daemon, params, _| daemon.read(params))?;
-    register::<ContextInspect, _, _, _>(&mut module, |daemon, params, scope| daemon.inspect(params, scope))?;
-    register::<ContextSessions, _, _, _>(&mut module, |daemon, _: SessionsParams, _| daemon.sessions())?;
-    register::<ContextWatch, _, _, _>(&mut module, |daemon, params, scope| daemon.watch(params, scope))?;
+    for kind in MethodKind::ALL {
+        // Exhaustive: a method added to the table without a handler here does not compile.
+        // An arm registering another arm's method registers it twice, which jsonrpsee refuses.
+        match kind {
+            MethodKind::Initialize => register::<Initialize, _, _, _>(&mut module, |daemon, params, scope| {
+                daemon.initialize(params, scope, method_names())
+            }),
+            // Messages stay JSON text on the way in and out: see `PrepareParams`.
+            MethodKind::ContextPrepare => {
+                register::<ContextPrepare, _, _, _>(&mut module, |daemon, params, scope| daemon.prepare(params, scope))
+            }
+            MethodKind::ContextRead => {
+                register::<ContextRead, _, _, _>(&mut module, |daemon, params, _| daemon.read(params))
+            }
+            MethodKind::ContextCompact => {
+                register::<ContextCompact, _, _, _>(&mut module, |daemon, params, scope| daemon.compact(params, scope))
+            }
+            MethodKind::ContextInspect => {
+                register::<ContextInspect, _, _, _>(&mut module, |daemon, params, scope| daemon.inspect(params, scope))
+            }
+            MethodKind::ContextSessions => {
+                register::<ContextSessions, _, _, _>(&mut module, |daemon, _: SessionsParams, _| daemon.sessions())
+            }
+            MethodKind::ContextWatch => {
+                register::<ContextWatch, _, _, _>(&mut module, |daemon, params, scope| daemon.watch(params, scope))
+            }
+        }?;
+    }
     Ok(module)
 }
 
-/// Wire names of the methods served, for `initialize`.
+/// Wire names of the methods served, for `initialize`: the method table's, in its order.
 fn method_names() -> Vec<String> {
-    [
-        Initialize::NAME,
-        ContextPrepare::NAME,
-        ContextRead::NAME,
-        ContextCompact::NAME,
-        ContextInspect::NAME,
-        ContextSessions::NAME,
-        ContextWatch::NAME,
-    ]
-    .map(str::to_owned)
-    .to_vec()
+    MethodKind::ALL.map(|kind| kind.name().to_owned()).to_vec()
 }
 
 /// Registers method `M`, whose params decode as `P` and whose result encodes from `R`: the
@@ -165,9 +173,16 @@ where
     R: Serialize + Clone + Send + 'static,
     F: Fn(&Daemon, P, &CallScope) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
 {
+    // A workspace-scoped call queues on nothing: the next call on its connection need not
+    // wait for it to be admitted. Session- and connection-scoped calls hold their admission
+    // until they have queued on their session, or (a connection's state) until they are done.
+    let admitted_at_once = MethodKind::from_name(M::NAME).is_some_and(|m| m.lock_scope() == LockScope::Workspace);
     module.register_blocking_method(
         M::NAME,
         move |params: Params, daemon: Arc<Daemon>, extensions: Extensions| {
+            if admitted_at_once && let Some(scope) = extensions.get::<CallScope>() {
+                drop(scope.admission.take());
+            }
             let params = decode::<P>(&params)?;
             // The connection's handle lets a method talk back to its own client; the scope
             // also carries the call's cancellation and its place in the arrival order.

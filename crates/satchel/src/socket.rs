@@ -11,15 +11,12 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use satchel_storage::Layout;
 use serde::{Deserialize, Serialize};
 use tokio::net::UnixListener;
 
 use crate::transport::{self, Service, TransportLimits};
 
-/// Directory of run-time files inside the workspace.
-pub const RUN_DIR: &str = "run";
-/// The file that tells tools where the socket of a workspace's daemon is.
-pub const DAEMON_FILE: &str = "daemon.json";
 /// `sun_path` holds 108 bytes including the terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -43,10 +40,10 @@ pub struct WorkspaceLock {
 }
 
 /// Takes the workspace lock, or explains who holds it.
-pub fn lock_workspace(workspace: &Path) -> anyhow::Result<WorkspaceLock> {
-    let run = workspace.join(RUN_DIR);
+pub fn lock_workspace(workspace: &Layout) -> anyhow::Result<WorkspaceLock> {
+    let run = workspace.run_dir();
     fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
-    let path = run.join("satchel.lock");
+    let path = workspace.lock_file();
     let file = File::options()
         .create(true)
         .truncate(false)
@@ -56,7 +53,7 @@ pub fn lock_workspace(workspace: &Path) -> anyhow::Result<WorkspaceLock> {
     match file.try_lock() {
         Ok(()) => {
             // Holding the lock proves no daemon runs here: a leftover record is from a crash.
-            let _ = fs::remove_file(run.join(DAEMON_FILE));
+            let _ = fs::remove_file(workspace.daemon_file());
             Ok(WorkspaceLock { _file: file })
         }
         Err(fs::TryLockError::WouldBlock) => {
@@ -65,7 +62,7 @@ pub fn lock_workspace(workspace: &Path) -> anyhow::Result<WorkspaceLock> {
                 .unwrap_or_default();
             bail!(
                 "another satchel is serving workspace {}{holder}: attach to its socket, or use another --workspace",
-                workspace.display()
+                workspace.root().display()
             )
         }
         Err(fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("locking {}", path.display())),
@@ -73,8 +70,8 @@ pub fn lock_workspace(workspace: &Path) -> anyhow::Result<WorkspaceLock> {
 }
 
 /// Reads `run/daemon.json` of a workspace.
-pub fn read_daemon_info(workspace: &Path) -> anyhow::Result<DaemonInfo> {
-    let path = workspace.join(RUN_DIR).join(DAEMON_FILE);
+pub fn read_daemon_info(workspace: &Layout) -> anyhow::Result<DaemonInfo> {
+    let path = workspace.daemon_file();
     let text = fs::read_to_string(&path).with_context(|| format!("no running daemon found ({})", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))
 }
@@ -97,7 +94,7 @@ impl Drop for BoundSocket {
 /// Binds the socket at `path` (user-only), replacing a stale one, and records it in
 /// `run/daemon.json`. The caller must hold the workspace lock, which is what makes an
 /// existing socket file stale.
-pub fn bind(workspace: &Path, path: &Path, _lock: &WorkspaceLock) -> anyhow::Result<BoundSocket> {
+pub fn bind(workspace: &Layout, path: &Path, _lock: &WorkspaceLock) -> anyhow::Result<BoundSocket> {
     let path = std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))?;
     if path.as_os_str().len() > MAX_SOCKET_PATH {
         bail!("socket path {} is longer than {MAX_SOCKET_PATH} bytes", path.display());
@@ -129,7 +126,7 @@ pub fn bind(workspace: &Path, path: &Path, _lock: &WorkspaceLock) -> anyhow::Res
         version: env!("CARGO_PKG_VERSION").into(),
         started_at: chrono::Utc::now().to_rfc3339(),
     };
-    let info_file = workspace.join(RUN_DIR).join(DAEMON_FILE);
+    let info_file = workspace.daemon_file();
     satchel_storage::write_atomic(&info_file, serde_json::to_string_pretty(&info)?.as_bytes())?;
     Ok(BoundSocket {
         listener,

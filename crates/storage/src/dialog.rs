@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::durable::append_durable;
 use crate::error::{StorageError, io};
+use crate::layout::Layout;
 use crate::workspace::Workspace;
 
 /// One archived message. Written with the message borrowed (`DialogLine<&Value>`), so that
@@ -84,7 +85,7 @@ pub struct DialogArchive {
 impl DialogArchive {
     /// The archive under `<workspace>/<dialog_path>`.
     pub fn new(workspace: &Workspace, dialog_path: &str) -> Result<Self, StorageError> {
-        let dir = workspace.root().join(dialog_path);
+        let dir = workspace.layout().dialog_dir(dialog_path);
         fs::create_dir_all(&dir).map_err(io("create dir", &dir))?;
         Ok(DialogArchive {
             dir,
@@ -95,7 +96,7 @@ impl DialogArchive {
 
     /// Workspace-relative name of the archive file of `date` (`YYYY-MM-DD`).
     pub fn file_for(&self, date: &str) -> String {
-        format!("{}/{date}.jsonl", self.rel_dir)
+        Layout::dialog_file_rel(&self.rel_dir, date)
     }
 
     fn path_of(&self, rel_file: &str) -> PathBuf {

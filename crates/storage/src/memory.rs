@@ -4,35 +4,32 @@
 //! files. Appends are fsync'd like every other write.
 
 use std::fs;
-use std::path::PathBuf;
 
 use crate::durable::append_durable;
 use crate::error::{StorageError, io};
+use crate::layout::Layout;
 use crate::workspace::Workspace;
-
-/// Directory of the daily logs, relative to the workspace.
-pub const MEMORY_DIR: &str = "memory";
 
 /// The memory files of a workspace.
 #[derive(Debug, Clone)]
 pub struct MemoryFiles {
-    dir: PathBuf,
+    layout: Layout,
 }
 
 impl MemoryFiles {
     /// The memory files of `workspace`.
     pub fn new(workspace: &Workspace) -> Self {
         MemoryFiles {
-            dir: workspace.root().join(MEMORY_DIR),
+            layout: workspace.layout().clone(),
         }
     }
 
     /// Appends `text` to the daily log of `date` (`YYYY-MM-DD`); returns its workspace-relative path.
     pub fn append_daily(&self, date: &str, text: &str) -> Result<String, StorageError> {
-        fs::create_dir_all(&self.dir).map_err(io("create dir", &self.dir))?;
-        let name = format!("{date}.md");
-        append_durable(&self.dir.join(&name), text.as_bytes())?;
-        Ok(format!("{MEMORY_DIR}/{name}"))
+        let dir = self.layout.memory_dir();
+        fs::create_dir_all(&dir).map_err(io("create dir", &dir))?;
+        append_durable(&self.layout.memory_daily(date), text.as_bytes())?;
+        Ok(Layout::memory_daily_rel(date))
     }
 }
 

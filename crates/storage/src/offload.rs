@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{StorageError, io};
-use crate::workspace::{TOOL_RESULT_DIR, Workspace};
+use crate::layout::Layout;
+use crate::workspace::Workspace;
 
 /// How many new files one save makes durable with a single `syncfs` rather than one fsync each.
 pub const SYNCFS_FROM_FILES: usize = 8;
@@ -62,7 +63,7 @@ impl OffloadStore {
     /// The offload store of a workspace.
     pub fn new(workspace: &Workspace) -> Self {
         OffloadStore {
-            dir: workspace.root().join(TOOL_RESULT_DIR),
+            dir: workspace.layout().offload_dir(),
         }
     }
 
@@ -107,7 +108,7 @@ impl OffloadStore {
                 plan.writes.push((position, name.clone()));
             }
             plan.saved.push(SavedText {
-                rel_path: format!("{TOOL_RESULT_DIR}/{name}"),
+                rel_path: Layout::offload_rel(&name),
                 newly_written: !exists,
             });
         }
@@ -159,9 +160,7 @@ impl OffloadStore {
 
     /// Reads a stored text back by its workspace-relative path.
     pub fn load(&self, rel_path: &str) -> Result<String, StorageError> {
-        let name = rel_path
-            .strip_prefix(&format!("{TOOL_RESULT_DIR}/"))
-            .unwrap_or(rel_path);
+        let name = Layout::offload_name(rel_path).unwrap_or(rel_path);
         let path = self.dir.join(name);
         fs::read_to_string(&path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => StorageError::NotFound(rel_path.to_owned()),
@@ -196,7 +195,7 @@ impl OffloadStore {
             if modified >= cutoff {
                 continue;
             }
-            if referenced.contains(&format!("{TOOL_RESULT_DIR}/{name}")) {
+            if referenced.contains(&Layout::offload_rel(&name)) {
                 report.kept_referenced += 1;
             } else if fs::remove_file(entry.path()).is_ok() {
                 report.removed += 1;

@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use crate::durable::{Lane, PendingSync, append_durable, append_then_sync, in_background};
 use crate::error::{StorageError, io};
-use crate::workspace::{SESSIONS_DIR, Workspace};
+use crate::layout::Layout;
+use crate::workspace::Workspace;
 
 /// A tool-result text whose full content lives in an offload file; in the stored message the
 /// string at `pointer` is emptied to keep the log small.
@@ -190,14 +191,14 @@ pub struct LogMark {
 /// The `sessions/` directory.
 #[derive(Debug, Clone)]
 pub struct SessionStore {
-    dir: PathBuf,
+    layout: Layout,
 }
 
 impl SessionStore {
     /// The session store of a workspace.
     pub fn new(workspace: &Workspace) -> Self {
         SessionStore {
-            dir: workspace.root().join(SESSIONS_DIR),
+            layout: workspace.layout().clone(),
         }
     }
 
@@ -217,7 +218,7 @@ impl SessionStore {
 
     fn path(&self, id: &str) -> Result<PathBuf, StorageError> {
         Self::validate_id(id)?;
-        Ok(self.dir.join(format!("{id}.jsonl")))
+        Ok(self.layout.session_log(id))
     }
 
     /// Replays a session's log; `None` when the session does not exist.
@@ -348,9 +349,10 @@ impl SessionStore {
 
     /// Ids of all stored sessions.
     pub fn list(&self) -> Result<Vec<String>, StorageError> {
-        let mut ids: Vec<String> = fs::read_dir(&self.dir)
-            .map_err(io("read dir", &self.dir))?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".jsonl").map(str::to_owned))
+        let dir = self.layout.sessions_dir();
+        let mut ids: Vec<String> = fs::read_dir(&dir)
+            .map_err(io("read dir", &dir))?
+            .filter_map(|e| Layout::session_id_of(e.ok()?.file_name().to_str()?).map(str::to_owned))
             .collect();
         ids.sort();
         Ok(ids)

@@ -4,32 +4,36 @@ use std::fs;
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::{StorageError, io};
-
-/// Directory of offloaded tool results, relative to the workspace.
-pub const TOOL_RESULT_DIR: &str = "tool_result";
-/// Directory of session logs, relative to the workspace.
-pub const SESSIONS_DIR: &str = "sessions";
+use crate::layout::Layout;
 
 /// The root of all satchel state. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Workspace {
-    root: PathBuf,
+    layout: Layout,
 }
 
 impl Workspace {
     /// Opens (creating if needed) a workspace at `root`; the root is canonicalised once so
     /// confinement checks compare real paths.
     pub fn open(root: &Path) -> Result<Self, StorageError> {
-        for sub in [TOOL_RESULT_DIR, SESSIONS_DIR] {
-            fs::create_dir_all(root.join(sub)).map_err(io("create dir", root))?;
+        let layout = Layout::new(root);
+        for dir in [layout.offload_dir(), layout.sessions_dir()] {
+            fs::create_dir_all(dir).map_err(io("create dir", root))?;
         }
         let root = fs::canonicalize(root).map_err(io("canonicalize", root))?;
-        Ok(Workspace { root })
+        Ok(Workspace {
+            layout: Layout::new(root),
+        })
     }
 
     /// Absolute path of the workspace.
     pub fn root(&self) -> &Path {
-        &self.root
+        self.layout.root()
+    }
+
+    /// Where everything lives in the workspace.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// Resolves a client-supplied relative path to an existing file inside the workspace.
@@ -46,7 +50,7 @@ impl Workspace {
         if !lexically_safe {
             return Err(StorageError::OutsideWorkspace(rel.to_owned()));
         }
-        let real = fs::canonicalize(self.root.join(candidate)).map_err(|e| match e.kind() {
+        let real = fs::canonicalize(self.root().join(candidate)).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => StorageError::NotFound(rel.to_owned()),
             _ => StorageError::Io {
                 op: "canonicalize",
@@ -54,7 +58,7 @@ impl Workspace {
                 source: e,
             },
         })?;
-        if !real.starts_with(&self.root) {
+        if !real.starts_with(self.root()) {
             return Err(StorageError::OutsideWorkspace(rel.to_owned()));
         }
         if !real.is_file() {
