@@ -123,8 +123,8 @@ impl Engine {
     }
 
     /// Drops sessions from memory past the live limit, and (at most once a minute) those idle
-    /// too long.
-    fn evict_idle(&self) {
+    /// too long. Every call runs it as it ends; a daemon with no calls runs it on a timer.
+    pub fn evict_idle(&self) {
         let now = self.clock.now().timestamp_millis();
         let due = now >= self.next_idle_sweep_ms.load(Ordering::Relaxed);
         if !due && self.live.len() <= self.config.max_live_sessions {
@@ -141,5 +141,57 @@ impl Engine {
         if dropped > 0 {
             tracing::debug!(dropped, live = self.live.len(), "sessions dropped from memory");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::CallContext;
+    use crate::clock::{ManualClock, SequentialIds};
+    use satchel_protocol::{FormatHint, PrepareParams};
+    use serde_json::json;
+
+    fn params(session: &str, append: bool, content: &str) -> PrepareParams<Box<serde_json::value::RawValue>> {
+        let message = vec![serde_json::value::to_raw_value(&json!({"role": "user", "content": content})).unwrap()];
+        PrepareParams {
+            session_id: session.into(),
+            messages: (!append).then(|| message.clone()),
+            append: append.then_some(message),
+            expect_messages: None,
+            format: FormatHint::Auto,
+            system: None,
+            tools: None,
+            config: None,
+        }
+    }
+
+    #[test]
+    fn an_idle_session_leaves_memory_and_the_next_call_reloads_it_from_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::at(chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000)));
+        let config = Config {
+            session_idle_secs: 600.0,
+            ..Config::default()
+        };
+        let engine = Engine::with_clock(
+            Workspace::open(dir.path()).unwrap(),
+            config.clone(),
+            clock.clone(),
+            Arc::new(SequentialIds::default()),
+        )
+        .unwrap();
+        let call = CallContext::detached();
+        for session in ["a", "b"] {
+            let ticket = engine.ticket(session).unwrap();
+            engine.prepare(ticket, params(session, false, "hello"), &config, &call).unwrap();
+        }
+        assert_eq!(engine.live_sessions(), 2);
+        clock.advance(chrono::Duration::seconds(601));
+        engine.evict_idle();
+        assert_eq!(engine.live_sessions(), 0, "both idle past session_idle_secs");
+        let ticket = engine.ticket("a").unwrap();
+        let again = engine.prepare(ticket, params("a", true, "more"), &config, &call).unwrap();
+        assert_eq!(again.result.reconciliation.session_messages, 2, "reloaded from its log");
     }
 }

@@ -118,6 +118,30 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         last["tokens"]["tokenizer"].as_str().unwrap_or("?"),
     );
 
+    show_read_back(&mut client, &messages, returned)?;
+    client.close()?;
+
+    // A restart loses nothing: a new daemon recognises the whole conversation.
+    let mut client = Client::spawn(workspace)?;
+    let again = client.call("context.prepare", json!({"session_id": session, "messages": messages}))?;
+    println!(
+        "\nRestarted satchel and resent all {} messages: {} recognised, {} processed again, identical output: {}.",
+        messages.len(),
+        again["reconciliation"]["reused"],
+        again["reconciliation"]["appended"],
+        if again["messages"] == last["messages"] {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+    show_compaction(&mut client, &messages)?;
+    client.close()?;
+    Ok(())
+}
+
+/// Shows an aged tool result (message 3) and gets its omitted part back with `context.read`.
+fn show_read_back(client: &mut Client, messages: &[Value], returned: &[Value]) -> anyhow::Result<()> {
     // Show an aged tool result, and get its omitted part back with context.read.
     let original = messages[3]["content"].as_str().context("message 3 is a tool result")?;
     let excerpt = returned[3]["content"].as_str().context("returned message 3")?;
@@ -155,24 +179,6 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         rebuilt.len(),
         if rebuilt == original { "yes" } else { "NO" }
     );
-    client.close()?;
-
-    // A restart loses nothing: a new daemon recognises the whole conversation.
-    let mut client = Client::spawn(workspace)?;
-    let again = client.call("context.prepare", json!({"session_id": session, "messages": messages}))?;
-    println!(
-        "\nRestarted satchel and resent all {} messages: {} recognised, {} processed again, identical output: {}.",
-        messages.len(),
-        again["reconciliation"]["reused"],
-        again["reconciliation"]["appended"],
-        if again["messages"] == last["messages"] {
-            "yes"
-        } else {
-            "NO"
-        }
-    );
-    show_compaction(&mut client, &messages)?;
-    client.close()?;
     Ok(())
 }
 

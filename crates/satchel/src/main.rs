@@ -24,6 +24,10 @@ use satchel_storage::Workspace;
 /// How often expired offload files are swept while the daemon runs.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 
+/// How often sessions idle past `session_idle_secs` are dropped from memory when no call
+/// comes to do it.
+const EVICT_INTERVAL: Duration = Duration::from_secs(60);
+
 /// Capacity asked for stdin and stdout when they are pipes: Linux's default maximum for an
 /// unprivileged process.
 const STDIO_PIPE_BYTES: usize = 1 << 20;
@@ -156,6 +160,7 @@ fn serve(
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
+        let evicter = tokio::spawn(evict_periodically(daemon.clone()));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
@@ -193,6 +198,7 @@ fn serve(
             }
         };
         sweeper.abort();
+        evicter.abort();
         drop(bound);
         outcome
     })?;
@@ -224,6 +230,18 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// Drops idle sessions from memory every [`EVICT_INTERVAL`] (calls do it too, as they end).
+async fn evict_periodically(daemon: Arc<handlers::Daemon>) {
+    let mut ticks = tokio::time::interval(EVICT_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let daemon = daemon.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || daemon.engine().evict_idle()).await {
+            tracing::warn!("dropping idle sessions panicked: {e}");
+        }
     }
 }
 
