@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 from conftest import CLIENT_SUMMARIZER_CONFIG, MODEL_SUMMARY, long_conversation, openai_conversation, tool_log
 
-from satchel_client import AsyncClient, ConnectionClosed, FileNotFound, PathOutsideWorkspace, UnknownSession
+from satchel_client import (
+    AsyncClient,
+    ConnectionClosed,
+    FileNotFound,
+    PathOutsideWorkspace,
+    RequestCancelled,
+    StaleSession,
+    UnknownSession,
+)
 
 
 def test_spawn_initialize_prepare_read(satchel_bin: str, workspace: Path, log_file: Path) -> None:
@@ -39,6 +47,43 @@ def test_gather_gets_each_call_its_own_reply(satchel_bin: str, workspace: Path, 
     async def main() -> None:
         async with AsyncClient.spawn(satchel_bin, workspace, stderr=log_file) as client:
             await asyncio.gather(*(one(client, i) for i in range(36)))
+
+    asyncio.run(main())
+
+
+def test_expect_messages_passes_through(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    async def main() -> None:
+        async with AsyncClient.spawn(satchel_bin, workspace, stderr=log_file) as client:
+            first = await client.prepare("counted", messages=[{"role": "user", "content": "Hello?"}])
+            held = first["reconciliation"]["session_messages"]
+            reply = [{"role": "assistant", "content": "Hello."}]
+            second = await client.prepare("counted", append=reply, expect_messages=held)
+            assert second["reconciliation"]["session_messages"] == held + 1
+            with pytest.raises(StaleSession) as stale:
+                await client.prepare("counted", append=reply, expect_messages=held)
+            assert stale.value.data["details"] == {"expected": held, "session_messages": held + 1}
+            assert (await client.inspect("counted"))["messages"] == held + 1
+
+    asyncio.run(main())
+
+
+def test_call_timeout_cancels_the_call(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def slow(messages, max_tokens):
+            await release.wait()
+            return MODEL_SUMMARY
+
+        async with AsyncClient.spawn(satchel_bin, workspace, stderr=log_file, summarizer=slow) as client:
+            params = {"session_id": "slow", "messages": long_conversation(), "config": CLIENT_SUMMARIZER_CONFIG}
+            with pytest.raises(asyncio.TimeoutError) as timed_out:
+                await client.call("context.prepare", params, timeout=0.5)
+            assert isinstance(timed_out.value.__cause__, RequestCancelled)
+            release.set()
+            # The cancelled call created nothing.
+            with pytest.raises(UnknownSession):
+                await client.inspect("slow")
 
     asyncio.run(main())
 

@@ -30,7 +30,9 @@ from satchel_client import (
     MethodNotFound,
     PathOutsideWorkspace,
     PayloadTooLarge,
+    RequestCancelled,
     SatchelError,
+    StaleSession,
     UnknownSession,
 )
 
@@ -99,6 +101,26 @@ def test_errors_raise_the_class_of_their_code(client: Client) -> None:
     assert isinstance(invalid.value, SatchelError)
     # The client still works after errors.
     assert client.initialize()["server_name"] == "satchel"
+
+
+def test_append_with_expect_messages_never_appends_twice(client: Client) -> None:
+    first = client.prepare("counted", messages=[{"role": "user", "content": "Hello?"}])
+    held = first["reconciliation"]["session_messages"]
+    assert held == 1
+    reply = [{"role": "assistant", "content": "Hello."}]
+    second = client.prepare("counted", append=reply, expect_messages=held)
+    assert second["reconciliation"]["session_messages"] == 2
+    # The same append again, as a retry after a lost reply would send it: refused, nothing appended.
+    with pytest.raises(StaleSession) as stale:
+        client.prepare("counted", append=reply, expect_messages=held)
+    assert stale.value.code == -32009 and isinstance(stale.value, SatchelError)
+    assert stale.value.data["name"] == "StaleSession"
+    assert stale.value.data["details"] == {"expected": 1, "session_messages": 2}
+    assert client.inspect("counted")["messages"] == 2
+    # The count from the error is the one to append from.
+    held = stale.value.data["details"]["session_messages"]
+    third = client.prepare("counted", append=[{"role": "user", "content": "Bye."}], expect_messages=held)
+    assert third["reconciliation"]["session_messages"] == 3
 
 
 def test_request_over_the_size_limit_raises_payload_too_large(satchel_bin: str, workspace: Path, log_file: Path) -> None:
@@ -200,8 +222,11 @@ def test_spawn_uses_satchel_bin_and_env(satchel_bin: str, workspace: Path, log_f
         assert client.initialize()["config"]["pruning_recent_n"] == 3
 
 
-def test_call_timeout_raises_and_the_client_goes_on(satchel_bin: str, workspace: Path, log_file: Path) -> None:
-    # A summarizer that stalls keeps `context.prepare` busy past the caller's timeout.
+def test_call_timeout_cancels_the_call_which_then_had_no_effect(
+    satchel_bin: str, workspace: Path, log_file: Path
+) -> None:
+    # A summarizer that stalls keeps `context.prepare` busy (before its commit point) past the
+    # caller's timeout; the client cancels it and satchel confirms with -32800.
     release = threading.Event()
 
     def slow(messages, max_tokens):
@@ -209,10 +234,21 @@ def test_call_timeout_raises_and_the_client_goes_on(satchel_bin: str, workspace:
         return MODEL_SUMMARY
 
     with Client.spawn(satchel_bin, workspace, stderr=log_file, summarizer=slow) as client:
-        params = {"session_id": "slow", "messages": long_conversation(), "config": CLIENT_SUMMARIZER_CONFIG}
-        with pytest.raises(TimeoutError):
+        history = long_conversation()
+        first = client.prepare("slow", messages=history[:2], config=CLIENT_SUMMARIZER_CONFIG)
+        assert first["reconciliation"]["session_messages"] == 2
+        params = {"session_id": "slow", "messages": history, "config": CLIENT_SUMMARIZER_CONFIG}
+        with pytest.raises(TimeoutError) as timed_out:
             client.call("context.prepare", params, timeout=0.5)
+        assert isinstance(timed_out.value.__cause__, RequestCancelled), timed_out.value
+        assert timed_out.value.__cause__.code == -32800
+        assert "no effect" in str(timed_out.value)
         release.set()
+        # The session is as before the cancelled call, and a resend processes everything anew.
+        assert client.inspect("slow")["messages"] == 2
+        again = client.prepare("slow", messages=history, config=CLIENT_SUMMARIZER_CONFIG)
+        assert again["reconciliation"]["reused"] == 2
+        assert again["reconciliation"]["session_messages"] == len(history)
         assert client.initialize()["server_name"] == "satchel"
 
 

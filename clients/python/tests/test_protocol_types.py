@@ -204,6 +204,10 @@ def test_error_mapping_from_a_response() -> None:
     err = errors.error_from_response({"code": -32001, "message": "unknown session", "data": {"x": 1}})
     assert isinstance(err, errors.UnknownSession)
     assert (err.code, err.message, err.data) == (-32001, "unknown session", {"x": 1})
+    details = {"expected": 1, "session_messages": 2}
+    stale = errors.error_from_response({"code": -32009, "message": "stale", "data": {"details": details}})
+    assert type(stale) is errors.StaleSession and satchel_client.StaleSession is errors.StaleSession
+    assert stale.data["details"]["session_messages"] == 2
     unknown = errors.error_from_response({"code": -31999, "message": "new"})
     assert type(unknown) is errors.SatchelError and unknown.code == -31999
 

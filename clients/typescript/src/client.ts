@@ -139,6 +139,11 @@ export class SatchelClient {
     return this.call('initialize', capabilities ? { ...params, capabilities } : params);
   }
 
+  /**
+   * `context.prepare` with `messages` (the full list, idempotent to resend) or `append` (only the
+   * new ones; pass `expect_messages`, the last `reconciliation.session_messages`, to make a retry
+   * safe: a stale count rejects with `StaleSession` and appends nothing).
+   */
   prepare(params: PrepareParams): Promise<PrepareResult> {
     return this.call('context.prepare', params);
   }

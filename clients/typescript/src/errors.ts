@@ -35,12 +35,18 @@ export class InvalidRequest extends sub(-32600) {}
 export class MethodNotFound extends sub(-32601) {}
 export class InvalidParams extends sub(-32602) {}
 export class InternalError extends sub(-32603) {}
+/** Cancelled by `$/cancelRequest` before it took effect: the call had no effect, resending it is safe. */
 export class RequestCancelled extends sub(-32800) {}
 export class UnknownSession extends sub(-32001) {}
 export class PathOutsideWorkspace extends sub(-32002) {}
 export class FileNotFound extends sub(-32003) {}
 export class StorageFailure extends sub(-32004) {}
 export class SummarizeFailed extends sub(-32005) {}
+/**
+ * `append` carried `expect_messages` and the session holds another count: nothing was appended.
+ * `data.details` is `{ expected, session_messages }`.
+ */
+export class StaleSession extends sub(-32009) {}
 export class PayloadTooLarge extends sub(-32007) {}
 export class ResponseTooLarge extends sub(-32008) {}
 
@@ -57,6 +63,7 @@ export const ERROR_CLASSES: Readonly<Record<number, Sub>> = {
   [-32003]: FileNotFound,
   [-32004]: StorageFailure,
   [-32005]: SummarizeFailed,
+  [-32009]: StaleSession,
   [-32007]: PayloadTooLarge,
   [-32008]: ResponseTooLarge,
 };

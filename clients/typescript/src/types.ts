@@ -14,6 +14,14 @@ export type SummaryLanguage = 'en' | 'zh';
 export type Pressure = 'low' | 'medium' | 'high' | 'critical';
 export type IdentifierList = 'constraints' | 'files_read' | 'files_modified' | 'commands' | 'errors' | 'notes';
 export type Phase = 'recent' | 'old';
+export type RepairKind =
+  | 'synthetic_result'
+  | 'dropped_orphan_result'
+  | 'merged_same_role'
+  | 'moved_results_first'
+  | 'inserted_leading_user';
+export type EventKind = 'prepare' | 'compact';
+export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated';
 
 /** Configuration keys; in a request every key is an optional override. */
 export interface Config {
@@ -49,6 +57,10 @@ export interface Config {
   markdown_file_extensions?: string[];
   read_file_tool_names?: string[];
   offload_retention_days?: number;
+  /** Daemon-wide (ignored per request): sessions kept in memory; the least recently used beyond it leave memory. */
+  max_live_sessions?: number;
+  /** Daemon-wide (ignored per request): a session idle this long leaves memory (reloaded from its log when used). */
+  session_idle_secs?: number;
 }
 
 export interface ClientCapabilities {
@@ -75,6 +87,12 @@ export interface PrepareParams {
   session_id: string;
   messages?: Message[] | null;
   append?: Message[] | null;
+  /**
+   * With `append`: the `reconciliation.session_messages` of the last reply. If the session holds
+   * another count the call rejects with `StaleSession` and nothing is appended, so retrying an
+   * `append` never adds the same messages twice.
+   */
+  expect_messages?: number | null;
   format?: FormatHint;
   system?: unknown;
   tools?: unknown[] | null;
@@ -189,7 +207,7 @@ export interface CompactionFailedAction {
 export interface RepairedAction {
   kind: 'repaired';
   index: number;
-  repair: string;
+  repair: RepairKind;
   call_id?: string | null;
 }
 export interface TruncatedAction {
@@ -302,14 +320,14 @@ export interface WatchResult {
 /** The `context.event` notification a watcher receives after each prepare and compaction. */
 export interface ContextEvent {
   session_id: string;
-  /** `prepare` or `compact`. */
-  kind: string;
+  /** The call that changed the session. */
+  kind: EventKind;
   tokens: TokenUsage;
   pressure: Pressure;
   messages: number;
   compactions: number;
-  /** Kinds of the actions the call took (`offloaded`, `compacted`, …). */
-  actions: string[];
+  /** Kinds of the actions the call took, in order. */
+  actions: ActionKind[];
 }
 
 /** Method name → [params, result]. */
@@ -365,9 +383,11 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
     'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
-    'read_file_tool_names?', 'offload_retention_days?',
+    'read_file_tool_names?', 'offload_retention_days?', 'max_live_sessions?', 'session_idle_secs?',
   ]),
-  PrepareParams: fields<PrepareParams>()(['session_id', 'messages?', 'append?', 'format?', 'system?', 'tools?', 'config?']),
+  PrepareParams: fields<PrepareParams>()([
+    'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'tools?', 'config?',
+  ]),
   PrepareResult: fields<PrepareResult>()([
     'session_id', 'format', 'messages', 'tokens', 'actions', 'reconciliation', 'compact_summary?', 'over_limit?',
   ]),
@@ -430,4 +450,9 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   Pressure: exact<Pressure>()(['low', 'medium', 'high', 'critical']),
   Phase: exact<Phase>()(['recent', 'old']),
   IdentifierList: exact<IdentifierList>()(['constraints', 'files_read', 'files_modified', 'commands', 'errors', 'notes']),
+  RepairKind: exact<RepairKind>()([
+    'synthetic_result', 'dropped_orphan_result', 'merged_same_role', 'moved_results_first', 'inserted_leading_user',
+  ]),
+  EventKind: exact<EventKind>()(['prepare', 'compact']),
+  ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated']),
 };

@@ -12,6 +12,7 @@ import {
   PayloadTooLarge,
   SatchelClient,
   SatchelError,
+  StaleSession,
   UnknownSession,
 } from '../dist/index.js';
 import { anthropicConversation, bigLog, longChat, openaiConversation, spawnClient } from './helpers.mjs';
@@ -98,6 +99,28 @@ test('error responses become SatchelError subclasses', async () => {
   await rejectsWith(small.prepare({ session_id: 'big', messages: openaiConversation(bigLog(200)) }), PayloadTooLarge, -32007);
   assert.equal((await small.inspect({ session_id: 'big' }).catch((e) => e)).code, -32001, 'the daemon keeps serving');
   await small.close();
+});
+
+test('append with expect_messages: a stale count rejects with StaleSession and appends nothing', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const first = await client.prepare({ session_id: 'counted', messages: [{ role: 'user', content: 'Hello?' }] });
+  const held = first.reconciliation.session_messages;
+  assert.equal(held, 1);
+  const reply = [{ role: 'assistant', content: 'Hello.' }];
+  const second = await client.prepare({ session_id: 'counted', append: reply, expect_messages: held });
+  assert.equal(second.reconciliation.session_messages, 2);
+  // The same append again, as a retry after a lost reply would send it.
+  await assert.rejects(client.prepare({ session_id: 'counted', append: reply, expect_messages: held }), (e) => {
+    assert.ok(e instanceof StaleSession && e instanceof SatchelError, String(e));
+    assert.deepEqual([e.name, e.code], ['StaleSession', -32009]);
+    assert.deepEqual(e.data.details, { expected: 1, session_messages: 2 });
+    return true;
+  });
+  assert.equal((await client.inspect({ session_id: 'counted' })).messages, 2, 'nothing was appended');
+  const third = await client.prepare({ session_id: 'counted', append: [{ role: 'user', content: 'Bye.' }], expect_messages: 2 });
+  assert.equal(third.reconciliation.session_messages, 3);
+  await client.close();
 });
 
 test('concurrent calls with Promise.all are matched to their replies', async () => {

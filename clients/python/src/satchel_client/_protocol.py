@@ -20,6 +20,12 @@ VERSION = "0.1.0"
 SUMMARIZER_COMPLETE = "summarizer.complete"
 CANCEL_REQUEST = "$/cancelRequest"
 
+#: How long a call that timed out waits for the daemon's answer to its ``$/cancelRequest``.
+#: satchel answers a cancel at once with -32800 when it wins (the call then had no effect);
+#: when the call had already committed, its normal result follows shortly. Only if neither
+#: comes within this time is the call's outcome unknown.
+CANCEL_GRACE_SECS = 5.0
+
 #: Largest line the async reader accepts. asyncio's default (64 KiB) is smaller than a single
 #: tool result; satchel itself caps messages with ``--max-message-bytes`` (64 MiB by default,
 #: at most 4 GiB), so the client never refuses what the daemon may send.
@@ -103,15 +109,27 @@ def prepare_params(
     system: Any,
     tools: Optional[List[Any]],
     config: Optional[Dict[str, Any]],
+    expect_messages: Optional[int] = None,
 ) -> Dict[str, Any]:
     return without_none(
         session_id=session_id,
         messages=messages,
         append=append,
+        expect_messages=expect_messages,
         format=format,
         system=system,
         tools=tools,
         config=config,
+    )
+
+
+def timeout_message(method: str, timeout: Optional[float], cancelled: bool) -> str:
+    """What a ``TimeoutError`` says: whether satchel confirmed that the call had no effect."""
+    if cancelled:
+        return f"{method}: no reply within {timeout} s; cancelled, and the call had no effect"
+    return (
+        f"{method}: no reply within {timeout} s, nor to its $/cancelRequest: the outcome is unknown "
+        "(retry context.prepare with the full `messages` list, or `append` with `expect_messages`)"
     )
 
 

@@ -13,7 +13,7 @@ import subprocess
 from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Sequence, Set, Union
 
 from . import _protocol as P
-from .errors import ConnectionClosed, error_from_response
+from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
     CompactResult,
     InitializeResult,
@@ -158,10 +158,14 @@ class AsyncClient(P.Handlers):
         system: Any = None,
         tools: Optional[List[Any]] = None,
         config: Optional[Dict[str, Any]] = None,
+        *,
+        expect_messages: Optional[int] = None,
     ) -> PrepareResult:
-        """``context.prepare`` with ``messages`` (full list) or ``append`` (new ones only)."""
+        """``context.prepare`` with ``messages`` (full list) or ``append`` (new ones only);
+        ``expect_messages`` guards an ``append`` as in ``Client.prepare``."""
         return await self.call(
-            "context.prepare", P.prepare_params(session_id, messages, append, format, system, tools, config)
+            "context.prepare",
+            P.prepare_params(session_id, messages, append, format, system, tools, config, expect_messages),
         )
 
     async def compact(
@@ -211,8 +215,13 @@ class AsyncClient(P.Handlers):
     async def call(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Any:
         """Sends a request and awaits its result (or raises its error as a SatchelError).
 
-        If the awaiting task is cancelled, or ``timeout`` passes (``asyncio.TimeoutError``),
-        the request is cancelled on the daemon too with ``$/cancelRequest``.
+        When ``timeout`` passes, the request is cancelled on the daemon with
+        ``$/cancelRequest`` and its answer awaited, as in ``Client.call``: satchel's
+        -32800 raises ``asyncio.TimeoutError`` with the ``RequestCancelled`` as its
+        ``__cause__`` (the call had no effect); a call that had already committed returns its
+        result; no answer within ``CANCEL_GRACE_SECS`` raises ``asyncio.TimeoutError`` whose
+        cause is not a ``RequestCancelled`` (outcome unknown). If the awaiting task is cancelled, ``$/cancelRequest`` is
+        sent too, and the task does not wait for the daemon's answer.
         """
         if self._closed is not None:
             raise ConnectionClosed(*self._closed.args)
@@ -221,18 +230,33 @@ class AsyncClient(P.Handlers):
         data = P.encode(P.request(id_, method, params))
         self._pending[id_] = future
         self._sizes[id_] = len(data)
+        cancel_sent = False
         try:
             await self._write(data)
-            return await asyncio.wait_for(future, timeout)
-        except (asyncio.CancelledError, asyncio.TimeoutError):
-            if self._pending.pop(id_, None) is not None and not self._writer.is_closing():
-                # write() is synchronous and frames are appended whole, so no lock is needed
-                # (and a cancelled task should not wait for one).
-                self._writer.write(P.encode(P.notification(P.CANCEL_REQUEST, {"id": id_})))
+            try:
+                # shield: on timeout the future stays pending, to receive the cancel's outcome.
+                return await asyncio.wait_for(asyncio.shield(future), timeout)
+            except asyncio.TimeoutError:
+                if future.done():  # the reply came as the wait ended
+                    return future.result()
+            cancel_sent = self._send_cancel(id_)
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), P.CANCEL_GRACE_SECS)
+            except RequestCancelled as e:
+                raise asyncio.TimeoutError(P.timeout_message(method, timeout, cancelled=True)) from e
+            except ConnectionClosed as e:  # no answer: the outcome is unknown
+                raise asyncio.TimeoutError(P.timeout_message(method, timeout, cancelled=False)) from e
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(P.timeout_message(method, timeout, cancelled=False)) from None
+        except asyncio.CancelledError:
+            if not cancel_sent and id_ in self._pending and not future.done():
+                self._send_cancel(id_)
             raise
         finally:
             self._pending.pop(id_, None)
             self._sizes.pop(id_, None)
+            if not future.done():
+                future.cancel()
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Sends a notification (no reply)."""
@@ -283,6 +307,15 @@ class AsyncClient(P.Handlers):
         return self._process
 
     # --- internals -----------------------------------------------------------------------
+
+    def _send_cancel(self, id_: int) -> bool:
+        """Sends ``$/cancelRequest`` for ``id_``; ``False`` if the connection is closing."""
+        if self._writer.is_closing():
+            return False
+        # write() is synchronous and frames are appended whole, so no lock is needed (and a
+        # cancelled task should not wait for one).
+        self._writer.write(P.encode(P.notification(P.CANCEL_REQUEST, {"id": id_})))
+        return True
 
     async def _send(self, message: Dict[str, Any]) -> None:
         await self._write(P.encode(message))

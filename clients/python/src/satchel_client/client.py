@@ -17,7 +17,7 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _protocol as P
-from .errors import ConnectionClosed, error_from_response
+from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
     CompactResult,
     InitializeResult,
@@ -141,11 +141,20 @@ class Client(P.Handlers):
         system: Any = None,
         tools: Optional[List[Any]] = None,
         config: Optional[Dict[str, Any]] = None,
+        *,
+        expect_messages: Optional[int] = None,
     ) -> PrepareResult:
         """``context.prepare``: send ``messages`` (the full list) or ``append`` (only new ones);
-        get back the request-ready conversation, tokens per zone and what was done."""
+        get back the request-ready conversation, tokens per zone and what was done.
+
+        With ``append``, pass ``expect_messages`` = the ``reconciliation.session_messages`` of
+        the last reply: if the session holds another count (a lost reply, another client),
+        the call raises :class:`~satchel_client.StaleSession` and appends nothing, so
+        retrying an ``append`` never adds the same messages twice.
+        """
         return self.call(
-            "context.prepare", P.prepare_params(session_id, messages, append, format, system, tools, config)
+            "context.prepare",
+            P.prepare_params(session_id, messages, append, format, system, tools, config, expect_messages),
         )
 
     def compact(
@@ -201,8 +210,18 @@ class Client(P.Handlers):
     def call(self, method: str, params: Any = None, *, timeout: Optional[float] = None) -> Any:
         """Sends a request and waits for its result (or raises its error as a SatchelError).
 
-        On ``timeout`` the request is cancelled with ``$/cancelRequest`` and ``TimeoutError``
-        is raised.
+        When ``timeout`` passes, the request is cancelled with ``$/cancelRequest`` and the
+        daemon's answer to that is awaited (up to 5 more seconds, ``CANCEL_GRACE_SECS``):
+
+        - satchel cancelled the call: ``TimeoutError`` is raised, with the
+          :class:`~satchel_client.RequestCancelled` as its ``__cause__``. The call had no
+          effect at all (the session is exactly as before), so it may be resent as is;
+        - the call had already passed its commit point: the cancel is ignored and its normal
+          result is returned (or its error raised), as LSP allows;
+        - no answer (or the connection closed): ``TimeoutError`` whose ``__cause__`` is not a
+          ``RequestCancelled``. The outcome is unknown: retry
+          ``context.prepare`` with the full ``messages`` list (idempotent), or ``append`` with
+          ``expect_messages``.
         """
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
@@ -214,16 +233,20 @@ class Client(P.Handlers):
             self._sizes[id_] = len(data)
         try:
             self._write(data)
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            with self._lock:
-                waiting = self._pending.pop(id_, None) is not None
-            if waiting:
-                try:
-                    self.notify(P.CANCEL_REQUEST, {"id": id_})
-                except ConnectionClosed:
-                    pass
-            raise TimeoutError(f"{method}: no reply within {timeout} s (request cancelled)") from None
+            try:
+                return future.result(timeout)
+            except concurrent.futures.TimeoutError:
+                if future.done():  # the reply came as the wait ended
+                    return future.result()
+            try:
+                self.notify(P.CANCEL_REQUEST, {"id": id_})
+                return future.result(P.CANCEL_GRACE_SECS)
+            except RequestCancelled as e:
+                raise TimeoutError(P.timeout_message(method, timeout, cancelled=True)) from e
+            except ConnectionClosed as e:  # no answer: the outcome is unknown
+                raise TimeoutError(P.timeout_message(method, timeout, cancelled=False)) from e
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(P.timeout_message(method, timeout, cancelled=False)) from None
         finally:
             with self._lock:
                 self._pending.pop(id_, None)

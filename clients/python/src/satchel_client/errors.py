@@ -91,7 +91,12 @@ class InternalError(SatchelError):
 
 @_code(-32800)
 class RequestCancelled(SatchelError):
-    """The request was cancelled by ``$/cancelRequest``."""
+    """The request was cancelled by ``$/cancelRequest`` before it took effect.
+
+    The call had no effect at all: the session is exactly as it was before, so resending the
+    same request is safe. (A cancel that comes too late is ignored and the call's normal
+    result arrives instead.)
+    """
 
 
 @_code(-32001)
@@ -117,6 +122,17 @@ class StorageFailure(SatchelError):
 @_code(-32005)
 class SummarizeFailed(SatchelError):
     """The summariser failed (``context.compact``); nothing was compacted."""
+
+
+@_code(-32009)
+class StaleSession(SatchelError):
+    """``append`` carried ``expect_messages`` and the session holds another count; nothing was appended.
+
+    The client's view of the session is stale: an earlier reply was lost (its messages were
+    appended after all) or another client appended. ``data["details"]`` is
+    ``{"expected": N, "session_messages": held}``: append from message ``held`` on, or
+    resend the full ``messages`` list.
+    """
 
 
 @_code(-32007)

@@ -22,6 +22,11 @@ SummaryLanguage = Literal["en", "zh"]
 Pressure = Literal["low", "medium", "high", "critical"]
 Phase = Literal["recent", "old"]
 IdentifierList = Literal["constraints", "files_read", "files_modified", "commands", "errors", "notes"]
+RepairKind = Literal[
+    "synthetic_result", "dropped_orphan_result", "merged_same_role", "moved_results_first", "inserted_leading_user"
+]
+EventKind = Literal["prepare", "compact"]
+ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated"]
 
 # --- params (the keyword arguments of the client's methods) ----------------------------------
 
@@ -42,6 +47,9 @@ class _PrepareParamsRequired(TypedDict):
 class PrepareParams(_PrepareParamsRequired, total=False):
     messages: Optional[List[Any]]
     append: Optional[List[Any]]
+    #: With ``append``: the ``reconciliation.session_messages`` of the last reply; another
+    #: count held by the session makes the call fail with ``StaleSession`` (nothing appended).
+    expect_messages: Optional[int]
     format: FormatHint
     system: Any
     tools: Optional[List[Any]]
@@ -115,6 +123,8 @@ class Config(TypedDict, total=False):
     markdown_file_extensions: List[str]
     read_file_tool_names: List[str]
     offload_retention_days: float
+    max_live_sessions: int
+    session_idle_secs: float
 
 
 class InitializeResult(TypedDict):
@@ -248,7 +258,7 @@ class CompactionFailedAction(TypedDict):
 class _RepairedActionRequired(TypedDict):
     kind: Literal["repaired"]
     index: int
-    repair: str
+    repair: RepairKind
 
 
 class RepairedAction(_RepairedActionRequired, total=False):
@@ -361,12 +371,12 @@ class ContextEvent(TypedDict):
     """Params of ``context.event``, sent to connections that called ``watch``."""
 
     session_id: str
-    kind: str
+    kind: EventKind
     tokens: TokenUsage
     pressure: Pressure
     messages: int
     compactions: int
-    actions: List[str]
+    actions: List[ActionKind]
 
 
 # --- server -> client requests ---------------------------------------------------------------
