@@ -15,3 +15,4 @@ pub mod slice;
 pub mod summary;
 pub mod tokens;
 pub mod truncate;
+pub mod zones;

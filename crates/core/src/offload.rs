@@ -2,14 +2,15 @@
 //!
 //! The daemon asks this module three questions per tool-result text: what kind of result is it
 //! (plain, Markdown, `read_file`-like), must its full text go to a file when it enters, and what
-//! byte limit applies in the message's current phase (recent or old).
+//! byte limit applies in the message's current phase (recent or old). [`select_offloads`] asks
+//! the second question of every tool-result text a call brings.
 
 use std::borrow::Borrow;
 
 use satchel_protocol::{Config, MessageFormat, Phase};
 use serde_json::Value;
 
-use crate::format::{ToolCall, has_tool_result};
+use crate::format::{ToolCall, find_call, has_tool_result, result_texts};
 use crate::truncate::ExcerptLimits;
 
 /// What a tool result is, for the purpose of choosing its limits.
@@ -118,6 +119,57 @@ pub fn recent_start<M: Borrow<Value>>(messages: &[M], format: MessageFormat, rec
     messages.len().saturating_sub(trailing_results.max(recent_n))
 }
 
+/// A tool-result text of a new message that must go to an offload file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectedText {
+    /// Position of its message among the new ones.
+    pub position: usize,
+    /// JSON pointer of the text inside the message.
+    pub pointer: String,
+    /// The tool call it answers, when found.
+    pub call: Option<ToolCall>,
+}
+
+impl SelectedText {
+    /// The text itself, in `new` (the messages it was selected from).
+    pub fn full<'a>(&self, new: &'a [Value]) -> &'a str {
+        new[self.position]
+            .pointer(&self.pointer)
+            .and_then(Value::as_str)
+            .expect("a selected text is a string at its pointer")
+    }
+}
+
+/// Which tool-result texts of the `new` messages must be offloaded ([`must_offload`]), in
+/// order. Each result is classified by the call it answers, looked for in the new messages
+/// before it, then in `earlier` (the messages the session holds before them, oldest first).
+pub fn select_offloads<'a, E>(new: &'a [Value], earlier: E, format: MessageFormat, config: &Config) -> Vec<SelectedText>
+where
+    E: DoubleEndedIterator<Item = &'a Value> + Clone,
+{
+    let mut selected = Vec::new();
+    for (position, message) in new.iter().enumerate() {
+        let newest_first = || new[..position].iter().rev().chain(earlier.clone().rev());
+        for text in result_texts(message, format) {
+            let Some(Value::String(full)) = message.pointer(&text.pointer) else {
+                continue;
+            };
+            let call = text
+                .call_id
+                .as_deref()
+                .and_then(|cid| find_call(newest_first(), cid, format));
+            if must_offload(full.len(), classify(call.as_ref(), config), config) {
+                selected.push(SelectedText {
+                    position,
+                    pointer: text.pointer,
+                    call,
+                });
+            }
+        }
+    }
+    selected
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +243,112 @@ mod tests {
         assert_eq!(recent_start(&msgs, f, 2), 2);
         assert_eq!(recent_start(&msgs[..2], f, 2), 0);
         assert_eq!(recent_start(&msgs[..1], f, 5), 0);
+    }
+
+    /// A big output (42 000 bytes): over the plain old-phase limit, under both Markdown limits.
+    fn big() -> String {
+        "line of build output\n".repeat(2_000)
+    }
+
+    fn openai_call(id: &str, name: &str, args: &str) -> Value {
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": name, "arguments": args}}]})
+    }
+
+    fn openai_result(id: &str, output: &str) -> Value {
+        json!({"role": "tool", "tool_call_id": id, "content": output})
+    }
+
+    /// Checks which texts of `new` (after `earlier`) are selected: (position, pointer, name
+    /// of the call found), and that each selected text is a string at its pointer.
+    fn check_selection(
+        new: &[Value],
+        earlier: &[Value],
+        format: MessageFormat,
+        config: &Config,
+        expect: &[(usize, &str, Option<&str>)],
+    ) {
+        let selected = select_offloads(new, earlier.iter(), format, config);
+        let got: Vec<(usize, &str, Option<&str>)> = selected
+            .iter()
+            .map(|s| (s.position, s.pointer.as_str(), s.call.as_ref().map(|c| c.name.as_str())))
+            .collect();
+        assert_eq!(got, expect);
+        for s in &selected {
+            assert!(s.full(new).len() > config.pruning_old_msg_max_bytes);
+        }
+    }
+
+    #[test]
+    fn big_results_are_selected_small_ones_are_not() {
+        let c = Config::default();
+        let new = [
+            openai_call("1", "bash", r#"{"command":"make"}"#),
+            openai_result("1", &big()),
+            openai_call("2", "bash", r#"{"command":"ls"}"#),
+            openai_result("2", "Cargo.toml\nsrc"),
+        ];
+        check_selection(&new, &[], MessageFormat::Openai, &c, &[(1, "/content", Some("bash"))]);
+        let off = Config {
+            pruning_enabled: false,
+            ..Config::default()
+        };
+        check_selection(&new, &[], MessageFormat::Openai, &off, &[]);
+    }
+
+    #[test]
+    fn the_call_is_found_among_the_earlier_messages_and_classifies_the_result() {
+        let c = Config::default();
+        // A Markdown result of this size stays under both Markdown limits: not offloaded,
+        // though the same text from a plain tool is.
+        let earlier = [
+            json!({"role": "user", "content": "read the skill"}),
+            openai_call("s", "load_skill", "{}"),
+        ];
+        check_selection(&[openai_result("s", &big())], &earlier, MessageFormat::Openai, &c, &[]);
+        // An unknown call classifies the result as plain.
+        check_selection(
+            &[openai_result("gone", &big())],
+            &earlier,
+            MessageFormat::Openai,
+            &c,
+            &[(0, "/content", None)],
+        );
+        // A read_file result is offloaded at any size past the old limit: the file may change.
+        let earlier = [openai_call("r", "read_file", r#"{"path":"src/lib.rs"}"#)];
+        check_selection(
+            &[openai_result("r", &"x".repeat(3_101))],
+            &earlier,
+            MessageFormat::Openai,
+            &c,
+            &[(0, "/content", Some("read_file"))],
+        );
+    }
+
+    #[test]
+    fn anthropic_results_are_selected_block_by_block() {
+        let c = Config::default();
+        let new = [
+            json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": "a", "name": "bash", "input": {"command": "make"}},
+                {"type": "tool_use", "id": "b", "name": "bash", "input": {"command": "ls"}}]}),
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": [
+                    {"type": "text", "text": "short"},
+                    {"type": "image", "source": {}},
+                    {"type": "text", "text": big()}]},
+                {"type": "tool_result", "tool_use_id": "b", "content": big()},
+                {"type": "text", "text": big()}]}),
+        ];
+        check_selection(
+            &new,
+            &[],
+            MessageFormat::Anthropic,
+            &c,
+            &[
+                (1, "/content/0/content/2/text", Some("bash")),
+                (1, "/content/1/content", Some("bash")),
+            ],
+        );
     }
 }

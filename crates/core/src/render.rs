@@ -5,12 +5,17 @@
 //! phase is just a smaller limit applied to the same original. Only the strings at the
 //! offloaded pointers change; every other field, and the order and number of messages, is
 //! untouched, which is why tool calls stay paired with their results.
+//!
+//! [`insert_summary`] then puts the summary of the compacted past in front of the rendered
+//! messages.
 
-use satchel_protocol::{Config, Phase};
-use serde_json::Value;
+use satchel_protocol::{Config, MessageFormat, Phase};
+use serde_json::{Value, json};
 
+use crate::compact::is_user_turn;
 use crate::format::ToolCall;
 use crate::offload::{self, ResultKind};
+use crate::repair::RepairItem;
 use crate::truncate::{Excerpt, ExcerptLimits, FileRef, TextStats, render_excerpt};
 
 /// A tool-result text whose full content is in an offload file.
@@ -101,6 +106,32 @@ pub fn render_message(
         });
     }
     (message, texts)
+}
+
+/// Puts the summary message first, in the form the format needs: a user message (OpenAI,
+/// after the system messages); for Anthropic, whose roles must alternate, a text block at the
+/// start of the first user message, or a user message of its own when the kept part starts
+/// with the assistant. Generic over how the request holds its messages, like the repair pass.
+pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: MessageFormat) {
+    let at = messages
+        .iter()
+        .take_while(|m| m.value().get("role").and_then(Value::as_str) == Some("system"))
+        .count();
+    if format == MessageFormat::Anthropic && messages.get(at).is_some_and(|m| is_user_turn(m.value(), format)) {
+        let mut first = messages.remove(at).into_value();
+        let block = json!({"type": "text", "text": text});
+        match first.get_mut("content") {
+            Some(Value::Array(blocks)) => blocks.insert(0, block),
+            Some(Value::String(s)) => {
+                let original = json!({"type": "text", "text": std::mem::take(s)});
+                first["content"] = json!([block, original]);
+            }
+            _ => first["content"] = json!([block]),
+        }
+        messages.insert(at, M::from_value(first));
+        return;
+    }
+    messages.insert(at, M::from_value(json!({"role": "user", "content": text})));
 }
 
 #[cfg(test)]
@@ -297,5 +328,130 @@ mod tests {
         fn anthropic_rendering_keeps_pairs_fields_and_limits(messages in conversation(MessageFormat::Anthropic), recent_n in 0usize..4) {
             check(messages, MessageFormat::Anthropic, recent_n)?;
         }
+    }
+
+    /// A message held by reference (`false`) or written by the insertion (`true`), as the
+    /// daemon's cached renderings are.
+    #[derive(Debug, PartialEq)]
+    struct Held(Value, bool);
+
+    impl RepairItem for Held {
+        fn value(&self) -> &Value {
+            &self.0
+        }
+
+        fn into_value(self) -> Value {
+            self.0
+        }
+
+        fn from_value(value: Value) -> Self {
+            Held(value, true)
+        }
+    }
+
+    const SUMMARY: &str = "# Summary of previous conversation";
+
+    /// Inserts [`SUMMARY`] into `messages` and checks the result against `expect`, each
+    /// message with whether the insertion wrote it (the others must be left as they were held).
+    fn check_insert(messages: Vec<Value>, format: MessageFormat, expect: Vec<(Value, bool)>) {
+        let mut held: Vec<Held> = messages.into_iter().map(|m| Held(m, false)).collect();
+        insert_summary(&mut held, SUMMARY, format);
+        let expect: Vec<Held> = expect.into_iter().map(|(m, owned)| Held(m, owned)).collect();
+        assert_eq!(held, expect);
+    }
+
+    fn system() -> Value {
+        json!({"role": "system", "content": "be careful"})
+    }
+
+    fn summary_user() -> Value {
+        json!({"role": "user", "content": SUMMARY})
+    }
+
+    #[test]
+    fn openai_gets_a_user_message_after_the_system_messages() {
+        let user = json!({"role": "user", "content": "go on"});
+        check_insert(
+            vec![system(), system(), user.clone()],
+            MessageFormat::Openai,
+            vec![
+                (system(), false),
+                (system(), false),
+                (summary_user(), true),
+                (user.clone(), false),
+            ],
+        );
+        check_insert(vec![], MessageFormat::Openai, vec![(summary_user(), true)]);
+        let assistant = json!({"role": "assistant", "content": "done"});
+        check_insert(
+            vec![assistant.clone(), user.clone()],
+            MessageFormat::Openai,
+            vec![(summary_user(), true), (assistant, false), (user, false)],
+        );
+    }
+
+    #[test]
+    fn anthropic_puts_the_summary_in_the_first_user_message() {
+        let block = json!({"type": "text", "text": SUMMARY});
+        // String content becomes two text blocks, the summary first.
+        check_insert(
+            vec![
+                json!({"role": "user", "content": "go on"}),
+                json!({"role": "assistant", "content": "ok"}),
+            ],
+            MessageFormat::Anthropic,
+            vec![
+                (
+                    json!({"role": "user", "content": [block, {"type": "text", "text": "go on"}]}),
+                    true,
+                ),
+                (json!({"role": "assistant", "content": "ok"}), false),
+            ],
+        );
+        // Block content gets the summary block in front.
+        let image = json!({"type": "image", "source": {"type": "base64", "data": ""}});
+        check_insert(
+            vec![json!({"role": "user", "content": [image, {"type": "text", "text": "what is this?"}]})],
+            MessageFormat::Anthropic,
+            vec![(
+                json!({"role": "user", "content": [block, image, {"type": "text", "text": "what is this?"}]}),
+                true,
+            )],
+        );
+        // No content at all: the summary is the content.
+        check_insert(
+            vec![json!({"role": "user"})],
+            MessageFormat::Anthropic,
+            vec![(json!({"role": "user", "content": [block]}), true)],
+        );
+    }
+
+    #[test]
+    fn anthropic_gets_a_user_message_of_its_own_before_an_assistant_or_a_result() {
+        let assistant = json!({"role": "assistant", "content": [{"type": "text", "text": "done"}]});
+        check_insert(
+            vec![assistant.clone()],
+            MessageFormat::Anthropic,
+            vec![(summary_user(), true), (assistant, false)],
+        );
+        // A user message carrying tool results is not a user turn: it keeps its blocks.
+        let results =
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]});
+        check_insert(
+            vec![results.clone()],
+            MessageFormat::Anthropic,
+            vec![(summary_user(), true), (results, false)],
+        );
+        check_insert(
+            vec![system(), json!({"role": "user", "content": "hi"})],
+            MessageFormat::Anthropic,
+            vec![
+                (system(), false),
+                (
+                    json!({"role": "user", "content": [{"type": "text", "text": SUMMARY}, {"type": "text", "text": "hi"}]}),
+                    true,
+                ),
+            ],
+        );
     }
 }

@@ -169,7 +169,9 @@ mod tests {
     #[test]
     fn an_idle_session_leaves_memory_and_the_next_call_reloads_it_from_its_log() {
         let dir = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock::at(chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000)));
+        let clock = Arc::new(ManualClock::at(
+            chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000),
+        ));
         let config = Config {
             session_idle_secs: 600.0,
             ..Config::default()
@@ -184,14 +186,18 @@ mod tests {
         let call = CallContext::detached();
         for session in ["a", "b"] {
             let ticket = engine.ticket(session).unwrap();
-            engine.prepare(ticket, params(session, false, "hello"), &config, &call).unwrap();
+            engine
+                .prepare(ticket, params(session, false, "hello"), &config, &call)
+                .unwrap();
         }
         assert_eq!(engine.live_sessions(), 2);
         clock.advance(chrono::Duration::seconds(601));
         engine.evict_idle();
         assert_eq!(engine.live_sessions(), 0, "both idle past session_idle_secs");
         let ticket = engine.ticket("a").unwrap();
-        let again = engine.prepare(ticket, params("a", true, "more"), &config, &call).unwrap();
+        let again = engine
+            .prepare(ticket, params("a", true, "more"), &config, &call)
+            .unwrap();
         assert_eq!(again.result.reconciliation.session_messages, 2, "reloaded from its log");
     }
 }

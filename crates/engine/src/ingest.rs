@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use satchel_core::format;
 use satchel_core::hash::MessageHash;
-use satchel_core::offload;
+use satchel_core::offload::{self, select_offloads};
 use satchel_core::render::OffloadedText;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{Action, Config, MessageFormat, Reconciliation};
@@ -115,70 +115,64 @@ impl Engine {
             Incoming::Full(list) => (list, true),
             Incoming::Append(list) => (list, false),
         };
-        let mut hashes = IncomingHashes::new(&incoming);
-        let alignment = if is_full_list {
-            session.align(&mut hashes, config)
-        } else {
-            Alignment::Extends { consumed: 0 }
-        };
-        let mut records = Vec::new();
-        let (consumed, replaced) = match alignment {
-            Alignment::Extends { consumed } => (consumed, 0),
-            Alignment::DivergesAt { at } => {
-                records.push(SessionRecord::Truncate { keep: at });
-                (at, session.entries.iter().filter(|e| e.index >= at).count())
-            }
-            Alignment::Reset => {
-                records.push(SessionRecord::Reset);
-                (0, session.original_hashes.len())
-            }
-        };
-        let new_text_hashes: Vec<Option<u128>> =
-            (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect();
-        drop(hashes);
-        let mut new_raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
-        let parsed = map_weighted(
-            &mut new_raws,
-            |_, raw| raw.get().len(),
-            |_, raw| serde_json::from_str::<Value>(raw.get()),
-        )
-        .into_iter()
-        .collect::<Result<Vec<Value>, _>>()
-        .map_err(|e| EngineError::invalid_params("messages", e))?;
-        // Hashed from the parsed values: cheaper than from text, which must be unescaped.
-        let new_hashes: Vec<MessageHash> = parsed.iter().map(MessageHash::of_value).collect();
-        let appended = parsed.len();
+        let reconciled = reconcile(session, &incoming, is_full_list, config);
+        let NewMessages {
+            raws,
+            mut parsed,
+            hashes: new_hashes,
+        } = NewMessages::parse(incoming, reconciled.consumed)?;
         let format = declared.or(session.format).or_else(|| format::detect(&parsed));
-        if format.is_some() && session.format.is_none() {
-            records.insert(
-                0,
-                SessionRecord::Format {
-                    format: format_or_default(format),
-                },
-            );
-        }
         let processing_format = format_or_default(format);
+        let mut records: Vec<SessionRecord> = Vec::new();
+        if format.is_some() && session.format.is_none() {
+            records.push(SessionRecord::Format {
+                format: processing_format,
+            });
+        }
+        records.extend(reconciled.record());
+        let kept_live = reconciled.kept_live(&session.entries);
+        let first_new_index = reconciled.first_new_index(session.original_hashes.len());
+        let offloads = self.offload_new(&parsed, kept_live, processing_format, config, first_new_index, actions);
+        let (offloaded_texts, fresh) = take_offloaded_texts(&mut parsed, &offloads.per_message);
+        let new_entries = new_entries(first_new_index, parsed, &new_hashes, raws, offloads.per_message, fresh);
+        records.extend(new_entries.iter().map(|e| SessionRecord::Message(e.to_stored())));
+        let durable = self.log_ingested(id, records, offloads.write, offloaded_texts)?;
+        let recent_start_before = {
+            let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
+            offload::recent_start(&held, processing_format, config.pruning_recent_n)
+        };
+        let appended = new_entries.len();
+        self.apply_ingested(session, &reconciled, &new_hashes, new_entries, format);
+        Ok(Ingested {
+            durable,
+            first_new_index,
+            recent_start_before,
+            report: Reconciliation {
+                session_messages: session.original_hashes.len(),
+                reused: reconciled.consumed,
+                appended,
+                replaced: reconciled.replaced,
+            },
+        })
+    }
 
-        // What the session keeps of its live messages after a truncation or reset.
-        let kept_live: &[Entry] = match alignment {
-            Alignment::Extends { .. } => &session.entries,
-            Alignment::DivergesAt { at } => {
-                let n = session.entries.iter().take_while(|e| e.index < at).count();
-                &session.entries[..n]
-            }
-            Alignment::Reset => &[],
-        };
-        let first_new_index = match alignment {
-            Alignment::Extends { .. } => session.original_hashes.len(),
-            Alignment::DivergesAt { at } => at,
-            Alignment::Reset => 0,
-        };
-        let selected = select_offloads(&parsed, kept_live, processing_format, config);
-        let texts: Vec<&str> = selected.iter().map(|s| s.full(&parsed)).collect();
+    /// Selects the texts of the new messages that go to offload files, plans where they go
+    /// (reporting an `offloaded` action for each), and prepares their write.
+    fn offload_new(
+        &self,
+        parsed: &[Value],
+        kept_live: &[Entry],
+        format: MessageFormat,
+        config: &Config,
+        first_new_index: usize,
+        actions: &mut Vec<Action>,
+    ) -> NewOffloads {
+        let selected = select_offloads(parsed, kept_live.iter().map(|e| &e.message), format, config);
+        let texts: Vec<&str> = selected.iter().map(|s| s.full(parsed)).collect();
         let plan = self.offloads.plan(&texts);
-        let mut new_offloads: Vec<Vec<OffloadedText>> = vec![Vec::new(); parsed.len()];
+        let mut per_message: Vec<Vec<OffloadedText>> = vec![Vec::new(); parsed.len()];
         for (selected, saved) in selected.into_iter().zip(&plan.saved) {
-            let stats = TextStats::of(selected.full(&parsed));
+            let stats = TextStats::of(selected.full(parsed));
             actions.push(Action::Offloaded {
                 index: first_new_index + selected.position,
                 pointer: selected.pointer.clone(),
@@ -187,65 +181,53 @@ impl Engine {
                 total_lines: stats.total_lines,
                 newly_written: saved.newly_written,
             });
-            new_offloads[selected.position].push(OffloadedText {
+            per_message[selected.position].push(OffloadedText {
                 pointer: selected.pointer,
                 file: saved.rel_path.clone(),
                 stats,
                 call: selected.call,
             });
         }
-        // The texts leave their messages (moved, not copied): the files will hold them, and
-        // until the call ends the entries keep them for rendering and compaction.
-        let mut parsed = parsed;
-        let mut offloaded_texts: Vec<Arc<String>> = Vec::with_capacity(plan.saved.len());
-        let mut new_fresh: Vec<Vec<Arc<String>>> = vec![Vec::new(); parsed.len()];
-        for (position, offloaded) in new_offloads.iter().enumerate() {
-            for text in offloaded {
-                let slot = parsed[position]
-                    .pointer_mut(&text.pointer)
-                    .expect("an offloaded text was found at its pointer");
-                let Value::String(full) = std::mem::replace(slot, Value::String(String::new())) else {
-                    unreachable!("only string texts are offloaded");
-                };
-                let full = Arc::new(full);
-                offloaded_texts.push(full.clone());
-                new_fresh[position].push(full);
-            }
-        }
-        let mut new_entries = Vec::with_capacity(parsed.len());
-        for (position, ((((message, hash), raw), offloaded), fresh)) in parsed
-            .into_iter()
-            .zip(new_hashes.iter().copied())
-            .zip(new_raws)
-            .zip(new_offloads)
-            .zip(new_fresh)
-            .enumerate()
-        {
-            let entry =
-                Entry::new(first_new_index + position, hash, message, offloaded, Some(raw)).with_fresh_texts(fresh);
-            records.push(SessionRecord::Message(entry.to_stored()));
-            new_entries.push(entry);
-        }
-        // New offloaded texts are written, then the records that refer to them, on the
-        // bulk-write thread: rendering and compaction meanwhile read the texts from memory,
-        // and `prepare` waits for both before answering (and before a compaction logs
-        // anything after these records). Without new files, only the fsync runs there.
-        let durable = if plan.writes_nothing() {
-            self.sessions.append_then_sync(id, &records)?
-        } else {
+        let write = (!plan.writes_nothing()).then(|| {
             let offloads = self.offloads.clone();
-            let write_texts = move || {
-                let texts: Vec<&str> = offloaded_texts.iter().map(|t| t.as_str()).collect();
+            let write: WriteTexts = Box::new(move |texts: Vec<Arc<String>>| {
+                let texts: Vec<&str> = texts.iter().map(|t| t.as_str()).collect();
                 offloads.write(&plan, &texts)
-            };
-            Some(self.sessions.append_in_background(id, records, write_texts)?)
-        };
+            });
+            write
+        });
+        NewOffloads { per_message, write }
+    }
 
-        let recent_start_before = {
-            let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
-            offload::recent_start(&held, processing_format, config.pruning_recent_n)
+    /// Logs a call's records. New offloaded texts are written, then the records that refer
+    /// to them, on the bulk-write thread: rendering and compaction meanwhile read the texts
+    /// from memory, and `prepare` waits for both before answering (and before a compaction
+    /// logs anything after these records). Without new files, only the fsync runs there.
+    fn log_ingested(
+        &self,
+        id: &str,
+        records: Vec<SessionRecord>,
+        write_texts: Option<WriteTexts>,
+        texts: Vec<Arc<String>>,
+    ) -> Result<Writes, EngineError> {
+        let pending = match write_texts {
+            None => self.sessions.append_then_sync(id, &records)?,
+            Some(write) => Some(self.sessions.append_in_background(id, records, move || write(texts))?),
         };
-        match alignment {
+        Ok(Writes(pending))
+    }
+
+    /// Applies a logged ingest to the session in memory: cut or reset it as reconciled, then
+    /// add the new messages.
+    fn apply_ingested(
+        &self,
+        session: &mut Session,
+        reconciled: &Reconciled,
+        new_hashes: &[MessageHash],
+        new_entries: Vec<Entry>,
+        format: Option<MessageFormat>,
+    ) {
+        match reconciled.alignment {
             Alignment::Extends { .. } => {}
             Alignment::DivergesAt { at } => {
                 session.original_hashes.truncate(at);
@@ -256,69 +238,154 @@ impl Engine {
                 *session = Session::new(session.format, self.offloads.clone());
             }
         }
-        session.original_hashes.extend_from_slice(&new_hashes);
-        session.text_hashes.extend(new_text_hashes);
+        session.original_hashes.extend_from_slice(new_hashes);
+        session.text_hashes.extend(reconciled.new_text_hashes.iter().copied());
         session.entries.extend(new_entries);
         session.format = format;
-        Ok(Ingested {
-            durable: Writes(durable),
-            first_new_index,
-            recent_start_before,
-            report: Reconciliation {
-                session_messages: session.original_hashes.len(),
-                reused: consumed,
-                appended,
-                replaced,
-            },
-        })
     }
 }
 
-/// A tool-result text of a new message that goes to an offload file.
-struct SelectedText {
-    /// Position of its message among the new ones.
-    position: usize,
-    /// JSON pointer of the text inside the message.
-    pointer: String,
-    /// The tool call it answers, when found.
-    call: Option<format::ToolCall>,
+/// How a call's messages relate to what the session holds.
+struct Reconciled {
+    /// Where the received list joins the session.
+    alignment: Alignment,
+    /// Received messages already held (not processed again).
+    consumed: usize,
+    /// Held messages the received list replaces.
+    replaced: usize,
+    /// Exact-text hashes of the new messages (those after `consumed`).
+    new_text_hashes: Vec<Option<u128>>,
 }
 
-impl SelectedText {
-    fn full<'a>(&self, messages: &'a [Value]) -> &'a str {
-        messages[self.position]
-            .pointer(&self.pointer)
-            .and_then(Value::as_str)
-            .expect("a selected text is a string at its pointer")
+/// Aligns the received messages with the session (a full list; an `append` extends it).
+fn reconcile(session: &mut Session, incoming: &[Box<RawValue>], is_full_list: bool, config: &Config) -> Reconciled {
+    let mut hashes = IncomingHashes::new(incoming);
+    let alignment = if is_full_list {
+        session.align(&mut hashes, config)
+    } else {
+        Alignment::Extends { consumed: 0 }
+    };
+    let (consumed, replaced) = match alignment {
+        Alignment::Extends { consumed } => (consumed, 0),
+        Alignment::DivergesAt { at } => (at, session.entries.iter().filter(|e| e.index >= at).count()),
+        Alignment::Reset => (0, session.original_hashes.len()),
+    };
+    Reconciled {
+        alignment,
+        consumed,
+        replaced,
+        new_text_hashes: (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect(),
     }
 }
 
-/// Which texts of the `new` messages must be offloaded, given the live messages before them.
-fn select_offloads(new: &[Value], kept_live: &[Entry], format: MessageFormat, config: &Config) -> Vec<SelectedText> {
-    let mut selected = Vec::new();
-    for (position, message) in new.iter().enumerate() {
-        let earlier = || {
-            new[..position]
-                .iter()
-                .rev()
-                .chain(kept_live.iter().rev().map(|e| &e.message))
-        };
-        for text in format::result_texts(message, format) {
-            let Some(Value::String(full)) = message.pointer(&text.pointer) else {
-                continue;
-            };
-            let call = text
-                .call_id
-                .as_deref()
-                .and_then(|cid| format::find_call(earlier(), cid, format));
-            if offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config) {
-                selected.push(SelectedText {
-                    position,
-                    pointer: text.pointer,
-                    call,
-                });
-            }
+impl Reconciled {
+    /// The log record that cuts the session back before the new messages, if any.
+    fn record(&self) -> Option<SessionRecord> {
+        match self.alignment {
+            Alignment::Extends { .. } => None,
+            Alignment::DivergesAt { at } => Some(SessionRecord::Truncate { keep: at }),
+            Alignment::Reset => Some(SessionRecord::Reset),
         }
     }
-    selected
+
+    /// What the session keeps of its live messages `entries` after a truncation or reset.
+    fn kept_live<'e>(&self, entries: &'e [Entry]) -> &'e [Entry] {
+        match self.alignment {
+            Alignment::Extends { .. } => entries,
+            Alignment::DivergesAt { at } => &entries[..entries.iter().take_while(|e| e.index < at).count()],
+            Alignment::Reset => &[],
+        }
+    }
+
+    /// Original index of the first new message, in a session that held `known` messages.
+    fn first_new_index(&self, known: usize) -> usize {
+        match self.alignment {
+            Alignment::Extends { .. } => known,
+            Alignment::DivergesAt { at } => at,
+            Alignment::Reset => 0,
+        }
+    }
+}
+
+/// The messages new in a call: as received, parsed, and hashed.
+struct NewMessages {
+    raws: Vec<Box<RawValue>>,
+    parsed: Vec<Value>,
+    hashes: Vec<MessageHash>,
+}
+
+impl NewMessages {
+    /// Parses the received messages after the first `consumed` (a big batch on several cores).
+    fn parse(incoming: Vec<Box<RawValue>>, consumed: usize) -> Result<Self, EngineError> {
+        let mut raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
+        let parsed = map_weighted(
+            &mut raws,
+            |_, raw| raw.get().len(),
+            |_, raw| serde_json::from_str::<Value>(raw.get()),
+        )
+        .into_iter()
+        .collect::<Result<Vec<Value>, _>>()
+        .map_err(|e| EngineError::invalid_params("messages", e))?;
+        // Hashed from the parsed values: cheaper than from text, which must be unescaped.
+        let hashes = parsed.iter().map(MessageHash::of_value).collect();
+        Ok(NewMessages { raws, parsed, hashes })
+    }
+}
+
+/// Writes a call's new offloaded texts (given in plan order) to their files.
+type WriteTexts = Box<dyn FnOnce(Vec<Arc<String>>) -> Result<(), StorageError> + Send>;
+
+/// The new messages' offloaded texts.
+struct NewOffloads {
+    /// Per new message, its texts that go to files.
+    per_message: Vec<Vec<OffloadedText>>,
+    /// Writes the files not stored yet; `None` when every text is stored already.
+    write: Option<WriteTexts>,
+}
+
+/// Moves the offloaded texts out of their messages (the files will hold them): returns them
+/// all, in order, to write, and per message, for the entries to keep until the call ends
+/// (rendering and compaction read them meanwhile).
+fn take_offloaded_texts(
+    parsed: &mut [Value],
+    per_message: &[Vec<OffloadedText>],
+) -> (Vec<Arc<String>>, Vec<Vec<Arc<String>>>) {
+    let mut all: Vec<Arc<String>> = Vec::new();
+    let mut fresh: Vec<Vec<Arc<String>>> = vec![Vec::new(); parsed.len()];
+    for (position, offloaded) in per_message.iter().enumerate() {
+        for text in offloaded {
+            let slot = parsed[position]
+                .pointer_mut(&text.pointer)
+                .expect("an offloaded text was found at its pointer");
+            let Value::String(full) = std::mem::replace(slot, Value::String(String::new())) else {
+                unreachable!("only string texts are offloaded");
+            };
+            let full = Arc::new(full);
+            all.push(full.clone());
+            fresh[position].push(full);
+        }
+    }
+    (all, fresh)
+}
+
+/// The entries of the new messages, the first at original index `first_index`.
+fn new_entries(
+    first_index: usize,
+    parsed: Vec<Value>,
+    hashes: &[MessageHash],
+    raws: Vec<Box<RawValue>>,
+    offloaded: Vec<Vec<OffloadedText>>,
+    fresh: Vec<Vec<Arc<String>>>,
+) -> Vec<Entry> {
+    parsed
+        .into_iter()
+        .zip(hashes.iter().copied())
+        .zip(raws)
+        .zip(offloaded)
+        .zip(fresh)
+        .enumerate()
+        .map(|(position, ((((message, hash), raw), offloaded), fresh))| {
+            Entry::new(first_index + position, hash, message, offloaded, Some(raw)).with_fresh_texts(fresh)
+        })
+        .collect()
 }

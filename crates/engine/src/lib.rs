@@ -30,6 +30,8 @@ mod prepare;
 mod queries;
 mod recovery;
 mod session;
+#[cfg(test)]
+mod tests;
 mod usage;
 
 pub use call::{CallContext, CallToken, ModelSource, NoModels, ProgressSink};

@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
+use satchel_core::hash::MessageHash;
 use satchel_core::tokens::TokenCounter;
+use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
-    Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, Phase, PrepareParams, PrepareResult,
+    Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, Phase, PrepareParams, PrepareResult, TokenUsage,
 };
 use serde_json::value::RawValue;
 
@@ -14,7 +16,7 @@ use crate::call::CallContext;
 use crate::compact::{CompactError, CompactionRequest};
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::ingest::Incoming;
+use crate::ingest::{Incoming, Ingested, Writes};
 use crate::live::Ticket;
 use crate::session::{Session, TruncatedMessage, format_or_default};
 use crate::usage::{RequestExtras, usage};
@@ -75,7 +77,8 @@ impl Engine {
         })
     }
 
-    /// The body of `prepare`, in the session's turn.
+    /// The body of `prepare`, in the session's turn: ingest, count, compact when due, render,
+    /// then commit.
     #[allow(clippy::too_many_arguments)]
     fn prepare_in(
         &self,
@@ -91,84 +94,31 @@ impl Engine {
         let mut actions = Vec::new();
         let started = self.clock.now();
         let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
-        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
-        let mut usage_now = usage(session, config, &counter, &extras, false);
+        let request = Request {
+            config,
+            counter: TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor),
+            extras,
+        };
+        let counted_usage = request.usage(session, false);
         let counted = self.clock.now();
-        let mut over_limit_reason: Option<String> = None;
-        let over_threshold = config.compact_enabled && usage_now.total >= config.compact_threshold_tokens();
-        let retry_futile = session
-            .futile_compaction_at
-            .is_none_or(|at| usage_now.compactable >= at + config.summary_budget_tokens());
-        if over_threshold && !retry_futile {
-            over_limit_reason = Some(
-                "an earlier compaction of this session could not make the request smaller; it is tried again once a summary's worth of new messages has accrued".into(),
-            );
-        }
-        if over_threshold && retry_futile {
-            let how = CompactionRequest {
-                instruction: None,
-                manual: false,
-                call,
-                pending_writes: Some(&mut ingested.durable),
-            };
-            match self.compact(id, session, config, &counter, &extras, how) {
-                Ok(Some(report)) => actions.push(Action::Compacted(report)),
-                Ok(None) => {
-                    over_limit_reason = Some(
-                        "nothing before the newest turn can be compacted without separating a tool call from its result or an assistant reply from its user message".into(),
-                    )
-                }
-                Err(CompactError::Summarize(reason)) => actions.push(Action::CompactionFailed { reason }),
-                Err(CompactError::Futile(reason)) => {
-                    session.futile_compaction_at = Some(usage_now.compactable);
-                    actions.push(Action::CompactionFailed { reason: reason.clone() });
-                    over_limit_reason = Some(reason);
-                }
-                Err(CompactError::Engine(e)) => return Err(e),
-            }
-            usage_now = usage(session, config, &counter, &extras, false);
-        }
+        let compaction = self.compact_if_due(id, session, &request, call, counted_usage, &mut ingested.durable)?;
+        actions.extend(compaction.action);
+        let mut usage_now = compaction.usage;
         // Last resort before giving up on the limit: recent tool results get the old-phase limit too.
         let squeeze = usage_now.total > config.max_input_length;
         if squeeze {
-            usage_now = usage(session, config, &counter, &extras, true);
+            usage_now = request.usage(session, true);
         }
         let compacted = self.clock.now();
-        let rendered = session.render(config, squeeze);
-        let (messages, output_hashes) = rendered.to_json();
-        actions.extend(truncation_actions(
-            &rendered.truncated,
-            ingested.first_new_index,
-            ingested.recent_start_before,
-        ));
-        actions.extend(rendered.repairs.iter().map(repair_action));
-        drop(rendered);
-        let over_limit = (usage_now.total > config.max_input_length).then(|| {
-            format!(
-                "the request is {} tokens, over max_input_length {}: system {}, tools {}, summary {}, messages {} ({}). Tool results are already cut to their limits.",
-                usage_now.total,
-                config.max_input_length,
-                usage_now.system,
-                usage_now.tools,
-                usage_now.summary,
-                usage_now.messages,
-                over_limit_reason.as_deref().unwrap_or(
-                    "the kept messages are the smallest tail that keeps tool calls with their results and the newest user message"
-                ),
-            )
-        });
+        let (messages, output_hashes) = render_request(session, config, squeeze, &ingested, &mut actions);
+        let over_limit = over_limit_message(&usage_now, compaction.reason.as_ref());
         ingested.durable.wait()?;
         // The commit point of a call that did not compact (a compaction commits before it
         // logs anything): from here on the call takes effect.
         if !call.token.commit() {
             return Err(EngineError::Cancelled);
         }
-        session.forget_fresh_texts();
-        session.peak_tokens = session.peak_tokens.max(usage_now.total);
-        session.last_output = output_hashes;
-        session.last_system = extras.system;
-        session.last_tools = extras.tools;
-        session.last_usage = Some(usage_now.clone());
+        remember_request(session, output_hashes, request.extras, &usage_now);
         // After `last_usage`: the event carries this call's numbers, not the previous call's.
         let event: ContextEvent = event_of(id, session, EventKind::Prepare, &actions);
         let ms = |from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>| {
@@ -195,6 +145,115 @@ impl Engine {
             event: Some(event),
         })
     }
+
+    /// Compacts the session when [`compaction_due`] says so; returns the usage after, the
+    /// action to report, and why a request still over the window could not be made smaller.
+    fn compact_if_due(
+        &self,
+        id: &str,
+        session: &mut Session,
+        request: &Request<'_>,
+        call: &CallContext<'_>,
+        usage_now: TokenUsage,
+        pending_writes: &mut Writes,
+    ) -> Result<AutoCompaction, EngineError> {
+        let config = request.config;
+        let mut done = AutoCompaction {
+            usage: usage_now,
+            action: None,
+            reason: None,
+        };
+        match compaction_due(&done.usage, session.futile_compaction_at, config) {
+            CompactionDue::No => return Ok(done),
+            CompactionDue::Deferred => {
+                done.reason = Some(OverLimitReason::CompactionDeferred);
+                return Ok(done);
+            }
+            CompactionDue::Yes => {}
+        }
+        let how = CompactionRequest {
+            instruction: None,
+            manual: false,
+            call,
+            pending_writes: Some(pending_writes),
+        };
+        match self.compact(id, session, config, &request.counter, &request.extras, how) {
+            Ok(Some(report)) => done.action = Some(Action::Compacted(report)),
+            Ok(None) => done.reason = Some(OverLimitReason::NothingCompactable),
+            Err(CompactError::Summarize(reason)) => done.action = Some(Action::CompactionFailed { reason }),
+            Err(CompactError::Futile(reason)) => {
+                session.futile_compaction_at = Some(done.usage.compactable);
+                done.action = Some(Action::CompactionFailed { reason: reason.clone() });
+                done.reason = Some(OverLimitReason::CompactionFutile(reason));
+            }
+            Err(CompactError::Engine(e)) => return Err(e),
+        }
+        done.usage = request.usage(session, false);
+        Ok(done)
+    }
+}
+
+/// The request-wide inputs of one `prepare`, shared by its stages.
+struct Request<'a> {
+    /// The call's effective configuration.
+    config: &'a Config,
+    /// Counts with the configured tokenizer.
+    counter: TokenCounter,
+    /// The system prompt and tool definitions sent beside the messages.
+    extras: RequestExtras,
+}
+
+impl Request<'_> {
+    /// Token usage of the request `session` would send now.
+    fn usage(&self, session: &mut Session, squeeze: bool) -> TokenUsage {
+        usage(session, self.config, &self.counter, &self.extras, squeeze)
+    }
+}
+
+/// What the automatic compaction step of `prepare` did.
+struct AutoCompaction {
+    /// The request's usage afterwards.
+    usage: TokenUsage,
+    /// The compaction, or why it failed.
+    action: Option<Action>,
+    /// Why the request may still be over the window.
+    reason: Option<OverLimitReason>,
+}
+
+/// Renders the request `session` sends now, as JSON texts and their hashes, and adds its
+/// truncations and repairs to `actions`.
+fn render_request(
+    session: &mut Session,
+    config: &Config,
+    squeeze: bool,
+    ingested: &Ingested,
+    actions: &mut Vec<Action>,
+) -> (Vec<Arc<RawValue>>, Vec<MessageHash>) {
+    let rendered = session.render(config, squeeze);
+    let json = rendered.to_json();
+    actions.extend(truncation_actions(
+        &rendered.truncated,
+        ingested.first_new_index,
+        ingested.recent_start_before,
+    ));
+    actions.extend(rendered.repairs.iter().map(repair_action));
+    json
+}
+
+/// Keeps what a committed call returned: its request, to recognise it when sent back, and
+/// its extras and usage, for a later manual compaction and for inspection.
+fn remember_request(
+    session: &mut Session,
+    output_hashes: Vec<MessageHash>,
+    extras: RequestExtras,
+    usage_now: &TokenUsage,
+) {
+    session.forget_fresh_texts();
+    session.peak_tokens = session.peak_tokens.max(usage_now.total);
+    session.last_output = output_hashes;
+    session.last_system = extras.system;
+    session.last_tools = extras.tools;
+    session.last_usage = Some(usage_now.clone());
 }
 
 /// The `truncated` actions of a call: texts of messages new in this call, and of messages

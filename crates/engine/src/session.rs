@@ -14,19 +14,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
 use satchel_core::hash::{MessageHash, text_hash};
 use satchel_core::offload::recent_start;
-use satchel_core::render::{OffloadedText, RenderedText, render_message};
+use satchel_core::render::{OffloadedText, RenderedText, insert_summary, render_message};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{CompactSummary, Config, Phase};
 use satchel_storage::{CompactionInfo, OffloadStore, StoredMessage, StoredOffload};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::parallel::map_weighted;
 
@@ -727,30 +726,4 @@ impl Session {
             .map(|(entry, slot)| entry.tokens[slot].expect("counted by sync_views"))
             .collect()
     }
-}
-
-/// Puts the summary first, in the form the format needs: a user message (OpenAI, after the
-/// system messages); for Anthropic, whose roles must alternate, a text block at the start of
-/// the first user message, or a user message of its own when the kept part starts with the
-/// assistant.
-fn insert_summary(messages: &mut Vec<Outgoing<'_>>, text: &str, format: MessageFormat) {
-    let at = messages
-        .iter()
-        .take_while(|m| m.value().get("role").and_then(Value::as_str) == Some("system"))
-        .count();
-    if format == MessageFormat::Anthropic && messages.get(at).is_some_and(|m| is_user_turn(m.value(), format)) {
-        let mut first = messages.remove(at).into_value();
-        let block = json!({"type": "text", "text": text});
-        match first.get_mut("content") {
-            Some(Value::Array(blocks)) => blocks.insert(0, block),
-            Some(Value::String(s)) => {
-                let original = json!({"type": "text", "text": std::mem::take(s)});
-                first["content"] = json!([block, original]);
-            }
-            _ => first["content"] = json!([block]),
-        }
-        messages.insert(at, Outgoing::Owned(first));
-        return;
-    }
-    messages.insert(at, Outgoing::Owned(json!({"role": "user", "content": text})));
 }

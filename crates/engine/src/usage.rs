@@ -1,6 +1,7 @@
 //! Token usage per zone of the request a session would send now.
 
 use satchel_core::tokens::TokenCounter;
+use satchel_core::zones::{MessageTokens, RequestTokens, zone_usage};
 use satchel_protocol::{Config, TokenUsage};
 use serde_json::Value;
 
@@ -16,7 +17,8 @@ pub(crate) struct RequestExtras {
 }
 
 /// Token usage per zone of the request `session` would send now; `squeeze` counts every
-/// tool result at its old-phase limit.
+/// tool result at its old-phase limit. Reads the counts from the session's caches (counting
+/// what is not cached yet); [`zone_usage`] adds them up.
 pub(crate) fn usage(
     session: &mut Session,
     config: &Config,
@@ -25,38 +27,13 @@ pub(crate) fn usage(
     squeeze: bool,
 ) -> TokenUsage {
     let per_message = session.count_tokens(counter, config, squeeze);
-    let is_system = |m: &Value| m.get("role").and_then(Value::as_str) == Some("system");
-    let (system_param, tools) = session.extras_tokens(extras.system.as_ref(), extras.tools.as_deref(), counter, config);
-    let mut system = system_param;
-    let mut conversation = Vec::with_capacity(per_message.len());
-    for (entry, tokens) in session.entries.iter().zip(&per_message) {
-        if is_system(&entry.message) {
-            system += tokens;
-        } else {
-            conversation.push(*tokens);
-        }
-    }
+    let (system, tools) = session.extras_tokens(extras.system.as_ref(), extras.tools.as_deref(), counter, config);
     let summary = session.summary_tokens(counter, config);
-    let messages: u64 = conversation.iter().sum();
-    let reserve = config.reserve_tokens();
-    let mut reserved = 0;
-    for tokens in conversation.iter().rev() {
-        if reserved + tokens > reserve {
-            break;
-        }
-        reserved += tokens;
-    }
-    let total = system + tools + summary + messages;
-    TokenUsage {
-        system,
-        tools,
-        summary,
-        compactable: messages - reserved,
-        reserved,
-        messages,
-        total,
-        limit: config.max_input_length,
-        threshold: config.compact_threshold_tokens(),
-        tokenizer: config.tokenizer,
-    }
+    let messages: Vec<MessageTokens> = session
+        .entries
+        .iter()
+        .zip(per_message)
+        .map(|(entry, tokens)| MessageTokens::of(&entry.message, tokens))
+        .collect();
+    zone_usage(&messages, RequestTokens { system, tools, summary }, config)
 }

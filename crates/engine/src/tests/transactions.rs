@@ -1,0 +1,141 @@
+//! A call takes effect whole or not at all. `check_no_effect` runs a call that must fail
+//! after a session was set up, and checks that the log is byte for byte what it was and that
+//! the session still holds what it held.
+
+use std::fs;
+
+use satchel_core::summary::llm::{ChatMessage, Completer, CompletionError};
+use satchel_protocol::Config;
+use satchel_protocol::config::SummarizerKind;
+use serde_json::Value;
+
+use super::*;
+use crate::{CallToken, ModelSource};
+
+/// Sends `held`, then runs `fail` (which must fail with an error `expect` accepts), and
+/// checks that the failed call left no trace: the log is byte-identical, and a resend of
+/// `held` reuses every message and appends none.
+fn check_no_effect(
+    harness: &Harness,
+    held: &[Value],
+    fail: impl FnOnce(&Harness) -> Result<Prepared, EngineError>,
+    expect: impl FnOnce(&EngineError) -> bool,
+) {
+    let before = harness.prepare(held);
+    let log = harness.log();
+    let error = fail(harness).expect_err("the call fails");
+    assert!(expect(&error), "unexpected error: {error}");
+    assert_eq!(harness.log(), log, "the log is as it was before the call");
+    let again = harness.prepare(held);
+    assert_eq!(
+        counts(&again),
+        (held.len(), before.reconciliation.session_messages, 0, 0)
+    );
+    assert_eq!(returned(&again), returned(&before));
+}
+
+#[test]
+fn a_call_cancelled_before_it_runs_has_no_effect() {
+    let harness = Harness::new(Config::default());
+    let held = conversation(2, 100);
+    let mut longer = held.clone();
+    longer.push(user("Now run clippy."));
+    check_no_effect(
+        &harness,
+        &held,
+        |h| {
+            let call = CallContext::detached();
+            assert!(call.token.cancel());
+            h.try_prepare(&longer, &call)
+        },
+        |e| matches!(e, EngineError::Cancelled),
+    );
+}
+
+/// A model that cancels the call it summarises for, then fails (the summariser falls back to
+/// the extractive summary): the cancel lands after the call's records were logged.
+struct CancellingModel(CallToken);
+
+impl Completer for CancellingModel {
+    fn complete(&self, _: &[ChatMessage], _: u64) -> Result<String, CompletionError> {
+        self.0.cancel();
+        Err(CompletionError("cancelled by the test".into()))
+    }
+
+    fn name(&self) -> String {
+        "cancelling".into()
+    }
+}
+
+impl ModelSource for CancellingModel {
+    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer>, String> {
+        Ok(Box::new(CancellingModel(self.0.clone())))
+    }
+}
+
+#[test]
+fn a_call_cancelled_while_it_summarises_rolls_its_records_back() {
+    let harness = Harness::new(Config {
+        summarizer: SummarizerKind::Client,
+        ..small_window()
+    });
+    // Under the threshold; the next turn crosses it.
+    let held = conversation(2, 2_500);
+    let longer = conversation(8, 2_500);
+    check_no_effect(
+        &harness,
+        &held,
+        |h| {
+            let token = CallToken::new();
+            let model = CancellingModel(token.clone());
+            let call = CallContext {
+                models: &model,
+                token,
+                ..CallContext::detached()
+            };
+            h.try_prepare(&longer, &call)
+        },
+        |e| matches!(e, EngineError::Cancelled),
+    );
+    assert!(harness.archive().is_empty(), "nothing was archived");
+}
+
+#[test]
+fn a_failed_archive_write_rolls_the_call_back() {
+    let harness = Harness::new(small_window());
+    let held = conversation(2, 2_500);
+    let longer = conversation(8, 2_500);
+    // The archive file cannot be written: a directory is in its place.
+    let archive = harness.path(&format!("dialog/{DAY}.jsonl"));
+    fs::create_dir_all(&archive).unwrap();
+    check_no_effect(
+        &harness,
+        &held,
+        |h| h.try_prepare(&longer, &CallContext::detached()),
+        |e| matches!(e, EngineError::Storage(_)),
+    );
+    // Once the archive can be written, the same call goes through.
+    fs::remove_dir(&archive).unwrap();
+    let result = harness.prepare(&longer);
+    assert!(result.compact_summary.is_some());
+    assert_eq!(counts(&result).2, longer.len() - held.len());
+}
+
+#[test]
+fn a_failed_offload_write_rolls_the_call_back() {
+    let harness = Harness::new(Config::default());
+    let held = conversation(1, 100);
+    let mut longer = held.clone();
+    longer.push(run("c9", "cargo test"));
+    longer.push(output("c9", &big_output(9, 10_000)));
+    // Offloaded texts cannot be written: a file is where their directory should be.
+    let dir = harness.engine.workspace().layout().offload_dir();
+    let _ = fs::remove_dir_all(&dir);
+    fs::write(&dir, "not a directory").unwrap();
+    check_no_effect(
+        &harness,
+        &held,
+        |h| h.try_prepare(&longer, &CallContext::detached()),
+        |e| matches!(e, EngineError::Storage(_)),
+    );
+}
