@@ -9,15 +9,13 @@
 //! - each error code is one the protocol documents;
 //! - together, the examples show every method of `openrpc.json` succeeding.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
-use support::{Daemon, Framing, SocketClient, wait_for_path};
+
+use crate::support::{Daemon, Framing, SocketClient, wait_for_path};
 
 /// Matches any value, or any run of characters inside a string.
 const ANY: &str = "<any>";

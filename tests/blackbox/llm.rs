@@ -11,9 +11,6 @@
 //! failure falls back to the extractive summary and says so, that nothing is ever lost, and
 //! that a compaction leaves a note in the day's memory log.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -23,14 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Daemon, archived, reconstruct};
+
+use crate::support::builders::{AgentLoop, FIRST_COMMAND, FIRST_FILE, SYSTEM, agent_step, system, tool_output, user};
+use crate::support::checks::{self, assert_log_has_no_pending_compaction, n, summary_text};
+use crate::support::trajectories::Format;
+use crate::support::{Daemon, actions, archived};
 
 const API_KEY_ENV: &str = "SATCHEL_TEST_KEY";
 const API_KEY: &str = "sk-test-secret";
 const MODEL: &str = "cheap-model";
-/// First line of the summary message.
-const HEADING: &str = "# Summary of previous conversation";
-const MARKER: &str = "<<<TRUNCATED>>>";
 /// The headings of a rendered summary (and of the output format the prompts ask for).
 const SECTIONS: [&str; 9] = [
     "## Goal",
@@ -54,12 +52,8 @@ const SUMMARY_LISTS: [&str; 7] = [
     "next_steps",
 ];
 
-const SYSTEM: &str = "You are a careful coding agent working in a Rust repository.";
 /// The user's constraint, which the memory log must keep in the user's words.
 const CONSTRAINT: &str = "Never push to main directly, and keep the MSRV at 1.70.";
-/// The command of the very first tool call, an identifier the summary must keep verbatim.
-const FIRST_COMMAND: &str = "cargo build -p parser --features legacy-lexer";
-const FIRST_FILE: &str = "crates/parser/src/lexer_v1.rs";
 
 /// A model reply that is a valid summary but names none of the span's paths or commands.
 const MODEL_GOAL: &str = "Make the parser crate build again (model-goal-7f3)";
@@ -318,77 +312,14 @@ fn task() -> String {
     format!("Fix the failing build of the parser crate. {CONSTRAINT}")
 }
 
-fn user_text(text: &str) -> Value {
-    json!({"role": "user", "content": text})
-}
-
-fn assistant_text(text: &str) -> Value {
-    json!({"role": "assistant", "content": text})
-}
-
-/// A build log of about `bytes` bytes ending with an error that names `file`.
-fn tool_output(step: usize, bytes: usize, file: &str) -> String {
-    let mut out = String::with_capacity(bytes + 200);
-    let mut i = 0;
-    while out.len() < bytes {
-        i += 1;
-        out.push_str(&format!(
-            "[step {step}] {i:04} checking crates/parser/src/module_{}.rs ... ok, {} warnings\n",
-            (step * 31 + i) % 97,
-            i % 5
-        ));
-    }
-    out.push_str(&format!(
-        "error[E0308]: mismatched types\n  --> {file}:{}:13\n",
-        40 + step
-    ));
-    out
-}
-
-/// The messages of agent step `s` (OpenAI format): a tool call and its result (every third
-/// one 4.5 KB, which is offloaded to a file), or every fifth step a reply and a new request.
-fn step_messages(s: usize) -> Vec<Value> {
-    if s % 5 == 4 {
-        let reply = format!("Module {s} builds now. The parser still fails in module {}.", s + 1);
-        let request = format!(
-            "Thanks. Now check module {} as well, and make sure clippy stays clean.",
-            s + 1
-        );
-        return vec![assistant_text(&reply), user_text(&request)];
-    }
-    let module = format!("crates/parser/src/module_{s}.rs");
-    let (name, args, output) = match s {
-        0 => (
-            "bash",
-            json!({"command": FIRST_COMMAND}),
-            tool_output(0, 1_600, FIRST_FILE),
-        ),
-        s if s % 3 == 2 => (
-            "bash",
-            json!({"command": format!("cargo test -p parser module_{s} -- --nocapture")}),
-            tool_output(s, 4_500, &module),
-        ),
-        s if s % 3 == 1 => (
-            "edit_file",
-            json!({"path": module, "patch": format!("-    let x = {s};\n+    let x: u32 = {s};")}),
-            format!("Applied the patch to {module}: 2 lines changed.\n"),
-        ),
-        _ => (
-            "bash",
-            json!({"command": format!("cargo check -p parser --lib module_{s}")}),
-            tool_output(s, 1_600, &module),
-        ),
-    };
-    let id = format!("call_{s}");
-    vec![
-        json!({
-            "role": "assistant",
-            "content": format!("I'll run `{name}` on module {s} next."),
-            "tool_calls": [{"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}],
-        }),
-        json!({"role": "tool", "tool_call_id": id, "content": output}),
-    ]
-}
+/// The agent loop of these tests (OpenAI format): every third tool output 4.5 KB, which is
+/// offloaded to a file.
+const AGENT_LOOP: AgentLoop = AgentLoop {
+    check_bytes: 1_600,
+    test_bytes: 4_500,
+    runs_tests: |s| s % 3 == 2,
+    reply: |s| format!("Module {s} builds now. The parser still fails in module {}.", s + 1),
+};
 
 /// The small window every test uses, with the exact byte-based token estimate.
 fn window() -> Value {
@@ -474,24 +405,20 @@ impl Chat {
         }
     }
 
-    fn call_raw(&mut self, method: &str, params: Value) -> Value {
+    /// Calls a method that must succeed, keeping every other frame and answering the daemon's
+    /// requests.
+    fn call(&mut self, method: &str, params: Value) -> Value {
         let frames = &mut self.frames;
         let answer = &mut self.answer;
-        self.daemon.call_raw_answering(method, params, |frame| {
+        self.daemon.call_answering(method, params, |frame| {
             frames.push(frame.clone());
             answer.as_mut().and_then(|answer| answer(frame))
         })
     }
 
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let reply = self.call_raw(method, params);
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
-    }
-
     /// Sends the system prompt and the task.
     fn open(&mut self) -> Value {
-        let initial = vec![json!({"role": "system", "content": SYSTEM}), user_text(&task())];
+        let initial = vec![system(SYSTEM), user(&task())];
         self.sent = initial.clone();
         self.prepare("messages", &initial)
     }
@@ -522,7 +449,8 @@ impl Chat {
 
     fn push_next(&mut self) -> Value {
         if self.queue.is_empty() {
-            self.queue.extend(step_messages(self.next_step));
+            self.queue
+                .extend(agent_step(Format::Openai, &AGENT_LOOP, self.next_step));
             self.next_step += 1;
         }
         let message = self.queue.pop_front().unwrap();
@@ -564,21 +492,6 @@ impl Chat {
     }
 }
 
-/// The actions of a result of one `kind`.
-fn actions(result: &Value, kind: &str) -> Vec<Value> {
-    result["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["kind"] == kind)
-        .cloned()
-        .collect()
-}
-
-fn n(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .unwrap_or_else(|| panic!("not a list: {v}"))
@@ -592,15 +505,6 @@ fn without_archive(summary: &Value) -> Value {
     let mut summary = summary.clone();
     summary.as_object_mut().unwrap().remove("archive");
     summary
-}
-
-/// The summary message of a result.
-fn summary_text(result: &Value) -> Option<String> {
-    result["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find_map(|m| m["content"].as_str().filter(|s| s.contains(HEADING)).map(str::to_owned))
 }
 
 /// The `compact_summary` the extractive summariser writes at the first compaction of the
@@ -657,84 +561,24 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Every compaction the session log begins is also logged done, once, in order.
-fn assert_log_has_no_pending_compaction(workspace: &Path, session: &str) {
-    let text = std::fs::read_to_string(workspace.join("sessions").join(format!("{session}.jsonl"))).unwrap();
-    let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let ids = |kind: &str| -> Vec<Value> {
-        records
-            .iter()
-            .filter(|r| r["record"] == kind)
-            .map(|r| r["id"].clone())
-            .collect()
-    };
-    assert_eq!(ids("compaction_begun"), ids("compaction_done"));
-}
-
-/// Every message sent is recoverable byte for byte: compacted ones from the dialog archive
-/// (and their offload files), live ones from the last request (excerpts completed from
-/// their files). No index is lost, archived twice, or both archived and live.
+/// Every message sent is recoverable byte for byte (see [`checks::assert_nothing_lost`]),
+/// each compaction archived exactly its messages, and none is left pending in the session log.
 fn assert_nothing_lost(chat: &mut Chat) {
     let ws = chat.dir.path().to_path_buf();
-    let archived = archived(&ws, &chat.session);
-    for (&index, line) in &archived {
-        assert!(index < chat.sent.len(), "archived index {index} was never sent");
-        assert_eq!(line["message"], chat.sent[index], "archived message {index}");
-        for offload in line["offloads"].as_array().map_or(&[][..], Vec::as_slice) {
-            let file = std::fs::read_to_string(ws.join(offload["file"].as_str().unwrap())).unwrap();
-            let original = chat.sent[index].pointer(offload["pointer"].as_str().unwrap()).unwrap();
-            assert_eq!(
-                original.as_str(),
-                Some(file.as_str()),
-                "offload file of archived message {index}"
-            );
-        }
-    }
+    let archived = checks::assert_nothing_lost(
+        &mut chat.daemon,
+        &ws,
+        &chat.session,
+        Format::Openai,
+        &chat.sent,
+        &chat.last,
+    );
     for (report, _) in &chat.compactions {
         let lines = archived.values().filter(|l| l["compaction_id"] == report["id"]).count();
         assert_eq!(
             lines as u64,
             n(&report["messages"]),
             "archive lines of compaction {report}"
-        );
-    }
-    let live: Vec<usize> = (0..chat.sent.len()).filter(|i| !archived.contains_key(i)).collect();
-    let inspect = chat.inspect();
-    assert_eq!(n(&inspect["messages"]) as usize, live.len(), "live messages");
-    assert_eq!(
-        n(&inspect["archived_messages"]) as usize,
-        archived.len(),
-        "archived messages"
-    );
-
-    let returned: Vec<Value> = chat.last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| !m["content"].as_str().is_some_and(|s| s.contains(HEADING)))
-        .cloned()
-        .collect();
-    assert_eq!(returned.len(), live.len(), "returned messages vs live {live:?}");
-    for (message, &index) in returned.iter().zip(&live) {
-        let mut restored = message.clone();
-        if let Some(text) = message["content"].as_str()
-            && message["role"] == "tool"
-            && text.contains(MARKER)
-        {
-            restored["content"] = Value::String(reconstruct(&mut chat.daemon, text));
-        }
-        assert_eq!(restored, chat.sent[index], "returned message for index {index}");
-    }
-    for offloaded in inspect["offloaded"].as_array().unwrap() {
-        let index = n(&offloaded["index"]) as usize;
-        let file = std::fs::read_to_string(ws.join(offloaded["file"].as_str().unwrap())).unwrap();
-        let original = chat.sent[index]
-            .pointer(offloaded["pointer"].as_str().unwrap())
-            .unwrap();
-        assert_eq!(
-            original.as_str(),
-            Some(file.as_str()),
-            "offload file of live message {index}"
         );
     }
     assert_log_has_no_pending_compaction(&ws, &chat.session);
@@ -821,7 +665,7 @@ fn the_request_has_the_model_prompts_budget_key_and_headers_and_the_key_is_never
     assert!(prompt.contains(FIRST_COMMAND), "{prompt}");
     assert!(prompt.contains("[tool_result] bash:"), "{prompt}");
     assert!(prompt.contains("chars omitted]"), "long outputs are cut: {prompt}");
-    assert!(!prompt.contains(&tool_output(0, 1_600, FIRST_FILE).replace('\n', " ")));
+    assert!(!prompt.contains(&tool_output(0, AGENT_LOOP.check_bytes, FIRST_FILE).replace('\n', " ")));
 
     let frames = serde_json::to_string(&chat.frames).unwrap();
     assert!(!chat.last.to_string().contains(API_KEY) && !frames.contains(API_KEY));

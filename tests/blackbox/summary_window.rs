@@ -3,27 +3,25 @@
 //! and not retried on every call, each compaction's `tokens_after` is the size of the request
 //! returned, and the daily memory note holds only what is new.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use serde_json::{Value, json};
-use support::{Daemon, actions};
 
-fn user(text: &str) -> Value {
-    json!({"role": "user", "content": text})
-}
+use crate::support::builders::{call_message, tool_result, user};
+use crate::support::trajectories::Format;
+use crate::support::{Daemon, actions};
 
-fn call(id: &str, command: &str) -> Value {
-    json!({"role": "assistant", "content": "Let's run it.", "tool_calls": [{"id": id, "type": "function",
-        "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}}]})
-}
-
-fn result(id: &str, output: &str) -> Value {
-    json!({"role": "tool", "tool_call_id": id, "content": output})
+/// An assistant turn running `command` with the `bash` tool under call `id`.
+fn bash_call(id: &str, command: &str) -> Value {
+    call_message(
+        Format::Openai,
+        id,
+        "bash",
+        &json!({"command": command}),
+        "Let's run it.",
+    )
 }
 
 /// Appends `messages` to session `s` (creating it on the first call) with `config`.
-fn prepare(d: &mut Daemon, first: bool, messages: Vec<Value>, config: &Value) -> Value {
+fn prepare_configured(d: &mut Daemon, first: bool, messages: Vec<Value>, config: &Value) -> Value {
     let key = if first { "messages" } else { "append" };
     d.call(
         "context.prepare",
@@ -38,7 +36,10 @@ fn step(i: usize) -> Vec<Value> {
         "compiling module {i}\n{}\nFinished module {i}",
         "warning: unused variable\n".repeat(40)
     );
-    vec![call(&id, &format!("cargo build -p module_{i}")), result(&id, &output)]
+    vec![
+        bash_call(&id, &format!("cargo build -p module_{i}")),
+        tool_result(&id, &output),
+    ]
 }
 
 /// Runs 40 build steps in session `s`, the user's messages from `requests` (by step) coming
@@ -53,7 +54,7 @@ fn build_loop(
     for i in 0..40 {
         let mut messages: Vec<Value> = requests(i).into_iter().collect();
         messages.extend(step(i));
-        let result = prepare(d, i == 0, messages, config);
+        let result = prepare_configured(d, i == 0, messages, config);
         compactions += actions(&result, "compacted").len();
         check(&result);
     }
@@ -93,15 +94,15 @@ fn a_compaction_that_cannot_shrink_the_request_is_not_retried_every_call() {
     // A small step, then one big result that must stay (it is the newest turn): all a
     // compaction could replace is the small step, and its summary would be larger.
     let big: String = (0..160).map(|i| format!("line {i} of the build log\n")).collect();
-    let first = prepare(
+    let first = prepare_configured(
         &mut d,
         true,
         vec![
             user("Build the parser."),
-            call("a", "ls"),
-            result("a", "src"),
-            call("b", "cargo build -p parser"),
-            result("b", &big),
+            bash_call("a", "ls"),
+            tool_result("a", "src"),
+            bash_call("b", "cargo build -p parser"),
+            tool_result("b", &big),
         ],
         &config,
     );
@@ -122,10 +123,10 @@ fn a_compaction_that_cannot_shrink_the_request_is_not_retried_every_call() {
     let mut retried_at = None;
     for i in 0..40 {
         let id = format!("s{i}");
-        let result = prepare(
+        let result = prepare_configured(
             &mut d,
             false,
-            vec![call(&id, "cargo check"), result(&id, "ok")],
+            vec![bash_call(&id, "cargo check"), tool_result(&id, "ok")],
             &config,
         );
         if !actions(&result, "compaction_failed").is_empty() || !actions(&result, "compacted").is_empty() {

@@ -1,45 +1,23 @@
-//! Black-box tests: each one spawns the real `satchel serve` on a fresh temporary workspace and
-//! checks, over JSON-RPC on stdio, a behaviour an agent or an editor plugin relies on.
-
-#[path = "support/mod.rs"]
-mod support;
+//! Basics: `initialize` and the configuration layers, framing, offloading and the two
+//! truncation phases (OpenAI and Anthropic), Markdown and `read_file`, content-addressed
+//! storage, reconciliation of resent histories, crash recovery, `context.read`, error codes,
+//! batches and cancels, end of input, token zones. Each test spawns the real `satchel serve` on
+//! a fresh temporary workspace and checks, over JSON-RPC on stdio, a behaviour an agent or an
+//! editor plugin relies on.
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use support::{Daemon, Framing, actions, number_after, quoted_after, reconstruct};
 
-const MARKER: &str = "<<<TRUNCATED>>>";
+use crate::support::builders::{assistant, openai_calls, tool_result, user};
+use crate::support::checks::error_code;
+use crate::support::{Daemon, Framing, MARKER, actions, append, number_after, prepare, quoted_after, reconstruct};
 
 // ---------------------------------------------------------------------------------------------
 // Conversation builders
 // ---------------------------------------------------------------------------------------------
-
-fn user(text: &str) -> Value {
-    json!({"role": "user", "content": text})
-}
-
-fn assistant(text: &str) -> Value {
-    json!({"role": "assistant", "content": text})
-}
-
-/// An OpenAI assistant turn calling `(id, tool name, arguments)` tools.
-fn openai_calls(calls: &[(&str, &str, Value)]) -> Value {
-    let calls: Vec<Value> = calls
-        .iter()
-        .map(|(id, name, args)| {
-            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
-        })
-        .collect();
-    json!({"role": "assistant", "content": null, "tool_calls": calls})
-}
-
-/// An OpenAI `tool` message answering call `id`.
-fn tool_result(id: &str, content: &str) -> Value {
-    json!({"role": "tool", "tool_call_id": id, "content": content})
-}
 
 /// `user → assistant calls bash → tool result`: the smallest conversation with a tool output.
 fn bash_conversation(output: &str) -> Vec<Value> {
@@ -52,7 +30,7 @@ fn bash_conversation(output: &str) -> Vec<Value> {
 
 /// A build log of at least `min_bytes`: many lines with non-ASCII text (so byte and char
 /// positions differ) and an error as its very last line, the part an agent must not lose.
-fn build_log(tag: &str, min_bytes: usize) -> String {
+fn multibyte_build_log(tag: &str, min_bytes: usize) -> String {
     let mut log = String::with_capacity(min_bytes + 200);
     let mut i = 0;
     while log.len() < min_bytes {
@@ -76,14 +54,6 @@ fn sized_text(len: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // Calls and result inspection
 // ---------------------------------------------------------------------------------------------
-
-fn prepare(d: &mut Daemon, session: &str, messages: &[Value]) -> Value {
-    d.call("context.prepare", json!({"session_id": session, "messages": messages}))
-}
-
-fn append(d: &mut Daemon, session: &str, messages: &[Value]) -> Value {
-    d.call("context.prepare", json!({"session_id": session, "append": messages}))
-}
 
 /// The string at `pointer` in returned message `index`.
 fn text_at<'a>(result: &'a Value, index: usize, pointer: &str) -> &'a str {
@@ -160,12 +130,6 @@ fn offload_files(workspace: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-fn error_code(error: &Value) -> i64 {
-    error["code"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("not an error object: {error}"))
 }
 
 /// The daemon still answers a normal request.
@@ -259,7 +223,7 @@ fn each_reply_uses_the_framing_of_its_request() {
 fn large_tool_result_is_offloaded_then_truncated_further_when_old() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    let log = build_log("first", 120_000);
+    let log = multibyte_build_log("first", 120_000);
     assert!(log.len() > 120_000 && log.len() < 130_000);
 
     // Phase one: the result is recent, so it keeps up to 50 000 bytes.
@@ -375,7 +339,10 @@ fn result_within_the_slack_is_never_truncated() {
 fn anthropic_tool_results_are_offloaded_and_unmanaged_fields_kept() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    let (as_string, as_blocks) = (build_log("string", 70_000), build_log("blocks", 70_000));
+    let (as_string, as_blocks) = (
+        multibyte_build_log("string", 70_000),
+        multibyte_build_log("blocks", 70_000),
+    );
     let results = json!({
         "role": "user",
         "x_client_meta": {"turn": 7},
@@ -486,7 +453,7 @@ fn read_file_is_whole_while_recent_and_markdown_keeps_more_when_old() {
 fn identical_outputs_are_stored_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    let output = build_log("same", 80_000);
+    let output = multibyte_build_log("same", 80_000);
     let twice = vec![
         user("run it twice"),
         openai_calls(&[
@@ -533,7 +500,7 @@ fn reconciliation(result: &Value) -> (u64, u64, u64, u64) {
 fn resent_histories_are_reconciled_not_reprocessed() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    let log = build_log("reconcile", 60_000);
+    let log = multibyte_build_log("reconcile", 60_000);
     let mut messages = bash_conversation(&log);
 
     let first = prepare(&mut d, "r", &messages);
@@ -577,7 +544,7 @@ fn resent_histories_are_reconciled_not_reprocessed() {
 #[test]
 fn session_survives_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let log = build_log("crash", 90_000);
+    let log = multibyte_build_log("crash", 90_000);
     let mut d = Daemon::start(dir.path(), &[]);
     let before = prepare(&mut d, "crash", &bash_conversation(&log));
     let file = notice(text_at(&before, 2, "/content")).file;
@@ -604,7 +571,7 @@ fn session_survives_kill_9() {
 #[test]
 fn an_offload_that_cannot_be_written_fails_the_call_and_logs_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let log = build_log("disk", 90_000);
+    let log = multibyte_build_log("disk", 90_000);
     let mut d = Daemon::start(dir.path(), &[]);
     assert_alive(&mut d); // the workspace is set up
     let tool_results = dir.path().join("tool_result");
@@ -683,7 +650,7 @@ fn context_read_is_confined_to_the_workspace() {
 fn context_read_serves_offloaded_files_by_line_and_byte() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    let log = build_log("read", 60_000);
+    let log = multibyte_build_log("read", 60_000);
     let out = prepare(&mut d, "read", &bash_conversation(&log));
     let file = notice(text_at(&out, 2, "/content")).file;
 
@@ -792,7 +759,7 @@ fn every_error_code_and_the_daemon_keeps_serving() {
     );
 
     // After all of that, real work still succeeds.
-    let ok = prepare(&mut d, "e", &bash_conversation(&build_log("after", 60_000)));
+    let ok = prepare(&mut d, "e", &bash_conversation(&multibyte_build_log("after", 60_000)));
     assert_eq!(actions(&ok, "offloaded").len(), 1);
     d.shutdown();
 }
@@ -926,7 +893,7 @@ fn stdin_eof_flushes_pending_replies_and_exits_zero_with_only_json_on_stdout() {
     let workspace = dir.path().join("ws");
     // Own process (not the harness) so the whole of stdout can be checked after exit; logs go
     // to a file so a chatty daemon can never block on a full stderr pipe.
-    let mut child = Command::new(support::satchel_bin())
+    let mut child = Command::new(crate::support::satchel_bin())
         .arg("--workspace")
         .arg(&workspace)
         .arg("serve")
@@ -936,7 +903,7 @@ fn stdin_eof_flushes_pending_replies_and_exits_zero_with_only_json_on_stdout() {
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
         .unwrap();
-    let log = build_log("eof", 100_000);
+    let log = multibyte_build_log("eof", 100_000);
     let requests = [
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "context.read", "params": {"path": "../x"}}),
@@ -1052,7 +1019,7 @@ fn a_multi_megabyte_first_pass_gives_the_request_that_turn_by_turn_steps_give() 
         let id = format!("call_{turn}");
         history.push(user(&format!("step {turn}: build it")));
         history.push(openai_calls(&[(&id, "bash", json!({"command": "cargo build"}))]));
-        history.push(tool_result(&id, &build_log(&format!("turn{turn}"), 40_000)));
+        history.push(tool_result(&id, &multibyte_build_log(&format!("turn{turn}"), 40_000)));
     }
     let bytes: usize = history.iter().map(|m| m.to_string().len()).sum();
     assert!(bytes > 2 << 20, "over the 1 MiB a batch needs to be shared: {bytes}");

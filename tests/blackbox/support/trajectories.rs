@@ -1,7 +1,9 @@
-//! The shared development trajectories and format knowledge of the replay tests
-//! (`replay.rs`, `replay_compaction.rs`): loading `../shared/data/trajectories*/`, reading
-//! roles, tool calls and tool results of either format (written independently of satchel's
-//! crates), comparing a returned message with the one sent, and locating a truncation notice.
+//! The shared development trajectories and format knowledge of the tests (the replays
+//! `replay`, `replay_compaction` and `continuity`, and `compaction`'s agent loop): loading
+//! `../shared/data/trajectories*/`, reading roles, tool calls and tool results of either format
+//! (written independently of satchel's crates), checking the shape of a request, comparing a
+//! returned message with the one sent, locating a truncation notice, and where a replay writes
+//! its report.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -10,8 +12,6 @@ use serde_json::Value;
 
 use super::{number_after, quoted_after};
 
-/// First line of every truncation notice.
-pub const MARKER: &str = "<<<TRUNCATED>>>";
 /// How a notice starts, right after the kept head.
 pub const NOTICE_START: &str = "<<<TRUNCATED>>>\nThe output above was truncated.\n\
                             The full content is saved to the file and contains ";
@@ -47,6 +47,24 @@ pub fn data_dir() -> PathBuf {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
     }
+}
+
+/// Where a replay writes its JSON report: `$variable`, else `file_name` in the target
+/// directory the binary under test was built in.
+pub fn report_path(variable: &str, file_name: &str) -> PathBuf {
+    match std::env::var_os(variable) {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => {
+            let bin = super::satchel_bin();
+            let target = bin.parent().and_then(Path::parent).expect("binary inside a target dir");
+            target.join(file_name)
+        }
+    }
+}
+
+/// Whether the environment variable `name` is `1`.
+pub fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
 }
 
 /// `[A-Za-z0-9._-]`, prefixed with the file's position so two names cannot collide.
@@ -144,6 +162,21 @@ pub fn str_field(value: &Value, key: &str) -> String {
     value.get(key).and_then(Value::as_str).unwrap_or("").to_owned()
 }
 
+/// The text of a message's or a tool result's `content`: the string, or its text blocks joined
+/// by newlines.
+pub fn content_texts(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| block_type(p) == "text")
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
 pub fn call_ids(message: &Value, format: Format) -> Vec<String> {
     if role(message) != "assistant" {
         return Vec::new();
@@ -239,6 +272,56 @@ pub fn check_pairing(messages: &[Value], format: Format) -> Result<(), String> {
         if role(message) == "assistant" {
             open = call_ids(message, format);
             last_assistant = Some(index);
+        }
+    }
+    Ok(())
+}
+
+/// A request the API accepts, as far as the shape goes: [`check_pairing`], plus the format's
+/// own rules on roles (OpenAI: system messages only before the conversation; Anthropic: roles
+/// alternate from the user, tool results first in their message, no empty content).
+pub fn check_request_shape(messages: &[Value], format: Format) -> Result<(), String> {
+    if messages.is_empty() {
+        return Err("empty request".into());
+    }
+    check_pairing(messages, format)?;
+    match format {
+        Format::Openai => {
+            let mut conversation_started = false;
+            for (index, message) in messages.iter().enumerate() {
+                match role(message) {
+                    "system" if conversation_started => {
+                        return Err(format!(
+                            "message {index}: system message after the conversation started"
+                        ));
+                    }
+                    "system" => {}
+                    "user" | "assistant" | "tool" => conversation_started = true,
+                    other => return Err(format!("message {index}: role {other:?}")),
+                }
+            }
+        }
+        Format::Anthropic => {
+            for (index, message) in messages.iter().enumerate() {
+                let expected = if index % 2 == 0 { "user" } else { "assistant" };
+                if role(message) != expected {
+                    return Err(format!(
+                        "message {index}: role {:?} where {expected:?} is due (roles alternate from the user)",
+                        role(message)
+                    ));
+                }
+                let types: Vec<&str> = blocks(message).map(block_type).collect();
+                let results = types.iter().take_while(|t| **t == "tool_result").count();
+                if types[results..].contains(&"tool_result") {
+                    return Err(format!("message {index}: a tool_result block after other content"));
+                }
+                if message
+                    .get("content")
+                    .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty))
+                {
+                    return Err(format!("message {index}: empty content"));
+                }
+            }
         }
     }
     Ok(())

@@ -50,17 +50,18 @@
 //! The data is not part of the repository; without it the test prints why and passes.
 //! `SATCHEL_SHARED_DATA` points at another copy.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::Daemon;
-use support::trajectories::{Format, Trajectory, block_type, blocks, check_pairing, load_shared_data, role};
+
+use crate::support::builders::user;
+use crate::support::trajectories::{
+    Format, Trajectory, check_pairing, content_texts, env_flag, load_shared_data, report_path, role,
+};
+use crate::support::{Daemon, SUMMARY_HEADING};
 
 /// `max_input_length` of each replay.
 const WINDOWS: [u64; 3] = [16_384, 65_536, 131_072];
@@ -76,8 +77,6 @@ const FOLLOW_UP: &str =
 const DEMONSTRATION: &str = "Here is a demonstration";
 /// A request's task line is cut to this many chars.
 const TASK_LINE_CHARS: usize = 100;
-/// How the summary message starts.
-const SUMMARY_HEADING: &str = "# Summary of previous conversation";
 /// Runs of misses kept per window with their details (all misses are counted).
 const MAX_MISSES: usize = 200;
 
@@ -126,18 +125,6 @@ fn collapse(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The text of a user message: its string content, or its text blocks joined.
-fn user_text(message: &Value) -> String {
-    match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        _ => blocks(message)
-            .filter(|b| block_type(b) == "text")
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    }
-}
-
 /// The first non-empty line after a line `ISSUE:`, else the first non-empty line;
 /// whitespace-collapsed and cut to [`TASK_LINE_CHARS`] chars.
 fn task_line(text: &str) -> String {
@@ -167,10 +154,6 @@ fn prefix_ids(message: &Value, prefix: &str) -> Value {
         message["tool_call_id"] = json!(format!("{prefix}{id}"));
     }
     message
-}
-
-fn user_message(text: &str) -> Value {
-    json!({"role": "user", "content": text})
 }
 
 /// Position in `messages` right after the first assistant message and its tool results.
@@ -217,18 +200,18 @@ fn chain(trajectories: &[Trajectory], pass: usize) -> Chain {
             .then(|| after_first_turn(&t.messages).unwrap_or_else(|| panic!("{}: no assistant message", t.name)));
         if first_pass && position == follow_up_before {
             push_fact(&mut out, Kind::FollowUp, FOLLOW_UP.to_owned());
-            out.messages.push(user_message(FOLLOW_UP));
+            out.messages.push(user(FOLLOW_UP));
         }
         for (k, message) in t.messages.iter().enumerate() {
             if constraint_at == Some(k) {
                 push_fact(&mut out, Kind::Constraint, CONSTRAINT.to_owned());
-                out.messages.push(user_message(CONSTRAINT));
+                out.messages.push(user(CONSTRAINT));
             }
             if role(message) == "system" && !(first_pass && position == 0 && out.messages.is_empty()) {
                 continue;
             }
             if role(message) == "user" && first_pass {
-                let text = user_text(message);
+                let text = content_texts(message.get("content"));
                 if text.trim_start().starts_with(DEMONSTRATION) {
                     out.demonstrations += 1;
                 } else {
@@ -242,7 +225,7 @@ fn chain(trajectories: &[Trajectory], pass: usize) -> Chain {
         }
         if constraint_at == Some(t.messages.len()) {
             push_fact(&mut out, Kind::Constraint, CONSTRAINT.to_owned());
-            out.messages.push(user_message(CONSTRAINT));
+            out.messages.push(user(CONSTRAINT));
         }
     }
     out
@@ -262,10 +245,13 @@ fn calls(messages: &[Value]) -> Vec<Range<usize>> {
 // The summary.
 
 /// The summary message's text: the first message after the leading system messages, when it
-/// starts with [`SUMMARY_HEADING`].
-fn summary_text(returned: &[Value]) -> Option<String> {
+/// starts with [`SUMMARY_HEADING`] (stricter than [`checks::summary_text`], which finds the
+/// heading anywhere).
+///
+/// [`checks::summary_text`]: crate::support::checks::summary_text
+fn leading_summary_text(returned: &[Value]) -> Option<String> {
     let first = returned.iter().find(|m| role(m) != "system")?;
-    let text = user_text(first);
+    let text = content_texts(first.get("content"));
     text.starts_with(SUMMARY_HEADING).then_some(text)
 }
 
@@ -460,14 +446,14 @@ impl Replay<'_> {
         if compactions > 0 {
             self.report.compactions += compactions;
             self.sent_at_last_compaction = self.sent;
-            self.archived = support::archived(self.workspace, SESSION).into_keys().collect();
+            self.archived = crate::support::archived(self.workspace, SESSION).into_keys().collect();
         }
         if self.archived.is_empty() {
             return;
         }
 
         let returned = result["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
-        let summary = summary_text(returned);
+        let summary = leading_summary_text(returned);
         let collapsed = collapse(summary.as_deref().unwrap_or(""));
         let mut missed = Vec::new();
         for (f, fact) in self.facts.iter().enumerate() {
@@ -560,19 +546,6 @@ fn replay_window(window: u64, first: &Chain, second: &Chain, show_misses: bool) 
     report
 }
 
-/// `$SATCHEL_CONTINUITY_OUT`, else `continuity.json` in the target directory the binary under
-/// test was built in.
-fn continuity_out() -> PathBuf {
-    match std::env::var_os("SATCHEL_CONTINUITY_OUT") {
-        Some(path) if !path.is_empty() => PathBuf::from(path),
-        _ => {
-            let bin = support::satchel_bin();
-            let target = bin.parent().and_then(Path::parent).expect("binary inside a target dir");
-            target.join("continuity.json")
-        }
-    }
-}
-
 #[test]
 fn requests_and_constraints_survive_compaction() {
     let started = Instant::now();
@@ -583,7 +556,7 @@ fn requests_and_constraints_survive_compaction() {
         eprintln!("SKIPPED: no {folder}/*.json in {}", dir.display());
         return;
     }
-    let show_misses = std::env::var("SATCHEL_SHOW_MISSES").is_ok_and(|v| v == "1");
+    let show_misses = env_flag("SATCHEL_SHOW_MISSES");
     let first = chain(&trajectories, 1);
     let second = chain(&trajectories, 2);
     for pass in [&first, &second] {
@@ -685,7 +658,7 @@ fn requests_and_constraints_survive_compaction() {
         }
     }
 
-    let out = continuity_out();
+    let out = report_path("SATCHEL_CONTINUITY_OUT", "continuity.json");
     let doc = json!({
         "data": dir.display().to_string(),
         "chain": {
@@ -850,8 +823,8 @@ fn the_chain_and_its_facts_are_built_as_described() {
         json!({"role": "system", "content": "s"}),
         json!({"role": "user", "content": summary}),
     ];
-    assert_eq!(summary_text(&returned).as_deref(), Some(summary.as_str()));
-    assert_eq!(summary_text(&returned[..1]), None);
+    assert_eq!(leading_summary_text(&returned).as_deref(), Some(summary.as_str()));
+    assert_eq!(leading_summary_text(&returned[..1]), None);
     assert_eq!(section(&summary, "## Goal"), "## Goal\n\n- task A\n");
     assert_eq!(
         section(&summary, "## Constraints"),

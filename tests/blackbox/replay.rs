@@ -15,19 +15,17 @@
 //! The data is not part of the repository; without it the test prints why and passes.
 //! `SATCHEL_SHARED_DATA` points at another copy.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::trajectories::{
-    Format, MARKER, NOTICE_START, Trajectory, call_ids, check_pairing, diff_strings, has_tool_call, load_shared_data,
+
+use crate::support::trajectories::{
+    Format, NOTICE_START, Trajectory, call_ids, check_pairing, diff_strings, has_tool_call, load_shared_data,
     parse_notice, result_ids, result_text_pointers, role, str_field,
 };
-use support::{Daemon, number_after, quoted_after, read_from, reconstruct};
+use crate::support::{Daemon, MARKER, number_after, quoted_after, read_from, reconstruct};
 
 /// Separates the notice from the kept tail.
 const TAIL_MARKER: &str = "<<<TAIL>>>";

@@ -2,9 +2,6 @@
 //! (`context.watch`), `context.sessions`, and the `satchel inspect` CLI that attaches to it.
 //! Each test spawns the real binary on a fresh temporary workspace.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -15,7 +12,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Daemon, Framing, SocketClient, satchel_bin, wait_for_path};
+
+use crate::support::builders::{assistant, openai_calls, tool_result, user};
+use crate::support::{Daemon, Framing, Rpc, SocketClient, prepare, satchel_bin, wait_for_path};
 
 /// A window small enough for a manual compaction of a short chat (reserve 409 tokens).
 const SMALL_WINDOW: [(&str, &str); 1] = [("SATCHEL_MAX_INPUT_LENGTH", "4096")];
@@ -122,14 +121,6 @@ fn same_file(a: &Path, b: &Path) -> bool {
         .is_some_and(|a| fs::canonicalize(b).ok() == Some(a))
 }
 
-fn user(text: &str) -> Value {
-    json!({"role": "user", "content": text})
-}
-
-fn assistant(text: &str) -> Value {
-    json!({"role": "assistant", "content": text})
-}
-
 /// A plain chat of `n` messages of about 60 tokens each, user first.
 fn chat(n: usize) -> Vec<Value> {
     (0..n)
@@ -143,11 +134,11 @@ fn chat(n: usize) -> Vec<Value> {
         .collect()
 }
 
-/// First lines of [`build_log`], recognisable in `--detail offload:N`.
+/// First lines of [`offloaded_build_log`], recognisable in `--detail offload:N`.
 const LOG_HEAD: [&str; 2] = ["BUILD LOG of crates/parser", "   Compiling lexer v0.3.1 (crates/lexer)"];
 
 /// A build log of about 4 KB: over the offload threshold (3,000 + 100 bytes by default).
-fn build_log() -> String {
+fn offloaded_build_log() -> String {
     let mut log = format!("{}\n{}\n", LOG_HEAD[0], LOG_HEAD[1]);
     let mut i = 0;
     while log.len() < 4_000 {
@@ -165,36 +156,14 @@ fn build_log() -> String {
 fn build_conversation() -> Vec<Value> {
     vec![
         user("Fix the build of the parser crate."),
-        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
-            "function": {"name": "bash", "arguments": "{\"command\":\"cargo build -p parser\"}"}}]}),
-        json!({"role": "tool", "tool_call_id": "call_1", "content": build_log()}),
+        openai_calls(&[("call_1", "bash", json!({"command": "cargo build -p parser"}))]),
+        tool_result("call_1", &offloaded_build_log()),
         assistant("The lexer returns the wrong token type at line 42."),
     ]
 }
 
-fn prepare(conn: &mut impl Rpc, session: &str, messages: &[Value]) -> Value {
-    conn.call_method("context.prepare", json!({"session_id": session, "messages": messages}))
-}
-
 fn inspect_rpc(conn: &mut impl Rpc, session: &str) -> Value {
     conn.call_method("context.inspect", json!({"session_id": session}))
-}
-
-/// Either transport, for helpers that do not care which one they talk over.
-trait Rpc {
-    fn call_method(&mut self, method: &str, params: Value) -> Value;
-}
-
-impl Rpc for Daemon {
-    fn call_method(&mut self, method: &str, params: Value) -> Value {
-        self.call(method, params)
-    }
-}
-
-impl Rpc for SocketClient {
-    fn call_method(&mut self, method: &str, params: Value) -> Value {
-        self.call(method, params)
-    }
 }
 
 /// The number in the zone table row of `zone` (`"summary       123   4.5%"`).
@@ -784,7 +753,7 @@ fn inspect_watch_prints_a_line_per_event() {
     let compacted = daemon.call("context.compact", json!({"session_id": "chat"}));
     let next = loop {
         let line = lines
-            .recv_timeout(support::REPLY_TIMEOUT)
+            .recv_timeout(crate::support::REPLY_TIMEOUT)
             .expect("a line for the compaction");
         if !line.starts_with("prepare") {
             break line;

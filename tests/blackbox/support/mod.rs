@@ -1,6 +1,7 @@
 //! Shared harness of the black-box tests: spawns the real `satchel` binary on a temporary
-//! workspace and speaks JSON-RPC to it over stdio, in either framing.
-#![allow(dead_code, reason = "each test binary uses a different part of the harness")]
+//! workspace and speaks JSON-RPC to it over stdio or its Unix socket, in either framing.
+//! [`builders`] makes the messages the tests send, [`checks`] reads what comes back, and
+//! [`trajectories`] loads the shared development data and knows both message formats.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,7 +13,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod builders;
+pub mod checks;
 pub mod trajectories;
+
+/// First line of every truncation notice.
+pub const MARKER: &str = "<<<TRUNCATED>>>";
+/// First line of the summary message.
+pub const SUMMARY_HEADING: &str = "# Summary of previous conversation";
 
 /// How long a test waits for one reply before failing (generous: CI machines are shared).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -195,11 +203,6 @@ impl Daemon {
         self.child.id()
     }
 
-    /// Closes stdin (the stdio client goes away) without waiting.
-    pub fn close_stdin(&mut self) {
-        drop(self.stdin.take());
-    }
-
     /// Waits up to `timeout` for the process to exit and returns how it did.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
@@ -211,6 +214,34 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Either transport, for helpers that do not care which one they talk over.
+pub trait Rpc {
+    /// Calls a method that must succeed; returns its result.
+    fn call_method(&mut self, method: &str, params: Value) -> Value;
+}
+
+impl Rpc for Daemon {
+    fn call_method(&mut self, method: &str, params: Value) -> Value {
+        self.call(method, params)
+    }
+}
+
+impl Rpc for SocketClient {
+    fn call_method(&mut self, method: &str, params: Value) -> Value {
+        self.call(method, params)
+    }
+}
+
+/// `context.prepare` of session `session` with the full list `messages`.
+pub fn prepare(conn: &mut impl Rpc, session: &str, messages: &[Value]) -> Value {
+    conn.call_method("context.prepare", json!({"session_id": session, "messages": messages}))
+}
+
+/// `context.prepare` appending `messages` to session `session`.
+pub fn append(conn: &mut impl Rpc, session: &str, messages: &[Value]) -> Value {
+    conn.call_method("context.prepare", json!({"session_id": session, "append": messages}))
 }
 
 /// The actions of one `kind` in a `context.prepare` result.
@@ -309,11 +340,6 @@ impl SocketClient {
     /// Calls a method that must succeed; returns its result.
     pub fn call(&mut self, method: &str, params: Value) -> Value {
         expect_result(method, self.call_raw(method, params))
-    }
-
-    /// Calls a method that must fail; returns the error object.
-    pub fn call_err(&mut self, method: &str, params: Value) -> Value {
-        expect_error(method, self.call_raw(method, params))
     }
 
     /// The next notification (`method` without `id`), kept or still to arrive.
@@ -478,7 +504,7 @@ pub fn archived(workspace: &Path, session: &str) -> BTreeMap<usize, Value> {
 }
 
 /// The result of a reply to `method` that must have succeeded.
-fn expect_result(method: &str, reply: Value) -> Value {
+pub fn expect_result(method: &str, reply: Value) -> Value {
     assert!(reply.get("error").is_none(), "{method} failed: {reply}");
     reply["result"].clone()
 }

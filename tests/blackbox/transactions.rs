@@ -2,12 +2,12 @@
 //! completed one counts exactly once, calls on one session run in arrival order, a stale
 //! `append` is refused, and a daemon serving many sessions keeps a bounded number in memory.
 
-mod support;
-
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Daemon, Framing};
+
+use crate::support::builders::{assistant, user};
+use crate::support::{Daemon, Framing, expect_result};
 
 /// A small deterministic generator (xorshift64*), so a failing campaign can be replayed.
 struct Rng(u64);
@@ -101,8 +101,7 @@ impl Campaign {
         let reply = self.daemon.call_raw(method, params);
         let id = reply["id"].as_u64().expect("numeric id");
         assert!(self.seen_replies.insert(id), "a second reply to call {id}");
-        assert!(reply.get("error").is_none(), "{method} failed: {reply}");
-        reply["result"].clone()
+        expect_result(method, reply)
     }
 
     /// Checks that the session holds exactly `history`: resending it reuses every message.
@@ -125,10 +124,11 @@ impl Campaign {
     }
 }
 
+/// Turn `n` of a plain chat tagged `tag`, its texts padded with `filler` words.
 fn turn(tag: &str, n: usize, filler: usize) -> Vec<Value> {
     vec![
-        json!({"role": "user", "content": format!("{tag} request {n}: {}", "context ".repeat(filler))}),
-        json!({"role": "assistant", "content": format!("{tag} answer {n}: {}", "done ".repeat(filler))}),
+        user(&format!("{tag} request {n}: {}", "context ".repeat(filler))),
+        assistant(&format!("{tag} answer {n}: {}", "done ".repeat(filler))),
     ]
 }
 
@@ -279,11 +279,13 @@ fn a_cancelled_call_has_no_effect_and_a_completed_one_counts_exactly_once() {
             );
         }
     }
-    let auto = campaign.call("context.inspect", json!({"session_id": "s2"}));
-    assert!(
-        auto["compactions"].as_array().is_some_and(|c| c.len() >= 3),
-        "the small window compacted: {auto}"
-    );
+    if trials >= 100 {
+        let auto = campaign.call("context.inspect", json!({"session_id": "s2"}));
+        assert!(
+            auto["compactions"].as_array().is_some_and(|c| c.len() >= 3),
+            "the small window compacted: {auto}"
+        );
+    }
 }
 
 #[test]

@@ -30,9 +30,6 @@
 //! The data is not part of the repository; without it the test prints why and passes.
 //! `SATCHEL_SHARED_DATA` points at another copy.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -44,16 +41,15 @@ use satchel_core::tokens::TokenCounter;
 use satchel_protocol::CompactSummary;
 use satchel_protocol::config::Tokenizer;
 use serde_json::{Value, json};
-use support::trajectories::{
-    Format, MARKER, NOTICE_START, Trajectory, block_type, blocks, check_pairing, diff_strings, has_tool_call,
-    load_shared_data, parse_notice, result_text_pointers, role, str_field,
+
+use crate::support::trajectories::{
+    Format, NOTICE_START, Trajectory, block_type, blocks, check_request_shape, content_texts, diff_strings, env_flag,
+    has_tool_call, load_shared_data, parse_notice, report_path, result_text_pointers, role, str_field,
 };
-use support::{Daemon, read_from};
+use crate::support::{Daemon, MARKER, SUMMARY_HEADING, read_from};
 
 /// `max_input_length` of the replay.
 const LIMIT: u64 = 16_384;
-/// How the summary message starts.
-const SUMMARY_HEADING: &str = "# Summary of previous conversation\n";
 /// Failures kept with their details per replay job (all are counted).
 const MAX_SAMPLES: usize = 40;
 /// A command is retained when its first line, cut to this many chars, is in the summary.
@@ -65,7 +61,7 @@ const SUMMARISER_ERROR_CHARS: usize = 300;
 /// count every `grep Error` as one; a failure is a command's outcome.
 fn outcome_labels() -> HashMap<String, HashMap<String, String>> {
     let all: HashMap<String, Value> =
-        serde_json::from_str(include_str!("../crates/core/testdata/outcome_labels.json")).expect("the labels parse");
+        serde_json::from_str(include_str!("../../crates/core/testdata/outcome_labels.json")).expect("the labels parse");
     all.into_iter()
         .filter(|(k, _)| k != "_doc")
         .map(|(k, v)| (k, serde_json::from_value(v).expect("labels are strings")))
@@ -175,19 +171,6 @@ fn user_texts(message: &Value) -> Vec<&str> {
     }
 }
 
-fn content_texts(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter(|p| block_type(p) == "text")
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
 /// Each tool result of a message: the call it answers and its full text.
 fn tool_results(message: &Value, format: Format) -> Vec<(String, String)> {
     match format {
@@ -204,57 +187,6 @@ fn tool_results(message: &Value, format: Format) -> Vec<(String, String)> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Is the request valid for its format?
-
-/// Pairs, plus the format's own rules on roles.
-fn check_request(messages: &[Value], format: Format) -> Result<(), String> {
-    if messages.is_empty() {
-        return Err("empty request".into());
-    }
-    check_pairing(messages, format)?;
-    match format {
-        Format::Openai => {
-            let mut conversation_started = false;
-            for (index, message) in messages.iter().enumerate() {
-                match role(message) {
-                    "system" if conversation_started => {
-                        return Err(format!(
-                            "message {index}: system message after the conversation started"
-                        ));
-                    }
-                    "system" => {}
-                    "user" | "assistant" | "tool" => conversation_started = true,
-                    other => return Err(format!("message {index}: role {other:?}")),
-                }
-            }
-        }
-        Format::Anthropic => {
-            for (index, message) in messages.iter().enumerate() {
-                let expected = if index % 2 == 0 { "user" } else { "assistant" };
-                if role(message) != expected {
-                    return Err(format!(
-                        "message {index}: role {:?} where {expected:?} is due (roles alternate from the user)",
-                        role(message)
-                    ));
-                }
-                let types: Vec<&str> = blocks(message).map(block_type).collect();
-                let results = types.iter().take_while(|t| **t == "tool_result").count();
-                if types[results..].contains(&"tool_result") {
-                    return Err(format!("message {index}: a tool_result block after other content"));
-                }
-                if message
-                    .get("content")
-                    .is_some_and(|c| c.as_array().is_some_and(Vec::is_empty))
-                {
-                    return Err(format!("message {index}: empty content"));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
 // The returned list against the messages sent.
 
 /// Where the summary is in a returned list, and the list without it.
@@ -264,6 +196,12 @@ struct Split {
     live: Vec<Value>,
     /// Position in `live` of the Anthropic user message that carried the summary block.
     carrier: Option<usize>,
+}
+
+/// `text` starts with the summary's heading line.
+fn starts_with_heading_line(text: &str) -> bool {
+    text.strip_prefix(SUMMARY_HEADING)
+        .is_some_and(|rest| rest.starts_with('\n'))
 }
 
 fn split_summary(returned: &[Value]) -> Split {
@@ -284,7 +222,7 @@ fn split_summary(returned: &[Value]) -> Split {
         };
     }
     if let Some(text) = first.get("content").and_then(Value::as_str)
-        && text.starts_with(SUMMARY_HEADING)
+        && starts_with_heading_line(text)
     {
         let summary = text.to_owned();
         live.remove(at);
@@ -298,7 +236,7 @@ fn split_summary(returned: &[Value]) -> Split {
         && let Some(block) = content.first()
         && block_type(block) == "text"
         && let Some(text) = block.get("text").and_then(Value::as_str)
-        && text.starts_with(SUMMARY_HEADING)
+        && starts_with_heading_line(text)
     {
         let summary = text.to_owned();
         content.remove(0);
@@ -463,8 +401,9 @@ fn parse_archive_line(line: &str) -> Result<ArchiveLine, String> {
     })
 }
 
-/// Lines `start..=end` (1-based) of a workspace file.
-fn archive_lines(workspace: &Path, file: &str, start: usize, end: usize) -> Result<Vec<ArchiveLine>, String> {
+/// Lines `start..=end` (1-based) of a workspace file, parsed. Unlike the harness's
+/// `archive_lines`, a problem is an error the replay counts, not a panic.
+fn archive_range(workspace: &Path, file: &str, start: usize, end: usize) -> Result<Vec<ArchiveLine>, String> {
     let text = std::fs::read_to_string(workspace.join(file)).map_err(|e| format!("read {file}: {e}"))?;
     let lines: Vec<&str> = text.lines().collect();
     if start == 0 || end < start || end > lines.len() {
@@ -476,8 +415,9 @@ fn archive_lines(workspace: &Path, file: &str, start: usize, end: usize) -> Resu
     lines[start - 1..end].iter().map(|l| parse_archive_line(l)).collect()
 }
 
-/// Every archive line of one session, in every file of the archive directory.
-fn all_archive_lines(workspace: &Path, session: &str) -> Result<Vec<(String, usize, ArchiveLine)>, String> {
+/// Every archive line of one session, in every file of the archive directory, parsed (an
+/// error rather than a panic, as for [`archive_range`]).
+fn session_archive_lines(workspace: &Path, session: &str) -> Result<Vec<(String, usize, ArchiveLine)>, String> {
     let dir = workspace.join("dialog");
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries.filter_map(Result::ok).map(|e| e.path()).collect(),
@@ -868,7 +808,7 @@ impl Replay<'_> {
         }
 
         // Valid for its format.
-        if let Err(why) = check_request(returned, t.format) {
+        if let Err(why) = check_request_shape(returned, t.format) {
             self.report.violate("invalid", format!("after message {i}: {why}"));
         }
 
@@ -979,7 +919,7 @@ impl Replay<'_> {
                 .violate("archive", at(format!("no archive range: {action}")));
             return;
         };
-        let lines = match archive_lines(self.workspace, file, start as usize, end as usize) {
+        let lines = match archive_range(self.workspace, file, start as usize, end as usize) {
             Ok(lines) => lines,
             Err(e) => {
                 self.report.violate("archive", at(e));
@@ -1101,7 +1041,7 @@ impl Replay<'_> {
         }
 
         // The archive on disk, read independently of the actions.
-        let lines = match all_archive_lines(self.workspace, &t.session_id) {
+        let lines = match session_archive_lines(self.workspace, &t.session_id) {
             Ok(lines) => lines,
             Err(e) => {
                 self.report.violate("archive", e);
@@ -1193,23 +1133,6 @@ fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>
     (reports, started.elapsed())
 }
 
-/// `$SATCHEL_RETENTION_OUT`, else `retention.json` in the target directory the binary under
-/// test was built in.
-fn retention_out() -> PathBuf {
-    match std::env::var_os("SATCHEL_RETENTION_OUT") {
-        Some(path) if !path.is_empty() => PathBuf::from(path),
-        _ => {
-            let bin = support::satchel_bin();
-            let target = bin.parent().and_then(Path::parent).expect("binary inside a target dir");
-            target.join("retention.json")
-        }
-    }
-}
-
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "1")
-}
-
 #[test]
 fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_recoverable() {
     let started = Instant::now();
@@ -1284,7 +1207,7 @@ fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_rec
         }
     }
 
-    let out = retention_out();
+    let out = report_path("SATCHEL_RETENTION_OUT", "retention.json");
     let doc = json!({
         "data": dir.display().to_string(),
         "config": {"max_input_length": LIMIT},
@@ -1356,14 +1279,14 @@ fn the_checkers_reject_what_they_must() {
         json!({"role": "tool", "tool_call_id": "c1", "content": "a\nb"}),
         json!({"role": "tool", "tool_call_id": "c2", "content": "c"}),
     ];
-    assert_eq!(check_request(&openai, Format::Openai), Ok(()));
+    assert_eq!(check_request_shape(&openai, Format::Openai), Ok(()));
     assert_eq!(
-        check_request(&openai[..3], Format::Openai),
+        check_request_shape(&openai[..3], Format::Openai),
         Ok(()),
         "a pending call at the end"
     );
     assert!(
-        check_request(
+        check_request_shape(
             &openai[..4].iter().chain(&openai[1..2]).cloned().collect::<Vec<_>>(),
             Format::Openai
         )
@@ -1371,25 +1294,25 @@ fn the_checkers_reject_what_they_must() {
     );
     let mut late_system = openai.clone();
     late_system.push(json!({"role": "system", "content": "late"}));
-    assert!(check_request(&late_system, Format::Openai).is_err());
+    assert!(check_request_shape(&late_system, Format::Openai).is_err());
     let mut orphan = openai.clone();
     orphan.remove(2);
-    assert!(check_request(&orphan, Format::Openai).is_err());
+    assert!(check_request_shape(&orphan, Format::Openai).is_err());
 
     let anthropic = vec![
         json!({"role": "user", "content": [{"type": "text", "text": "go"}]}),
         json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]}),
         json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "out"}]}),
     ];
-    assert_eq!(check_request(&anthropic, Format::Anthropic), Ok(()));
+    assert_eq!(check_request_shape(&anthropic, Format::Anthropic), Ok(()));
     assert!(
-        check_request(&anthropic[1..], Format::Anthropic).is_err(),
+        check_request_shape(&anthropic[1..], Format::Anthropic).is_err(),
         "starts with the assistant"
     );
     let mut twice = anthropic.clone();
     twice.insert(1, anthropic[0].clone());
     assert!(
-        check_request(&twice, Format::Anthropic).is_err(),
+        check_request_shape(&twice, Format::Anthropic).is_err(),
         "roles must alternate"
     );
     let mut text_first = anthropic.clone();
@@ -1397,10 +1320,10 @@ fn the_checkers_reject_what_they_must() {
         .as_array_mut()
         .unwrap()
         .insert(0, json!({"type": "text", "text": "x"}));
-    assert!(check_request(&text_first, Format::Anthropic).is_err());
+    assert!(check_request_shape(&text_first, Format::Anthropic).is_err());
 
     // The summary is found and removed, and the rest must be the live messages.
-    let summary = format!("{SUMMARY_HEADING}\nstuff");
+    let summary = format!("{SUMMARY_HEADING}\n\nstuff");
     let mut with_summary = anthropic.clone();
     with_summary[0]["content"]
         .as_array_mut()
