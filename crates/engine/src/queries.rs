@@ -85,8 +85,8 @@ impl Engine {
                         }
                     }
                     // Busy: a call is running on it, so it is in memory.
-                    Some(None) => SessionSummary::not_loaded(&session_id, true),
-                    _ => SessionSummary::not_loaded(&session_id, false),
+                    Some(None) => not_loaded(&session_id, true),
+                    _ => not_loaded(&session_id, false),
                 }
             })
             .collect();
@@ -136,20 +136,14 @@ fn slice_field(params: &ReadParams) -> &'static str {
     }
 }
 
-trait NotLoaded {
-    fn not_loaded(session_id: &str, live: bool) -> Self;
-}
-
-impl NotLoaded for SessionSummary {
-    /// A session whose numbers are not at hand.
-    fn not_loaded(session_id: &str, live: bool) -> Self {
-        SessionSummary {
-            session_id: session_id.to_owned(),
-            live,
-            messages: None,
-            tokens: None,
-            pressure: None,
-            compactions: None,
-        }
+/// A session whose numbers are not at hand.
+fn not_loaded(session_id: &str, live: bool) -> SessionSummary {
+    SessionSummary {
+        session_id: session_id.to_owned(),
+        live,
+        messages: None,
+        tokens: None,
+        pressure: None,
+        compactions: None,
     }
 }
