@@ -40,6 +40,14 @@ pub fn service(daemon: Arc<Daemon>, limits: TransportLimits) -> Result<Service, 
         methods,
         direct: Arc::new(HashMap::from([(ContextPrepare::NAME, prepare)])),
         on_close: Some(Arc::new(move |connection| daemon.connection_closed(connection))),
+        // Session calls queue in arrival order; connection calls change what later ones see.
+        ordered: Arc::new(
+            MethodKind::ALL
+                .into_iter()
+                .filter(|m| m.lock_scope() != LockScope::Workspace)
+                .map(MethodKind::name)
+                .collect(),
+        ),
     })
 }
 
@@ -173,16 +181,9 @@ where
     R: Serialize + Clone + Send + 'static,
     F: Fn(&Daemon, P, &CallScope) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
 {
-    // A workspace-scoped call queues on nothing: the next call on its connection need not
-    // wait for it to be admitted. Session- and connection-scoped calls hold their admission
-    // until they have queued on their session, or (a connection's state) until they are done.
-    let admitted_at_once = MethodKind::from_name(M::NAME).is_some_and(|m| m.lock_scope() == LockScope::Workspace);
     module.register_blocking_method(
         M::NAME,
         move |params: Params, daemon: Arc<Daemon>, extensions: Extensions| {
-            if admitted_at_once && let Some(scope) = extensions.get::<CallScope>() {
-                drop(scope.admission.take());
-            }
             let params = decode::<P>(&params)?;
             // The connection's handle lets a method talk back to its own client; the scope
             // also carries the call's cancellation and its place in the arrival order.

@@ -14,7 +14,7 @@ mod order;
 mod queue;
 mod shim;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -35,8 +35,8 @@ pub use client::ClientHandle;
 pub use client::ClientRequestError;
 use client::Peer;
 use framing::{Frame, FrameReader, Framing, Incoming};
-use order::Arrivals;
 pub use order::CallScope;
+use order::{AdmissionSlot, Arrivals};
 use queue::{WriteQueue, write_frames, write_frames_blocking};
 use satchel_engine::CallToken;
 use shim::Shim;
@@ -92,6 +92,8 @@ pub struct Service {
     pub direct: Arc<HashMap<&'static str, DirectHandler>>,
     /// Runs when a connection closes.
     pub on_close: Option<CloseHandler>,
+    /// Methods whose calls keep their connection's arrival order (see [`order`]).
+    pub ordered: Arc<HashSet<&'static str>>,
 }
 
 impl From<Methods> for Service {
@@ -100,6 +102,7 @@ impl From<Methods> for Service {
             methods,
             direct: Arc::default(),
             on_close: None,
+            ordered: Arc::default(),
         }
     }
 }
@@ -153,6 +156,7 @@ where
     let mut conn = Connection {
         shim: Arc::new(Shim::new(service.methods, limits)),
         direct: service.direct,
+        ordered: service.ordered,
         peer: Arc::new(Peer::new(queue.downgrade())),
         queue,
         in_flight: Arc::default(),
@@ -324,6 +328,8 @@ struct Connection {
     next_seq: u64,
     /// Admissions in arrival order.
     arrivals: Arrivals,
+    /// Methods that take an admission.
+    ordered: Arc<HashSet<&'static str>>,
 }
 
 impl Connection {
@@ -363,7 +369,10 @@ impl Connection {
         let scope = CallScope {
             client: self.peer.handle(),
             token: token.clone(),
-            admission: self.arrivals.next(),
+            admission: match method.as_deref() {
+                Some(name) if self.ordered.contains(name) => self.arrivals.next(),
+                _ => AdmissionSlot::unordered(),
+            },
         };
         let queue = self.queue.clone();
         let in_flight = Arc::clone(&self.in_flight);
@@ -374,6 +383,7 @@ impl Connection {
         let tracked = id.filter(|id| !map.contains_key(id));
         let key = tracked.clone();
         let task = tokio::spawn(async move {
+            scope.admission.previous_admitted().await;
             let reply = match direct {
                 Some(handler) => {
                     let direct_scope = scope.clone();

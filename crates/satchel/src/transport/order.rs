@@ -1,5 +1,9 @@
 //! The order calls arrived in on one connection, kept for handlers that run in parallel.
 //!
+//! Only the methods a [`Service`](super::Service) names as ordered take part: those that
+//! queue on a session, and those that change the connection's state (which later calls must
+//! see). The others run as soon as they arrive.
+//!
 //! Every message runs in its own task, and a handler learns which session it is about only
 //! once it has read its params. So each call gets an [`Admission`]: a place in the
 //! connection's chain. A handler waits until every earlier call of the connection has been
@@ -7,6 +11,11 @@
 //! place, and lets the next call in. Params are still read in parallel; only the cheap step
 //! of queueing is serialised. A call that ends without using its admission (an error, a
 //! method with no session) releases it when dropped, so the chain never stalls.
+//!
+//! The task of a call waits for the earlier calls' admission asynchronously
+//! ([`AdmissionSlot::previous_admitted`]) before its handler takes a thread of the blocking
+//! pool: a burst of pipelined calls never fills the pool with threads that wait for a call
+//! which has no thread yet.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
@@ -15,12 +24,32 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 struct Gate {
     open: Mutex<bool>,
     opened: Condvar,
+    /// Wakes the tasks waiting asynchronously.
+    opened_async: tokio::sync::Notify,
 }
 
 impl Gate {
     fn open(&self) {
         *self.open.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.opened.notify_all();
+        self.opened_async.notify_waiters();
+    }
+
+    fn is_open(&self) -> bool {
+        *self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn opened(&self) {
+        loop {
+            let notified = self.opened_async.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so an `open` in between is not missed.
+            notified.as_mut().enable();
+            if self.is_open() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     fn wait(&self) {
@@ -82,6 +111,24 @@ impl Drop for Admission {
 pub struct AdmissionSlot(Arc<Mutex<Option<Admission>>>);
 
 impl AdmissionSlot {
+    /// Resolves once every earlier call of the connection has been admitted (at once when the
+    /// admission was taken already).
+    pub async fn previous_admitted(&self) {
+        let previous = {
+            let admission = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            admission.as_ref().map(|a| Arc::clone(&a.previous))
+        };
+        if let Some(previous) = previous {
+            previous.opened().await;
+        }
+    }
+
+    /// No place in the arrival order: for a call that neither queues on a session nor
+    /// changes its connection's state.
+    pub(super) fn unordered() -> Self {
+        AdmissionSlot(Arc::new(Mutex::new(None)))
+    }
+
     /// The admission, the first time (a batch shares one; its later calls get `None`).
     pub fn take(&self) -> Option<Admission> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
@@ -121,6 +168,25 @@ mod tests {
             .collect();
         handles.into_iter().for_each(|h| h.join().unwrap());
         assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_task_waits_without_a_thread_until_the_earlier_calls_are_admitted() {
+        let mut arrivals = Arrivals::default();
+        let first = arrivals.next();
+        let second = arrivals.next();
+        let waiting = tokio::spawn(async move {
+            second.previous_admitted().await;
+            second
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "the first call is not admitted yet");
+        first.take().unwrap().admit(|| ());
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("admitted in time")
+            .unwrap();
+        second.take().unwrap().admit(|| ());
     }
 
     #[test]
