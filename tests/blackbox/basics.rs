@@ -795,10 +795,22 @@ fn a_reply_over_the_size_limit_is_an_error_not_a_cut_frame() {
         "context.prepare",
         json!({"session_id": "grows", "append": [assistant(&"b".repeat(2_500))]}),
     );
-    assert_eq!(
-        (error_code(&error), error["message"].as_str()),
-        (-32008, Some("Response is too big")),
+    assert_eq!(error_code(&error), -32008, "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains("nothing was changed"),
         "{error}"
+    );
+    // The refused call took no effect: a retry cannot duplicate, and the session is as it was.
+    let resent = prepare(&mut d, "grows", &[user(&"a".repeat(2_000))]);
+    assert_eq!(
+        (
+            resent["reconciliation"]["reused"].as_u64(),
+            resent["reconciliation"]["appended"].as_u64(),
+            resent["reconciliation"]["replaced"].as_u64(),
+            resent["reconciliation"]["session_messages"].as_u64()
+        ),
+        (Some(1), Some(0), Some(0), Some(1)),
+        "{resent}"
     );
     assert_alive(&mut d);
     d.shutdown();

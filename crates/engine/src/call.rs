@@ -83,6 +83,9 @@ pub struct CallContext<'a> {
     pub progress: ProgressSink,
     /// The call's cancellation.
     pub token: CallToken,
+    /// The largest result the caller can deliver, in bytes of JSON: a call whose result
+    /// would be larger fails before it takes effect (`None`: no limit).
+    pub max_result_bytes: Option<usize>,
 }
 
 impl CallContext<'_> {
@@ -92,6 +95,7 @@ impl CallContext<'_> {
             models: &NoModels,
             progress: Arc::new(|_, _| {}),
             token: CallToken::new(),
+            max_result_bytes: None,
         }
     }
 }

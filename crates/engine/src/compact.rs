@@ -24,7 +24,7 @@ use crate::ingest::Writes;
 use crate::live::Ticket;
 use crate::session::{Entry, Session, format_or_default};
 use crate::usage::{RequestExtras, usage};
-use crate::{Outcome, event_of};
+use crate::{Outcome, event_of, result_size};
 
 /// Why and how a compaction runs.
 pub(crate) struct CompactionRequest<'a, 'c> {
@@ -152,6 +152,9 @@ impl Engine {
             )));
         }
         begun.tokens_after = (begun.tokens_before + summary_tokens).saturating_sub(compacted_tokens + before_summary);
+        if !how.manual {
+            check_result_bound(session, config, &begun.summary, how.call)?;
+        }
         if let Some(pending) = how.pending_writes {
             pending.wait()?;
         }
@@ -316,6 +319,34 @@ impl Engine {
             messages: begun.indices.len(),
         })
     }
+}
+
+/// Room in a `prepare` result for what is not a message or the summary: tokens, actions,
+/// reconciliation, the archive range.
+const RESULT_SLACK_BYTES: usize = 64 << 10;
+/// Room per live message for its actions (offloaded, truncated, repaired).
+const RESULT_SLACK_PER_MESSAGE: usize = 512;
+
+/// Refuses an automatic compaction whose `prepare` result could not be delivered, before it
+/// commits. A compaction only removes messages and puts the summary first, so the request as
+/// it stands, plus the new summary as text and as fields, bounds the result.
+fn check_result_bound(
+    session: &mut Session,
+    config: &Config,
+    summary: &CompactSummary,
+    call: &CallContext<'_>,
+) -> Result<(), EngineError> {
+    let Some(limit) = call.max_result_bytes else {
+        return Ok(());
+    };
+    let live = session.entries.len();
+    let (messages, _) = session.render(config, false).to_json();
+    let bound = result_size::json_bytes(&messages)
+        + result_size::json_bytes(summary)
+        + result_size::json_bytes(&summary_message_text(summary))
+        + RESULT_SLACK_BYTES
+        + RESULT_SLACK_PER_MESSAGE * live;
+    result_size::check(bound, Some(limit))
 }
 
 /// Runs the configured summariser. Model-backed ones never fail: they retry once and fall

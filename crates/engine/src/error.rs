@@ -33,6 +33,16 @@ pub enum EngineError {
     /// The summariser failed; nothing changed.
     #[error("{0}")]
     SummarizeFailed(String),
+    /// The result would be larger than the caller can deliver; the call had no effect.
+    #[error(
+        "the result would be {bytes} bytes, over the transport's limit of {limit}: nothing was changed; raise the limit (--max-message-bytes) or send fewer messages at once"
+    )]
+    ResultTooLarge {
+        /// The result's size (an upper bound when a compaction was due).
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The call was cancelled before its commit point; it had no effect.
     #[error("the call was cancelled before it took effect")]
     Cancelled,

@@ -29,6 +29,7 @@ pub mod parallel;
 mod prepare;
 mod queries;
 mod recovery;
+mod result_size;
 mod session;
 #[cfg(test)]
 mod tests;

@@ -20,7 +20,7 @@ use crate::ingest::{Incoming, Ingested, Writes};
 use crate::live::Ticket;
 use crate::session::{Session, TruncatedMessage, format_or_default};
 use crate::usage::{RequestExtras, usage};
-use crate::{Outcome, event_of, repair_action};
+use crate::{Outcome, event_of, repair_action, result_size};
 
 /// What `prepare` returns: the request with its messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>>;
@@ -112,15 +112,26 @@ impl Engine {
         let compacted = self.clock.now();
         let (messages, output_hashes) = render_request(session, config, squeeze, &ingested, &mut actions);
         let over_limit = over_limit_message(&usage_now, compaction.reason.as_ref());
+        let result = PrepareResult {
+            session_id: id.to_owned(),
+            format: format_or_default(session.format),
+            messages,
+            tokens: usage_now,
+            actions,
+            reconciliation: ingested.report,
+            compact_summary: session.summary().cloned(),
+            over_limit,
+        };
+        result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;
         ingested.durable.wait()?;
         // The commit point of a call that did not compact (a compaction commits before it
         // logs anything): from here on the call takes effect.
         if !call.token.commit() {
             return Err(EngineError::Cancelled);
         }
-        remember_request(session, output_hashes, request.extras, &usage_now);
+        remember_request(session, output_hashes, request.extras, &result.tokens);
         // After `last_usage`: the event carries this call's numbers, not the previous call's.
-        let event: ContextEvent = event_of(id, session, EventKind::Prepare, &actions);
+        let event: ContextEvent = event_of(id, session, EventKind::Prepare, &result.actions);
         let ms = |from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>| {
             (to - from).num_microseconds().unwrap_or(0) as f64 / 1000.0
         };
@@ -132,16 +143,7 @@ impl Engine {
             "prepared"
         );
         Ok(Outcome {
-            result: PrepareResult {
-                session_id: id.to_owned(),
-                format: format_or_default(session.format),
-                messages,
-                tokens: usage_now,
-                actions,
-                reconciliation: ingested.report,
-                compact_summary: session.summary().cloned(),
-                over_limit,
-            },
+            result,
             event: Some(event),
         })
     }

@@ -42,6 +42,7 @@ impl RpcError {
             EngineError::StaleSession { .. } => ErrorCode::StaleSession,
             EngineError::SummarizeFailed(_) => ErrorCode::SummarizeFailed,
             EngineError::Cancelled => ErrorCode::RequestCancelled,
+            EngineError::ResultTooLarge { .. } => ErrorCode::ResponseTooLarge,
             EngineError::Storage(StorageError::OutsideWorkspace(_)) => ErrorCode::PathOutsideWorkspace,
             EngineError::Storage(StorageError::NotFound(_)) => ErrorCode::FileNotFound,
             EngineError::Storage(StorageError::InvalidSessionId(_) | StorageError::NotText(_)) => {

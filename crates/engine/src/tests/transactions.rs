@@ -139,3 +139,43 @@ fn a_failed_offload_write_rolls_the_call_back() {
         |e| matches!(e, EngineError::Storage(_)),
     );
 }
+
+#[test]
+fn a_result_too_large_to_deliver_fails_the_call_before_it_takes_effect() {
+    let harness = Harness::new(Config::default());
+    let held = conversation(2, 100);
+    let mut longer = held.clone();
+    longer.push(user(&"a long request ".repeat(400)));
+    check_no_effect(
+        &harness,
+        &held,
+        |h| {
+            let call = CallContext {
+                max_result_bytes: Some(4_000),
+                ..CallContext::detached()
+            };
+            h.try_prepare(&longer, &call)
+        },
+        |e| matches!(e, EngineError::ResultTooLarge { limit: 4_000, .. }),
+    );
+}
+
+#[test]
+fn a_compaction_whose_result_could_not_be_delivered_is_not_committed() {
+    let harness = Harness::new(small_window());
+    let held = conversation(2, 100);
+    let longer = conversation(12, 3_000);
+    check_no_effect(
+        &harness,
+        &held,
+        |h| {
+            let call = CallContext {
+                max_result_bytes: Some(8_000),
+                ..CallContext::detached()
+            };
+            h.try_prepare(&longer, &call)
+        },
+        |e| matches!(e, EngineError::ResultTooLarge { .. }),
+    );
+    assert!(harness.archive().is_empty(), "nothing was archived");
+}

@@ -113,6 +113,7 @@ impl Daemon {
             models: &models,
             progress: progress_sink(scope.client.clone(), session_id),
             token: scope.token.clone(),
+            max_result_bytes: Some(scope.max_result_bytes),
         };
         Ok(run(&call)?)
     }

@@ -47,6 +47,9 @@ const REQUEST_CANCELLED_CODE: i32 = -32800;
 /// Replies waiting for the writer; a full queue makes request tasks wait (backpressure).
 const WRITE_QUEUE: usize = 64;
 
+/// Room kept in a reply for its envelope (`jsonrpc`, `id`) around the result.
+const REPLY_ENVELOPE_BYTES: u32 = 1024;
+
 /// Read buffer of a served stream.
 const READ_BUFFER_BYTES: usize = 1 << 20;
 
@@ -162,6 +165,7 @@ where
         in_flight: Arc::default(),
         next_seq: 0,
         arrivals: Arrivals::default(),
+        max_result_bytes: limits.max_response_bytes.saturating_sub(REPLY_ENVELOPE_BYTES) as usize,
     };
     let connection_id = conn.peer.handle().connection_id();
     // Large reads: tokio's stdin reads on a blocking thread, one hop per fill, and a resent
@@ -330,6 +334,8 @@ struct Connection {
     arrivals: Arrivals,
     /// Methods that take an admission.
     ordered: Arc<HashSet<&'static str>>,
+    /// See [`CallScope::max_result_bytes`].
+    max_result_bytes: usize,
 }
 
 impl Connection {
@@ -373,6 +379,7 @@ impl Connection {
                 Some(name) if self.ordered.contains(name) => self.arrivals.next(),
                 _ => AdmissionSlot::unordered(),
             },
+            max_result_bytes: self.max_result_bytes,
         };
         let queue = self.queue.clone();
         let in_flight = Arc::clone(&self.in_flight);

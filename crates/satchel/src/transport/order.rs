@@ -144,6 +144,10 @@ pub struct CallScope {
     pub token: satchel_engine::CallToken,
     /// Its place in the connection's arrival order.
     pub admission: AdmissionSlot,
+    /// The largest `result` a reply on this connection may carry, in bytes of JSON: the
+    /// transport's reply limit less room for the envelope. A handler must fail a call whose
+    /// result would be larger before the call takes effect.
+    pub max_result_bytes: usize,
 }
 
 #[cfg(test)]
