@@ -341,6 +341,23 @@ fn openai_config(server: &FakeLlm, extra: Value) -> Value {
     config
 }
 
+/// Keys a request may not set: they go in the workspace's `config.json`.
+const DAEMON_ONLY: [&str; 3] = ["llm_base_url", "llm_api_key_env", "llm_extra_headers"];
+
+/// Writes the [`DAEMON_ONLY`] keys of `config` to `<workspace>/config.json` and returns the
+/// rest, the per-request overrides.
+fn daemon_only_to_file(workspace: &Path, mut config: Value) -> Value {
+    let request = config.as_object_mut().unwrap();
+    let file: serde_json::Map<String, Value> = DAEMON_ONLY
+        .iter()
+        .filter_map(|key| request.remove(*key).map(|value| ((*key).to_owned(), value)))
+        .collect();
+    if !file.is_empty() {
+        std::fs::write(workspace.join("config.json"), Value::Object(file).to_string()).unwrap();
+    }
+    config
+}
+
 fn merge(into: &mut Value, from: Value) {
     if let Value::Object(from) = from {
         into.as_object_mut().unwrap().extend(from);
@@ -384,6 +401,7 @@ impl Chat {
     /// Like `start`, with the daemon's stderr written to `stderr`.
     fn start_logging(config: Option<Value>, env: &[(&str, &str)], stderr: Option<&Path>) -> Chat {
         let dir = tempfile::tempdir().unwrap();
+        let config = config.map(|config| daemon_only_to_file(dir.path(), config));
         let mut env = env.to_vec();
         env.push((API_KEY_ENV, API_KEY));
         let daemon = match stderr {
@@ -777,13 +795,13 @@ fn the_second_compaction_sends_the_first_summary_to_update() {
 fn context_compact_sends_its_instruction_to_the_model() {
     const INSTRUCTION: &str = "Keep only the decisions about the lexer.";
     let server = FakeLlm::start(vec![]);
-    let config = openai_config(&server, json!({}));
-    let mut chat = Chat::start(Some(config.clone()), &[]);
+    let mut chat = Chat::start(Some(openai_config(&server, json!({}))), &[]);
     chat.open();
     for _ in 0..4 {
         chat.push_next();
     }
     assert!(chat.compactions.is_empty() && server.count() == 0);
+    let config = chat.config.clone();
     let result = chat.call(
         "context.compact",
         json!({"session_id": chat.session, "instruction": INSTRUCTION, "config": config}),
@@ -806,11 +824,12 @@ fn context_compact_sends_its_instruction_to_the_model() {
 fn chinese_prompts_keep_the_english_headings() {
     let server = FakeLlm::start(vec![]);
     let config = openai_config(&server, json!({"summary_language": "zh"}));
-    let mut chat = Chat::start(Some(config.clone()), &[]);
+    let mut chat = Chat::start(Some(config), &[]);
     chat.open();
     for _ in 0..4 {
         chat.push_next();
     }
+    let config = chat.config.clone();
     let result = chat.call("context.compact", json!({"session_id": chat.session, "config": config}));
     assert_eq!(result["compaction"]["summarizer"], "openai:cheap-model");
     let requests = server.requests();

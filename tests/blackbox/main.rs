@@ -10,12 +10,16 @@
 mod support;
 
 mod basics;
+mod campaigns;
 mod compaction;
 mod continuity;
+mod hardening_storage;
+mod limits;
 mod llm;
 mod protocol_examples;
 mod replay;
 mod replay_compaction;
+mod secrets;
 mod socket;
 mod summary_window;
 mod transactions;

@@ -8,6 +8,7 @@
 pub mod compact;
 pub mod format;
 pub mod hash;
+pub mod limits;
 pub mod offload;
 pub mod render;
 pub mod repair;

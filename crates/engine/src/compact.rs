@@ -14,7 +14,9 @@ use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, EventKind,
 };
-use satchel_storage::{CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord};
+use satchel_storage::{
+    AppendedLines, CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord,
+};
 use serde_json::Value;
 
 use crate::call::CallContext;
@@ -165,7 +167,7 @@ impl Engine {
         }
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])?;
-        let range = self.archive_compaction(&begun, encoded, &[])?;
+        let (range, appended) = self.archive_compaction(&begun, encoded, &[])?;
 
         // Archived: the messages may leave memory. The log says so only with the done record
         // below; if that write fails the call is rolled back and the reload finds the log as
@@ -189,7 +191,19 @@ impl Engine {
             range: range.clone(),
             tokens_after: Some(begun.tokens_after),
         };
-        self.sessions.append(id, &[done])?;
+        if let Err(e) = self.sessions.append(id, &[done]) {
+            // The call is rolled back: its archive lines go too, or a retry would archive
+            // the same messages again under another compaction id.
+            if let Some(appended) = &appended
+                && let Err(undo) = self.archive.withdraw(appended)
+            {
+                tracing::error!(
+                    session = id,
+                    "could not take back a rolled-back compaction's archive lines: {undo}"
+                );
+            }
+            return Err(e.into());
+        }
         let report = report_of(&begun, Some(&range));
         if config.memory_enabled {
             self.remember(id, &begun, previous.as_ref(), session.summary());
@@ -296,28 +310,31 @@ impl Engine {
 
     /// Appends a compaction's `encoded` archive lines to the dialog archive and returns where
     /// its messages are, counting the lines an interrupted first attempt left `present`
-    /// (line, index).
+    /// (line, index), and where this append landed.
     pub(crate) fn archive_compaction(
         &self,
         begun: &CompactionBegun,
         encoded: EncodedLines,
         present: &[(usize, usize)],
-    ) -> Result<ArchiveRange, satchel_storage::StorageError> {
+    ) -> Result<(ArchiveRange, Option<AppendedLines>), satchel_storage::StorageError> {
         let mut first_line = present.iter().map(|(line, _)| *line).min();
         let mut last_line = present.iter().map(|(line, _)| *line).max();
+        let mut landed = None;
         if !encoded.is_empty() {
             let appended = self.archive.append_encoded(&begun.archive_file, encoded)?;
             first_line = Some(first_line.map_or(appended.start_line, |l| l.min(appended.start_line)));
             last_line = Some(last_line.map_or(appended.end_line, |l| l.max(appended.end_line)));
+            landed = Some(appended);
         }
-        Ok(ArchiveRange {
+        let range = ArchiveRange {
             file: begun.archive_file.clone(),
             start_line: first_line.unwrap_or(0),
             end_line: last_line.unwrap_or(0),
             first_index: begun.indices.first().copied().unwrap_or(0),
             last_index: begun.indices.last().copied().unwrap_or(0),
             messages: begun.indices.len(),
-        })
+        };
+        Ok((range, landed))
     }
 }
 

@@ -54,7 +54,7 @@ impl Engine {
             let removed: Vec<&Entry> = removed.iter().collect();
             let lines = dialog_lines(id, &begun.id, &begun.at, &removed, &full, &done);
             let encoded = self.archive.encode(&begun.archive_file, &lines)?;
-            let range = self.archive_compaction(&begun, encoded, &present)?;
+            let (range, _) = self.archive_compaction(&begun, encoded, &present)?;
             self.sessions.append(
                 id,
                 &[SessionRecord::CompactionDone {

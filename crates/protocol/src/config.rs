@@ -1,8 +1,10 @@
 //! The effective configuration, with the spec's key names and defaults (QwenPaw set, F9).
 //!
-//! It lives in the protocol crate because clients see it: `initialize` returns it and
-//! `context.prepare` accepts per-request overrides of any key. The daemon layers it as
-//! defaults → `<workspace>/config.json` → `SATCHEL_<KEY>` environment variables → request.
+//! It lives in the protocol crate because clients see it: `initialize` returns it (with
+//! [`Config::for_clients`], so no header value leaves the daemon) and `context.prepare`
+//! accepts per-request overrides of any key but the [`Config::DAEMON_ONLY_KEYS`]. The daemon
+//! layers it as defaults → `<workspace>/config.json` → `SATCHEL_<KEY>` environment variables
+//! → request.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -66,10 +68,14 @@ pub struct Config {
     /// Language of the model prompts.
     pub summary_language: SummaryLanguage,
     /// Base URL of the OpenAI-compatible API (the part before `/chat/completions`).
+    /// Daemon-only: set in `<workspace>/config.json` or `SATCHEL_LLM_BASE_URL`, never per
+    /// request (the API key is sent there).
     pub llm_base_url: String,
     /// Model name for compaction (a cheap one is the point).
     pub llm_model: String,
     /// Name of the environment variable holding the API key; the key itself never goes in a config file.
+    /// Daemon-only: set in `<workspace>/config.json` or `SATCHEL_LLM_API_KEY_ENV`, never per
+    /// request (it chooses which of the daemon's variables is sent).
     pub llm_api_key_env: String,
     /// Seconds before a model call is abandoned.
     pub llm_timeout_secs: f64,
@@ -77,7 +83,10 @@ pub struct Config {
     pub llm_max_output_tokens: u64,
     /// Sampling temperature.
     pub llm_temperature: f64,
-    /// Extra HTTP headers for the endpoint (e.g. an organisation id).
+    /// Extra HTTP headers for the endpoint (e.g. an organisation id). Daemon-only: set in
+    /// `<workspace>/config.json` or `SATCHEL_LLM_EXTRA_HEADERS`, never per request. The values
+    /// are treated as secrets: `initialize` shows them as `[redacted]`, and they are redacted
+    /// from any error text the endpoint sends back.
     pub llm_extra_headers: std::collections::BTreeMap<String, String>,
     /// Token budget of one model input; larger spans are summarised in stages.
     pub llm_input_budget_tokens: u64,
@@ -87,7 +96,8 @@ pub struct Config {
     pub token_count_estimate_divisor: f64,
     /// Tokenizer used for exact counts.
     pub tokenizer: Tokenizer,
-    /// Dialog archive directory, relative to the workspace.
+    /// Dialog archive directory, relative to the workspace. Daemon-only: set in
+    /// `<workspace>/config.json` or `SATCHEL_DIALOG_PATH`, never per request.
     pub dialog_path: String,
     /// Whether long tool results are offloaded and truncated at all.
     pub pruning_enabled: bool,
@@ -115,10 +125,12 @@ pub struct Config {
     /// Offloaded files older than this many days are swept, unless a session still refers to them.
     pub offload_retention_days: f64,
     /// Sessions kept in memory at most; past it the least recently used idle one is dropped
-    /// (its log stays, and the next call on it reloads it). Daemon-wide: per-request values
-    /// are ignored.
+    /// (its log stays, and the next call on it reloads it). Daemon-only: set in
+    /// `<workspace>/config.json` or `SATCHEL_MAX_LIVE_SESSIONS`, never per request.
     pub max_live_sessions: usize,
     /// A session idle this long is dropped from memory (reloaded from its log when used again).
+    /// Daemon-only: set in `<workspace>/config.json` or `SATCHEL_SESSION_IDLE_SECS`, never per
+    /// request.
     pub session_idle_secs: f64,
 }
 
@@ -173,7 +185,41 @@ pub const DEFAULT_DEMONSTRATION_PREFIXES: &[&str] = &[
     "demonstration:",
 ];
 
+/// What a secret is shown as: header values in `initialize`, keys and tokens in error texts.
+pub const REDACTED: &str = "[redacted]";
+
 impl Config {
+    /// Keys only the daemon's own configuration sets (`<workspace>/config.json` or its
+    /// `SATCHEL_<KEY>` environment): a per-request override of one is refused. The `llm_*`
+    /// ones reach the network or the daemon's environment (where the API key is sent, which
+    /// variable is sent, which headers), the others are daemon-wide.
+    pub const DAEMON_ONLY_KEYS: &'static [&'static str] = &[
+        "llm_base_url",
+        "llm_api_key_env",
+        "llm_extra_headers",
+        "dialog_path",
+        "max_live_sessions",
+        "session_idle_secs",
+    ];
+
+    /// Whether `key` is one of the [`Config::DAEMON_ONLY_KEYS`].
+    pub fn is_daemon_only(key: &str) -> bool {
+        Self::DAEMON_ONLY_KEYS.contains(&key)
+    }
+
+    /// The configuration as a client may see it: every `llm_extra_headers` value (the keys
+    /// stay) and any credentials in `llm_base_url` (`user:password@`, the query string)
+    /// replaced by [`REDACTED`]. The API key is never in the configuration at all, only the
+    /// name of its variable.
+    pub fn for_clients(&self) -> Config {
+        let mut shown = self.clone();
+        for value in shown.llm_extra_headers.values_mut() {
+            *value = REDACTED.to_owned();
+        }
+        shown.llm_base_url = url_without_credentials(&self.llm_base_url);
+        shown
+    }
+
     /// Checks the values serde cannot: ranges and relations between keys.
     ///
     /// Returns the offending key and why, so the error can name the field.
@@ -194,11 +240,11 @@ impl Config {
         if self.llm_timeout_secs.is_nan() || self.llm_timeout_secs <= 0.0 || self.llm_timeout_secs > 3600.0 {
             return Err(("llm_timeout_secs", "must be in (0, 3600]".into()));
         }
-        if self.llm_input_budget_tokens < 1_000 || self.llm_max_output_tokens < 100 {
-            return Err((
-                "llm_input_budget_tokens",
-                "must be at least 1000 (and llm_max_output_tokens at least 100)".into(),
-            ));
+        if self.llm_input_budget_tokens < 1_000 {
+            return Err(("llm_input_budget_tokens", "must be at least 1000".into()));
+        }
+        if self.llm_max_output_tokens < 100 {
+            return Err(("llm_max_output_tokens", "must be at least 100".into()));
         }
         if !(0.0..=2.0).contains(&self.llm_temperature) {
             return Err(("llm_temperature", "must be in [0, 2]".into()));
@@ -217,8 +263,11 @@ impl Config {
         if !(0.0..=0.5).contains(&self.pruning_tail_ratio) {
             return Err(("pruning_tail_ratio", "must be in [0, 0.5]".into()));
         }
-        if self.pruning_old_msg_max_bytes < 100 || self.markdown_old_msg_max_bytes < 100 {
-            return Err(("pruning_old_msg_max_bytes", "limits must be at least 100 bytes".into()));
+        if self.pruning_old_msg_max_bytes < 100 {
+            return Err(("pruning_old_msg_max_bytes", "must be at least 100 bytes".into()));
+        }
+        if self.markdown_old_msg_max_bytes < 100 {
+            return Err(("markdown_old_msg_max_bytes", "must be at least 100 bytes".into()));
         }
         if self.pruning_recent_msg_max_bytes < self.pruning_old_msg_max_bytes {
             return Err((
@@ -265,6 +314,36 @@ impl Config {
     }
 }
 
+/// `url` with its userinfo and query string (where credentials hide) replaced by [`REDACTED`].
+fn url_without_credentials(url: &str) -> String {
+    let (url, query) = match url.split_once('?') {
+        Some((url, _)) => (url, Some(REDACTED)),
+        None => (url, None),
+    };
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let authority_end = rest.find(['/', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{REDACTED}@{host}"),
+        None => authority.to_owned(),
+    };
+    let mut shown = String::new();
+    if let Some(scheme) = scheme {
+        shown.push_str(scheme);
+        shown.push_str("://");
+    }
+    shown.push_str(&authority);
+    shown.push_str(path);
+    if let Some(query) = query {
+        shown.push('?');
+        shown.push_str(query);
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +375,95 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(c.validate().unwrap_err().0, "pruning_recent_msg_max_bytes");
+    }
+
+    /// Every validation rule, broken alone: the error names the key that breaks it.
+    #[test]
+    fn every_rule_names_its_own_key() {
+        let cases: &[(&str, serde_json::Value)] = &[
+            ("max_input_length", 1000.into()),
+            ("compact_threshold_ratio", 0.0.into()),
+            ("compact_threshold_ratio", 1.5.into()),
+            ("reserve_threshold_ratio", 0.0.into()),
+            ("reserve_threshold_ratio", 0.9.into()),
+            ("llm_timeout_secs", 0.0.into()),
+            ("llm_timeout_secs", 3601.0.into()),
+            ("llm_input_budget_tokens", 999.into()),
+            ("llm_max_output_tokens", 99.into()),
+            ("llm_temperature", (-0.1).into()),
+            ("llm_temperature", 2.1.into()),
+            ("summary_max_tokens", 199.into()),
+            ("token_count_estimate_divisor", 0.5.into()),
+            ("token_count_estimate_divisor", 11.0.into()),
+            ("pruning_tail_ratio", 0.6.into()),
+            ("pruning_old_msg_max_bytes", 0.into()),
+            ("pruning_recent_msg_max_bytes", 2_999.into()),
+            ("markdown_old_msg_max_bytes", 0.into()),
+            ("markdown_old_msg_max_bytes", 99.into()),
+            ("markdown_recent_msg_max_bytes", 49_999.into()),
+            ("offload_retention_days", 0.0.into()),
+            ("max_live_sessions", 0.into()),
+            ("session_idle_secs", 0.0.into()),
+            ("dialog_path", "".into()),
+            ("dialog_path", "../elsewhere".into()),
+            ("dialog_path", "/abs".into()),
+        ];
+        let defaults = match serde_json::to_value(Config::default()).unwrap() {
+            serde_json::Value::Object(map) => map,
+            other => panic!("{other}"),
+        };
+        for (key, bad) in cases {
+            assert!(defaults.contains_key(*key), "{key} is not a config key");
+            let mut map = defaults.clone();
+            map.insert((*key).to_owned(), bad.clone());
+            let config: Config = serde_json::from_value(serde_json::Value::Object(map)).unwrap();
+            let (named, why) = config.validate().expect_err(key);
+            assert_eq!(named, *key, "{key} = {bad} was reported as {named}: {why}");
+        }
+        // The limits at their smallest are valid: each rule is about its own key only.
+        let smallest = Config {
+            pruning_old_msg_max_bytes: 100,
+            markdown_old_msg_max_bytes: 100,
+            llm_input_budget_tokens: 1_000,
+            llm_max_output_tokens: 100,
+            ..Config::default()
+        };
+        assert_eq!(smallest.validate(), Ok(()));
+    }
+
+    #[test]
+    fn daemon_only_keys_are_config_keys() {
+        let keys = match serde_json::to_value(Config::default()).unwrap() {
+            serde_json::Value::Object(map) => map,
+            other => panic!("{other}"),
+        };
+        for key in Config::DAEMON_ONLY_KEYS {
+            assert!(keys.contains_key(*key), "{key} is not a config key");
+            assert!(Config::is_daemon_only(key));
+        }
+        assert!(!Config::is_daemon_only("llm_model"));
+        assert!(!Config::is_daemon_only("summarizer"));
+    }
+
+    #[test]
+    fn clients_see_no_header_value_and_no_url_credentials() {
+        let c = Config {
+            llm_extra_headers: [("X-Org".to_owned(), "org-secret-1".to_owned())].into(),
+            llm_base_url: "https://user:pa55@llm.example.com:8443/v1?api-key=k3y".into(),
+            ..Config::default()
+        };
+        let shown = c.for_clients();
+        assert_eq!(shown.llm_extra_headers["X-Org"], REDACTED);
+        assert_eq!(
+            shown.llm_base_url,
+            "https://[redacted]@llm.example.com:8443/v1?[redacted]"
+        );
+        let text = serde_json::to_string(&shown).unwrap();
+        for secret in ["org-secret-1", "pa55", "k3y"] {
+            assert!(!text.contains(secret), "{secret} shown: {text}");
+        }
+        assert_eq!(shown.llm_api_key_env, c.llm_api_key_env, "only the variable's name");
+        let plain = Config::default();
+        assert_eq!(plain.for_clients(), plain, "nothing to hide by default");
     }
 }

@@ -239,7 +239,9 @@ pub struct CompactParams {
     /// Steers the summary, e.g. "keep requirements and decisions only".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instruction: Option<String>,
-    /// Per-request overrides of any [`Config`] key.
+    /// Per-request overrides of any [`Config`] key but the daemon-only ones
+    /// ([`Config::DAEMON_ONLY_KEYS`]: model endpoint, key, headers; archive path; live-session
+    /// limits), which are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
 }
@@ -479,7 +481,9 @@ pub struct PrepareParams<M = Value> {
     /// Tool definitions sent with the request; counted in the tools zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Value>>,
-    /// Per-request overrides of any [`Config`] key.
+    /// Per-request overrides of any [`Config`] key but the daemon-only ones
+    /// ([`Config::DAEMON_ONLY_KEYS`]: model endpoint, key, headers; archive path; live-session
+    /// limits), which are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
 }

@@ -111,14 +111,17 @@ pub(crate) fn default_workspace() -> anyhow::Result<PathBuf> {
 
 fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     use std::io::IsTerminal;
+    use std::os::unix::fs::OpenOptionsExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SATCHEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(path) => {
+            // Logs name sessions and files: readable by the owner only, whatever the umask.
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(path)
                 .with_context(|| format!("opening log file {}", path.display()))?;
             builder.with_ansi(false).with_writer(Arc::new(file)).init();

@@ -4,14 +4,16 @@
 //! One daemon owns a workspace: it holds `run/satchel.lock` for its lifetime, so a second one
 //! is refused instead of interleaving writes to the same session logs. The socket is created
 //! user-only (0600) under a temporary name and renamed into place, so it is never reachable
-//! with wider permissions; `run/daemon.json` says where it is, for discovery.
+//! with wider permissions; `run/daemon.json` says where it is, for discovery. Like every
+//! workspace file, `run/` is 0700 and the lock and `run/daemon.json` 0600 whatever the umask.
 
 use std::fs::{self, File};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use satchel_storage::Layout;
+use satchel_storage::perms::{FILE_MODE, create_private_dir_all};
 use serde::{Deserialize, Serialize};
 use tokio::net::UnixListener;
 
@@ -42,14 +44,17 @@ pub struct WorkspaceLock {
 /// Takes the workspace lock, or explains who holds it.
 pub fn lock_workspace(workspace: &Layout) -> anyhow::Result<WorkspaceLock> {
     let run = workspace.run_dir();
-    fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
+    create_private_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
     let path = workspace.lock_file();
     let file = File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(FILE_MODE)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
+    file.set_permissions(fs::Permissions::from_mode(FILE_MODE))
+        .with_context(|| format!("making {} user-only", path.display()))?;
     match file.try_lock() {
         Ok(()) => {
             // Holding the lock proves no daemon runs here: a leftover record is from a crash.
@@ -100,7 +105,7 @@ pub fn bind(workspace: &Layout, path: &Path, _lock: &WorkspaceLock) -> anyhow::R
         bail!("socket path {} is longer than {MAX_SOCKET_PATH} bytes", path.display());
     }
     let dir = path.parent().context("socket path has no directory")?;
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    create_private_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     match fs::symlink_metadata(&path) {
         Ok(meta) if meta.file_type().is_socket() => {
             fs::remove_file(&path).with_context(|| format!("removing stale socket {}", path.display()))?
@@ -115,7 +120,7 @@ pub fn bind(workspace: &Layout, path: &Path, _lock: &WorkspaceLock) -> anyhow::R
     let staging = dir.join(format!(".{}", &hex[..final_len.saturating_sub(1).clamp(2, 8)]));
     let listener = UnixListener::bind(&staging).with_context(|| format!("binding {}", staging.display()))?;
     let placed =
-        fs::set_permissions(&staging, fs::Permissions::from_mode(0o600)).and_then(|()| fs::rename(&staging, &path));
+        fs::set_permissions(&staging, fs::Permissions::from_mode(FILE_MODE)).and_then(|()| fs::rename(&staging, &path));
     if let Err(e) = placed {
         let _ = fs::remove_file(&staging);
         return Err(e).with_context(|| format!("placing socket at {}", path.display()));

@@ -5,6 +5,11 @@
 //! the full original message (tool outputs included, not the pruned excerpts), and one
 //! compaction is one write + fsync. A per-file line counter makes the path guide exact: a
 //! compaction knows the line range it occupies.
+//!
+//! A failed append is undone before it is reported (see [`crate::durable`]) and the counter of
+//! its file is dropped, to be counted again from the file: it stays true whatever the failure
+//! left. A torn last line (a crash in the middle of an append) is tolerated by readers, with a
+//! warning, and cut off before the next append, so no line is ever glued to a fragment.
 
 use std::collections::HashMap;
 use std::fs;
@@ -14,9 +19,10 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable::append_durable;
+use crate::durable::{Steps, append_durable_at, settle};
 use crate::error::{StorageError, io};
 use crate::layout::Layout;
+use crate::perms::{check_own_dir, create_private_dir_all};
 use crate::workspace::Workspace;
 
 /// One archived message. Written with the message borrowed (`DialogLine<&Value>`), so that
@@ -56,6 +62,9 @@ pub struct AppendedLines {
     pub start_line: usize,
     /// Last line written.
     pub end_line: usize,
+    /// Byte length of the file before the append, and after it: what
+    /// [`DialogArchive::withdraw`] cuts back to, and how it knows nothing came after.
+    bytes: (u64, u64),
 }
 
 /// Archive lines encoded but not yet appended: see [`DialogArchive::encode`].
@@ -86,7 +95,9 @@ impl DialogArchive {
     /// The archive under `<workspace>/<dialog_path>`.
     pub fn new(workspace: &Workspace, dialog_path: &str) -> Result<Self, StorageError> {
         let dir = workspace.layout().dialog_dir(dialog_path);
-        fs::create_dir_all(&dir).map_err(io("create dir", &dir))?;
+        refuse_symlinked_parents(workspace, dialog_path)?;
+        check_own_dir(&dir)?;
+        create_private_dir_all(&dir)?;
         Ok(DialogArchive {
             dir,
             rel_dir: dialog_path.trim_end_matches('/').to_owned(),
@@ -127,7 +138,8 @@ impl DialogArchive {
         })
     }
 
-    /// Appends lines [`Self::encode`] made, with one write and one fsync.
+    /// Appends lines [`Self::encode`] made, with one write and one fsync. All or nothing: on
+    /// failure the file is cut back to where it was, and its line count is taken again.
     pub fn append_encoded(&self, rel_file: &str, encoded: EncodedLines) -> Result<AppendedLines, StorageError> {
         let path = self.path_of(rel_file);
         let mut counts = self.line_counts.lock().unwrap_or_else(|p| p.into_inner());
@@ -135,18 +147,48 @@ impl DialogArchive {
             Some(n) => *n,
             None => self.count_whole_lines(&path)?,
         };
-        append_durable(&path, &encoded.bytes)?;
+        let before = file_len(&path)?;
+        if let Err(e) = append_durable_at(&path, &encoded.bytes, Steps::ARCHIVE) {
+            // Undone, or to be cut off before the file is next used: count it again then,
+            // rather than trust a number the failure may have made wrong.
+            counts.remove(rel_file);
+            return Err(e);
+        }
         counts.insert(rel_file.to_owned(), existing + encoded.lines);
         Ok(AppendedLines {
             file: rel_file.to_owned(),
             start_line: existing + 1,
             end_line: existing + encoded.lines,
+            bytes: (before, before + encoded.bytes.len() as u64),
         })
+    }
+
+    /// Takes back the lines of an append whose compaction did not take effect (a later write
+    /// of its call failed), so that a retry does not archive the same messages twice. Only
+    /// when nothing was appended after them; otherwise they stay, with a warning (recovery
+    /// matches lines by compaction id, so they are never mistaken for another's).
+    pub fn withdraw(&self, appended: &AppendedLines) -> Result<(), StorageError> {
+        let path = self.path_of(&appended.file);
+        let mut counts = self.line_counts.lock().unwrap_or_else(|p| p.into_inner());
+        let (before, after) = appended.bytes;
+        if file_len(&path)? != after {
+            tracing::warn!(file = %appended.file, "archive lines of a rolled-back compaction stay: the file grew since");
+            return Ok(());
+        }
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        file.set_len(before).map_err(io("truncate", &path))?;
+        file.sync_all().map_err(io("fsync", &path))?;
+        counts.insert(appended.file.clone(), appended.start_line - 1);
+        Ok(())
     }
 
     /// Counts the complete lines of a file, cutting off a torn last line first: a crash in
     /// the middle of an append leaves a partial line that was never acknowledged.
     fn count_whole_lines(&self, path: &std::path::Path) -> Result<usize, StorageError> {
+        settle(path)?;
         let bytes = match fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -160,6 +202,7 @@ impl DialogArchive {
         };
         let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         if whole < bytes.len() {
+            tracing::warn!(path = %path.display(), dropped = bytes.len() - whole, "cutting the torn last line of the dialog archive");
             let file = fs::OpenOptions::new()
                 .write(true)
                 .open(path)
@@ -172,6 +215,8 @@ impl DialogArchive {
 
     /// Lines of `rel_file` written by one compaction: `(line number, original index)`.
     /// Used to finish a compaction a crash interrupted, without archiving anything twice.
+    /// A torn last line is not a line (the next append cuts it off) and a line that is not a
+    /// well-formed archive line is skipped, both with a warning.
     pub fn lines_of(
         &self,
         rel_file: &str,
@@ -179,8 +224,9 @@ impl DialogArchive {
         compaction_id: &str,
     ) -> Result<Vec<(usize, usize)>, StorageError> {
         let path = self.path_of(rel_file);
-        let text = match fs::read_to_string(&path) {
-            Ok(t) => t,
+        settle(&path)?;
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => {
                 return Err(StorageError::Io {
@@ -196,14 +242,62 @@ impl DialogArchive {
             index: usize,
             compaction_id: &'a str,
         }
-        Ok(text
-            .lines()
-            .enumerate()
-            .filter_map(|(n, line)| {
-                let key: Key = serde_json::from_str(line).ok()?;
-                (key.session_id == session_id && key.compaction_id == compaction_id).then_some((n + 1, key.index))
-            })
-            .collect())
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        if whole < bytes.len() {
+            tracing::warn!(path = %path.display(), bytes = bytes.len() - whole, "the dialog archive ends with a torn line; it is ignored");
+        }
+        let mut found = Vec::new();
+        let mut malformed = 0usize;
+        for (n, line) in bytes[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
+            match serde_json::from_slice::<Key>(&line[..line.len() - 1]) {
+                Ok(key) => {
+                    if key.session_id == session_id && key.compaction_id == compaction_id {
+                        found.push((n + 1, key.index));
+                    }
+                }
+                Err(_) => malformed += 1,
+            }
+        }
+        if malformed > 0 {
+            tracing::warn!(path = %path.display(), malformed, "dialog archive lines that are not archive lines were skipped");
+        }
+        Ok(found)
+    }
+}
+
+/// Refuses a `dialog_path` whose way down from the workspace passes through a symbolic link
+/// (the archive directory itself is [`check_own_dir`]'s): the archive would be written
+/// wherever the link points.
+fn refuse_symlinked_parents(workspace: &Workspace, dialog_path: &str) -> Result<(), StorageError> {
+    let parts: Vec<_> = std::path::Path::new(dialog_path).components().collect();
+    let mut dir = workspace.root().to_path_buf();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        dir.push(part);
+        if fs::symlink_metadata(&dir).is_ok_and(|meta| meta.file_type().is_symlink()) {
+            return Err(StorageError::Io {
+                op: "open the dialog archive",
+                path: dir,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "is a symbolic link on the way to dialog_path; satchel refuses to write the archive \
+                     through one: make it a real directory",
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Byte length of a file; 0 when it does not exist.
+fn file_len(path: &std::path::Path) -> Result<u64, StorageError> {
+    match fs::metadata(path) {
+        Ok(meta) => Ok(meta.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(StorageError::Io {
+            op: "stat",
+            path: path.to_path_buf(),
+            source: e,
+        }),
     }
 }
 
@@ -221,6 +315,70 @@ mod tests {
             message: json!({"role": "user", "content": format!("m{index}")}),
             offloads: vec![],
         }
+    }
+
+    use crate::failpoints::{Fault, Hits, Point, arm};
+
+    /// Line `n` of the archive (1-based) parsed, checking the file ends with a whole line.
+    fn line_at(path: &std::path::Path, n: usize) -> DialogLine {
+        let text = fs::read_to_string(path).unwrap();
+        assert!(text.ends_with('\n'), "ends with a torn line");
+        serde_json::from_str(text.lines().nth(n - 1).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_line_count_stays_true_after_a_failed_append() {
+        for (point, fault, undo_fails) in [Point::ArchiveWrite, Point::ArchiveSync]
+            .into_iter()
+            .flat_map(|p| [Fault::Enospc, Fault::Eio, Fault::Torn].map(|f| (p, f)))
+            .flat_map(|(p, f)| [(p, f, false), (p, f, true)])
+        {
+            let case = format!("{point:?} {fault:?} undo fails: {undo_fails}");
+            let dir = tempfile::tempdir().unwrap();
+            let ws = Workspace::open(dir.path()).unwrap();
+            let archive = DialogArchive::new(&ws, "dialog").unwrap();
+            let file = archive.file_for("2026-11-22");
+            let path = ws.root().join(&file);
+            archive.append(&file, &[line(0, "c1"), line(1, "c1")]).unwrap();
+            let armed = arm(point, fault, Hits::nth(1), Some(ws.root()));
+            let undo = undo_fails.then(|| arm(Point::Undo, Fault::Eio, Hits::nth(1), Some(ws.root())));
+            let error = archive
+                .append(&file, &[line(2, "c2"), line(3, "c2"), line(4, "c2")])
+                .unwrap_err();
+            assert!(error.to_string().contains("undo"), "{case}: {error}");
+            // The cached count must not drift: the next append lands right after line 2.
+            let b = archive.append(&file, &[line(2, "c3")]).unwrap();
+            assert_eq!((b.start_line, b.end_line), (3, 3), "{case}");
+            assert_eq!(line_at(&path, 3), line(2, "c3"), "{case}");
+            assert_eq!(fs::read_to_string(&path).unwrap().lines().count(), 3, "{case}");
+            assert!(archive.lines_of(&file, "s", "c2").unwrap().is_empty(), "{case}");
+            assert_eq!(archive.lines_of(&file, "s", "c3").unwrap(), vec![(3, 2)], "{case}");
+            drop((armed, undo));
+        }
+    }
+
+    #[test]
+    fn lines_of_tolerates_a_torn_tail_and_lines_that_are_not_archive_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let archive = DialogArchive::new(&ws, "dialog").unwrap();
+        let file = archive.file_for("2026-11-22");
+        archive.append(&file, &[line(0, "c1")]).unwrap();
+        let path = ws.root().join(&file);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"not json\n");
+        bytes.extend_from_slice(&serde_json::to_vec(&line(1, "c1")).unwrap());
+        bytes.push(b'\n');
+        // A torn line that ends inside a multi-byte character: not even UTF-8.
+        let torn = "{\"session_id\":\"s\",\"index\":2,\"msg\":\"\u{e9}";
+        bytes.extend_from_slice(&torn.as_bytes()[..torn.len() - 1]);
+        fs::write(&path, bytes).unwrap();
+        // What a restart after a crash finds.
+        let archive = DialogArchive::new(&ws, "dialog").unwrap();
+        assert_eq!(archive.lines_of(&file, "s", "c1").unwrap(), vec![(1, 0), (3, 1)]);
+        let c = archive.append(&file, &[line(2, "c2")]).unwrap();
+        assert_eq!((c.start_line, c.end_line), (4, 4));
+        assert_eq!(line_at(&path, 4), line(2, "c2"));
     }
 
     #[test]

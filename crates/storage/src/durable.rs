@@ -1,14 +1,77 @@
 //! The two write primitives everything else uses: atomic replace and durable append.
+//!
+//! An append is all-or-nothing: when its write or its fsync fails (a full disk, an I/O
+//! error, a short write), the file is cut back to its length before the append and that cut
+//! made durable before the error is reported, and the error says so. If even the cut fails,
+//! the file's good length is remembered and the torn tail is cut off before anything else
+//! reads or writes that file in this process ([`settle`]); a torn tail left by a crash is cut
+//! by the first reader of the file after a restart (session logs when they load, the archive
+//! when it counts its lines). So an append is never glued to a fragment.
+//!
+//! Every step is a [`failpoints`](crate::failpoints) point, inert unless armed.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs::{self, File};
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{OnceLock, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, mpsc};
 
 use crate::error::{StorageError, io};
+use crate::failpoints::{self, Point};
+use crate::perms::{make_private, private_options};
+
+/// The failpoints of the two steps of an append to one kind of file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Steps {
+    write: Option<Point>,
+    sync: Option<Point>,
+}
+
+impl Steps {
+    /// A session log.
+    pub(crate) const SESSION: Steps = Steps {
+        write: Some(Point::SessionWrite),
+        sync: Some(Point::SessionSync),
+    };
+    /// A dialog-archive file.
+    pub(crate) const ARCHIVE: Steps = Steps {
+        write: Some(Point::ArchiveWrite),
+        sync: Some(Point::ArchiveSync),
+    };
+    /// A memory log.
+    pub(crate) const MEMORY: Steps = Steps {
+        write: Some(Point::MemoryWrite),
+        sync: Some(Point::MemorySync),
+    };
+    /// Any other file: no failpoint.
+    const OTHER: Steps = Steps {
+        write: None,
+        sync: None,
+    };
+}
+
+/// Writes all of `bytes` to `file`, unless the failpoint `point` fails the write first.
+pub(crate) fn write_checked(file: &mut File, bytes: &[u8], point: Option<Point>, path: &Path) -> std::io::Result<()> {
+    if let Some(fault) = point.and_then(|p| failpoints::check(p, path)) {
+        return Err(fault.fail_write(file, bytes));
+    }
+    file.write_all(bytes)
+}
+
+/// Runs `sync` (an fsync or the like), unless the failpoint `point` fails it first.
+pub(crate) fn sync_checked(
+    point: Option<Point>,
+    path: &Path,
+    sync: impl FnOnce() -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    match point.and_then(|p| failpoints::check(p, path)) {
+        Some(fault) => Err(fault.fail_sync()),
+        None => sync(),
+    }
+}
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content:
-/// write a temp file in the same directory, fsync it, rename over, fsync the directory.
+/// write a temp file (0600) in the same directory, fsync it, rename over, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
@@ -17,9 +80,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         uuid::Uuid::new_v4().simple()
     ));
     let result = (|| {
-        let mut file = File::create(&tmp).map_err(io("create", &tmp))?;
-        file.write_all(bytes).map_err(io("write", &tmp))?;
-        file.sync_all().map_err(io("fsync", &tmp))?;
+        let mut file = private_options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        make_private(&file, &tmp)?;
+        write_checked(&mut file, bytes, Some(Point::AtomicWrite), path).map_err(io("write", &tmp))?;
+        sync_checked(Some(Point::AtomicSync), path, || file.sync_all()).map_err(io("fsync", &tmp))?;
         fs::rename(&tmp, path).map_err(io("rename", path))?;
         sync_dir(dir)
     })();
@@ -29,17 +97,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
     result
 }
 
-/// Appends `bytes` to `path` (created if missing) and fsyncs before returning, so an
-/// acknowledged append survives power loss.
+/// Appends `bytes` to `path` (created 0600 if missing) and fsyncs before returning, so an
+/// acknowledged append survives power loss. All or nothing: on failure the file is back to
+/// its previous length (see the module documentation).
 pub fn append_durable(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    append(path, bytes)?.run()
+    append_durable_at(path, bytes, Steps::OTHER)
+}
+
+/// [`append_durable`] with the failpoints of one kind of file.
+pub(crate) fn append_durable_at(path: &Path, bytes: &[u8], steps: Steps) -> Result<(), StorageError> {
+    append(path, bytes, steps)?.run()
 }
 
 /// Appends `bytes` to `path` (created if missing) and has the fsync done on a background
 /// thread, so the caller can do other work meanwhile: a call's fsync is most of its cost.
-/// Nothing may be acknowledged before [`PendingSync::wait`] returns.
-pub fn append_then_sync(path: &Path, bytes: &[u8]) -> Result<PendingSync, StorageError> {
-    let job = append(path, bytes)?;
+/// Nothing may be acknowledged before [`PendingSync::wait`] returns; if the fsync fails, the
+/// append is undone before `wait` reports it.
+pub(crate) fn append_then_sync(path: &Path, bytes: &[u8], steps: Steps) -> Result<PendingSync, StorageError> {
+    let job = append(path, bytes, steps)?;
     Ok(in_background(Lane::Fsync, job.path.clone(), move || job.run()))
 }
 
@@ -94,38 +169,152 @@ impl PendingSync {
     }
 }
 
-/// The fsync an append still needs.
+/// The fsync an append still needs, and what undoes the append if it fails.
 struct SyncJob {
     file: File,
     path: PathBuf,
+    /// The file's length before the append.
+    len: u64,
     /// Whether the append created the file, whose directory entry must then be synced too.
     created: bool,
+    /// The failpoint of the fsync.
+    point: Option<Point>,
 }
 
 impl SyncJob {
     fn run(self) -> Result<(), StorageError> {
-        self.file.sync_data().map_err(io("fsync", &self.path))?;
-        if self.created {
-            sync_dir(self.path.parent().unwrap_or(Path::new(".")))?;
-        }
-        Ok(())
+        let synced = sync_checked(self.point, &self.path, || self.file.sync_data()).and_then(|()| {
+            if self.created {
+                File::open(self.path.parent().unwrap_or(Path::new("."))).and_then(|d| d.sync_all())
+            } else {
+                Ok(())
+            }
+        });
+        synced.map_err(|e| undo(&self.file, &self.path, self.len, self.created, "fsync", e))
     }
 }
 
-/// Writes `bytes` at the end of `path`, creating it if missing, without syncing.
-fn append(path: &Path, bytes: &[u8]) -> Result<SyncJob, StorageError> {
-    let created = !path.exists();
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io("open", path))?;
-    file.write_all(bytes).map_err(io("append", path))?;
+/// Writes `bytes` at the end of `path`, creating it (0600) if missing, without syncing.
+/// A failed write is undone before it is reported.
+fn append(path: &Path, bytes: &[u8], steps: Steps) -> Result<SyncJob, StorageError> {
+    settle(path)?;
+    let (mut file, created) = match fs::OpenOptions::new().append(true).open(path) {
+        Ok(file) => (file, false),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let file = private_options()
+                .append(true)
+                .create_new(true)
+                .open(path)
+                .map_err(io("open", path))?;
+            if let Err(e) = make_private(&file, path) {
+                let _ = fs::remove_file(path);
+                return Err(e);
+            }
+            (file, true)
+        }
+        Err(e) => return Err(io("open", path)(e)),
+    };
+    // The length to cut back to: a new file has none, an existing one costs the `fstat` that
+    // the existence check it replaces cost.
+    let len = if created {
+        0
+    } else {
+        file.metadata().map_err(io("stat", path))?.len()
+    };
+    if let Err(e) = write_checked(&mut file, bytes, steps.write, path) {
+        return Err(undo(&file, path, len, created, "append", e));
+    }
     Ok(SyncJob {
         file,
         path: path.to_owned(),
+        len,
         created,
+        point: steps.sync,
     })
+}
+
+/// Undoes a failed append to `path`: cuts the file back to `len` (removes it if the append
+/// created it) and makes that durable. Returns the error to report, which says whether the
+/// append was undone. If it could not be, the file is remembered for [`settle`].
+fn undo(file: &File, path: &Path, len: u64, created: bool, op: &'static str, error: std::io::Error) -> StorageError {
+    let cut = sync_checked(Some(Point::Undo), path, || {
+        file.set_len(len)?;
+        file.sync_all()
+    });
+    let note = match cut {
+        Ok(()) if created => {
+            let _ = fs::remove_file(path);
+            "the append was undone (the file it created is removed)".to_owned()
+        }
+        Ok(()) => format!("the append was undone (the file is back to its last good length, {len} bytes)"),
+        Err(cut_error) => {
+            remember_torn(path, len);
+            format!(
+                "undoing the append failed too ({cut_error}): its torn tail is cut off before the file is used again"
+            )
+        }
+    };
+    tracing::warn!(path = %path.display(), "{op} failed: {error}; {note}");
+    StorageError::Io {
+        op,
+        path: path.to_owned(),
+        source: std::io::Error::new(error.kind(), format!("{error}; {note}")),
+    }
+}
+
+/// Whether [`TORN`] may hold anything: the only thing [`settle`] reads when nothing failed.
+static TORN_ANY: AtomicBool = AtomicBool::new(false);
+/// Files a failed append could not be undone on, with their last good length.
+static TORN: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+
+fn remember_torn(path: &Path, len: u64) {
+    let mut torn = TORN.lock().unwrap_or_else(|p| p.into_inner());
+    match torn.iter_mut().find(|(p, _)| p == path) {
+        Some(entry) => entry.1 = entry.1.min(len),
+        None => torn.push((path.to_owned(), len)),
+    }
+    TORN_ANY.store(true, Ordering::Release);
+}
+
+/// Finishes undoing a failed append to `path` whose undo failed: cuts the file back to its
+/// last good length. Every reader and writer of a file that is appended to calls it first, so
+/// nothing reads a failed append's records or writes after them. One atomic load when no
+/// undo ever failed.
+pub(crate) fn settle(path: &Path) -> Result<(), StorageError> {
+    if !TORN_ANY.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let mut torn = TORN.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(position) = torn.iter().position(|(p, _)| p == path) else {
+        return Ok(());
+    };
+    let good = torn[position].1;
+    let cut = sync_checked(Some(Point::Undo), path, || {
+        match fs::OpenOptions::new().write(true).open(path) {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                if len > good {
+                    file.set_len(good)?;
+                    file.sync_all()?;
+                    tracing::warn!(path = %path.display(), dropped = len - good, "cut off the torn tail of a failed append");
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    });
+    cut.map_err(|e| StorageError::Io {
+        op: "truncate",
+        path: path.to_owned(),
+        source: std::io::Error::new(
+            e.kind(),
+            format!("{e}; the file still has the torn tail of a failed append and is not used until it is cut off"),
+        ),
+    })?;
+    torn.swap_remove(position);
+    TORN_ANY.store(!torn.is_empty(), Ordering::Release);
+    Ok(())
 }
 
 type Work = Box<dyn FnOnce() + Send>;
@@ -161,6 +350,122 @@ fn sync_dir(dir: &Path) -> Result<(), StorageError> {
 mod tests {
     use super::*;
 
+    use crate::failpoints::{Fault, Hits, arm};
+    use std::os::unix::fs::PermissionsExt;
+
+    const FAULTS: [Fault; 3] = [Fault::Enospc, Fault::Eio, Fault::Torn];
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn a_failed_append_is_cut_back_to_the_last_good_length_at_either_step() {
+        for (point, fault) in [Point::SessionWrite, Point::SessionSync]
+            .into_iter()
+            .flat_map(|p| FAULTS.map(|f| (p, f)))
+        {
+            for background in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                let p = dir.path().join("log.jsonl");
+                append_durable_at(&p, b"a\n", Steps::SESSION).unwrap();
+                let armed = arm(point, fault, Hits::nth(1), Some(dir.path()));
+                let error = if background {
+                    append_then_sync(&p, b"a longer record\n", Steps::SESSION).and_then(PendingSync::wait)
+                } else {
+                    append_durable_at(&p, b"a longer record\n", Steps::SESSION)
+                }
+                .unwrap_err()
+                .to_string();
+                let case = format!("{point:?} {fault:?} background={background}: {error}");
+                assert!(error.contains("the append was undone"), "{case}");
+                assert!(error.contains("last good length, 2 bytes"), "{case}");
+                assert_eq!(fs::read(&p).unwrap(), b"a\n", "{case}");
+                append_durable_at(&p, b"b\n", Steps::SESSION).unwrap();
+                assert_eq!(fs::read(&p).unwrap(), b"a\nb\n", "{case}");
+                drop(armed);
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_first_append_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        let _armed = arm(Point::MemorySync, Fault::Eio, Hits::ALWAYS, Some(dir.path()));
+        let error = append_durable_at(&p, b"a\n", Steps::MEMORY).unwrap_err();
+        assert!(error.to_string().contains("the file it created is removed"), "{error}");
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_torn_tail_an_undo_could_not_cut_is_cut_before_the_file_is_used_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        append_durable_at(&p, b"a\n", Steps::ARCHIVE).unwrap();
+        let torn = arm(Point::ArchiveWrite, Fault::Torn, Hits::nth(1), Some(dir.path()));
+        let undo = arm(Point::Undo, Fault::Eio, Hits::nth(1), Some(dir.path()));
+        let record = b"{\"whole\":1}\n{\"torn\":22222}\n";
+        let error = append_durable_at(&p, record, Steps::ARCHIVE).unwrap_err();
+        assert!(error.to_string().contains("undoing the append failed too"), "{error}");
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            b"a\n{\"whole\":1}\n{",
+            "the fault left a whole line and a torn one"
+        );
+        // Before the next append (or a reader, see `settle`) touches the file, the whole
+        // failed append leaves it, not only its last partial line.
+        append_durable_at(&p, b"b\n", Steps::ARCHIVE).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"a\nb\n");
+        drop((torn, undo));
+    }
+
+    #[test]
+    fn a_cut_that_keeps_failing_keeps_the_file_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.jsonl");
+        append_durable_at(&p, b"a\n", Steps::SESSION).unwrap();
+        let torn = arm(Point::SessionWrite, Fault::Torn, Hits::nth(1), Some(dir.path()));
+        let undo = arm(Point::Undo, Fault::Eio, Hits::range(1, 2), Some(dir.path()));
+        append_durable_at(&p, b"bbbb\n", Steps::SESSION).unwrap_err();
+        let error = append_durable_at(&p, b"c\n", Steps::SESSION).unwrap_err();
+        assert!(error.to_string().contains("not used until it is cut off"), "{error}");
+        assert_eq!(fs::read(&p).unwrap(), b"a\nbb", "nothing written after the torn tail");
+        append_durable_at(&p, b"c\n", Steps::SESSION).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"a\nc\n");
+        drop((torn, undo));
+    }
+
+    #[test]
+    fn a_failed_atomic_write_keeps_the_old_content_and_no_temp() {
+        for (point, fault) in [Point::AtomicWrite, Point::AtomicSync]
+            .into_iter()
+            .flat_map(|p| FAULTS.map(|f| (p, f)))
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("daemon.json");
+            write_atomic(&p, b"old").unwrap();
+            let armed = arm(point, fault, Hits::nth(1), Some(dir.path()));
+            write_atomic(&p, b"new content").unwrap_err();
+            assert_eq!(fs::read(&p).unwrap(), b"old", "{point:?} {fault:?}");
+            assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "{point:?} {fault:?}");
+            write_atomic(&p, b"new").unwrap();
+            assert_eq!(fs::read(&p).unwrap(), b"new");
+            drop(armed);
+        }
+    }
+
+    #[test]
+    fn files_are_created_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let appended = dir.path().join("log.jsonl");
+        append_durable(&appended, b"a\n").unwrap();
+        let replaced = dir.path().join("f.json");
+        write_atomic(&replaced, b"x").unwrap();
+        assert_eq!(mode(&appended), 0o600);
+        assert_eq!(mode(&replaced), 0o600);
+    }
+
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
         let dir = tempfile::tempdir().unwrap();
@@ -184,9 +489,9 @@ mod tests {
     fn a_background_synced_append_is_in_place_and_ordered() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("log.jsonl");
-        let first = append_then_sync(&p, b"a\n").unwrap();
+        let first = append_then_sync(&p, b"a\n", Steps::OTHER).unwrap();
         append_durable(&p, b"b\n").unwrap();
-        let third = append_then_sync(&p, b"c\n").unwrap();
+        let third = append_then_sync(&p, b"c\n", Steps::OTHER).unwrap();
         first.wait().unwrap();
         third.wait().unwrap();
         assert_eq!(fs::read_to_string(&p).unwrap(), "a\nb\nc\n");
@@ -196,7 +501,7 @@ mod tests {
     fn a_failed_append_is_reported_before_any_sync() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("no-such-dir").join("log.jsonl");
-        let error = append_then_sync(&missing, b"a\n").unwrap_err();
+        let error = append_then_sync(&missing, b"a\n", Steps::OTHER).unwrap_err();
         assert!(matches!(error, StorageError::Io { op: "open", .. }), "{error:?}");
     }
 

@@ -10,13 +10,23 @@
 //! - `config.json`: optional configuration file.
 //!
 //! Files are written atomically (temp + rename) and appends are fsync'd before a call returns.
+//! An append is all or nothing: one whose write or fsync fails (a full disk, an I/O error) is
+//! cut back to the file's previous length before the error is reported, and no append is ever
+//! written after a torn tail (see `durable`). [`failpoints`] injects such faults at every
+//! durable step, for tests.
+//!
+//! Permissions: every directory satchel creates in the workspace is 0700 and every file 0600,
+//! whatever the process umask; a workspace whose own subdirectories are symbolic links is
+//! refused when it is opened ([`perms`]).
 
 mod dialog;
 mod durable;
 mod error;
+pub mod failpoints;
 mod layout;
 mod memory;
 mod offload;
+pub mod perms;
 mod sessions;
 mod workspace;
 

@@ -3,11 +3,10 @@
 //! Compaction appends what it learned to the day's log; the memory issue builds search on these
 //! files. Appends are fsync'd like every other write.
 
-use std::fs;
-
-use crate::durable::append_durable;
-use crate::error::{StorageError, io};
+use crate::durable::{Steps, append_durable_at};
+use crate::error::StorageError;
 use crate::layout::Layout;
+use crate::perms::create_private_dir_all;
 use crate::workspace::Workspace;
 
 /// The memory files of a workspace.
@@ -26,9 +25,8 @@ impl MemoryFiles {
 
     /// Appends `text` to the daily log of `date` (`YYYY-MM-DD`); returns its workspace-relative path.
     pub fn append_daily(&self, date: &str, text: &str) -> Result<String, StorageError> {
-        let dir = self.layout.memory_dir();
-        fs::create_dir_all(&dir).map_err(io("create dir", &dir))?;
-        append_durable(&self.layout.memory_daily(date), text.as_bytes())?;
+        create_private_dir_all(&self.layout.memory_dir())?;
+        append_durable_at(&self.layout.memory_daily(date), text.as_bytes(), Steps::MEMORY)?;
         Ok(Layout::memory_daily_rel(date))
     }
 }
@@ -36,6 +34,24 @@ impl MemoryFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+
+    #[test]
+    fn a_failed_memory_append_leaves_the_log_as_it_was() {
+        use crate::failpoints::{Fault, Hits, Point, arm};
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let memory = MemoryFiles::new(&ws);
+        memory.append_daily("2026-11-22", "a\n").unwrap();
+        for point in [Point::MemoryWrite, Point::MemorySync] {
+            let _armed = arm(point, Fault::Torn, Hits::nth(1), Some(ws.root()));
+            memory.append_daily("2026-11-22", "a longer note\n").unwrap_err();
+        }
+        assert_eq!(
+            fs::read_to_string(ws.root().join("memory/2026-11-22.md")).unwrap(),
+            "a\n"
+        );
+    }
 
     #[test]
     fn daily_log_accumulates() {

@@ -7,8 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use xxhash_rust::xxh3::xxh3_128;
 
+use crate::durable::{sync_checked, write_checked};
 use crate::error::{StorageError, io};
+use crate::failpoints::Point;
 use crate::layout::Layout;
+use crate::perms::{make_private, private_options};
 use crate::workspace::Workspace;
 
 /// How many new files one save makes durable with a single `syncfs` rather than one fsync each.
@@ -117,7 +120,7 @@ impl OffloadStore {
 
     /// Writes the texts `plan` found missing and returns once they are durable.
     ///
-    /// Every new text goes to a temporary file that is made durable, renamed into place, and
+    /// Every new text goes to a temporary file (0600) that is made durable, renamed into place, and
     /// one fsync of the directory makes the names durable: a file under its final name is
     /// always complete. A first call carrying a long history can offload hundreds of results,
     /// and an fsync per file would cost a journal commit each (seconds in all), so past
@@ -133,16 +136,27 @@ impl OffloadStore {
             for (position, name) in &plan.writes {
                 let tmp = self.dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
                 staged.push((tmp.clone(), self.dir.join(name)));
-                fs::write(&tmp, texts[*position]).map_err(io("write", &tmp))?;
+                let mut file = private_options()
+                    .write(true)
+                    .create_new(true)
+                    .open(&tmp)
+                    .map_err(io("create", &tmp))?;
+                make_private(&file, &tmp)?;
+                write_checked(&mut file, texts[*position].as_bytes(), Some(Point::OffloadWrite), &tmp)
+                    .map_err(io("write", &tmp))?;
             }
             let dir = fs::File::open(&self.dir).map_err(io("open", &self.dir))?;
             if staged.len() >= SYNCFS_FROM_FILES {
-                rustix::fs::syncfs(&dir).map_err(|e| io("syncfs", &self.dir)(e.into()))?;
+                sync_checked(Some(Point::OffloadSync), &self.dir, || {
+                    rustix::fs::syncfs(&dir).map_err(Into::into)
+                })
+                .map_err(io("syncfs", &self.dir))?;
             } else {
                 for (tmp, _) in &staged {
-                    fs::File::open(tmp)
-                        .and_then(|f| f.sync_all())
-                        .map_err(io("fsync", tmp))?;
+                    sync_checked(Some(Point::OffloadSync), tmp, || {
+                        fs::File::open(tmp).and_then(|f| f.sync_all())
+                    })
+                    .map_err(io("fsync", tmp))?;
                 }
             }
             for (tmp, path) in &staged {
@@ -173,8 +187,9 @@ impl OffloadStore {
     }
 
     /// Removes files last written more than `retention` before `now`, except those in
-    /// `referenced` (workspace-relative paths still quoted by a session). `now` is injected so
-    /// tests need no sleeping.
+    /// `referenced` (workspace-relative paths still quoted by a session), and temporary files
+    /// as old that a crash left in the middle of a write. `now` is injected so tests need no
+    /// sleeping.
     pub fn sweep(
         &self,
         now: SystemTime,
@@ -186,7 +201,9 @@ impl OffloadStore {
         for entry in fs::read_dir(&self.dir).map_err(io("read dir", &self.dir))? {
             let Ok(entry) = entry else { continue };
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.ends_with(".txt") {
+            // A temporary file a crash left behind mid-write (its text was never referenced).
+            let stale_temp = name.starts_with('.') && name.ends_with(".tmp");
+            if !name.ends_with(".txt") && !stale_temp {
                 continue;
             }
             let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
@@ -195,7 +212,9 @@ impl OffloadStore {
             if modified >= cutoff {
                 continue;
             }
-            if referenced.contains(&Layout::offload_rel(&name)) {
+            if stale_temp {
+                let _ = fs::remove_file(entry.path());
+            } else if referenced.contains(&Layout::offload_rel(&name)) {
                 report.kept_referenced += 1;
             } else if fs::remove_file(entry.path()).is_ok() {
                 report.removed += 1;
@@ -208,6 +227,53 @@ impl OffloadStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::failpoints::{Fault, Hits, arm};
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_failed_offload_write_leaves_no_file_and_a_retry_writes_it() {
+        for point in [Point::OffloadWrite, Point::OffloadSync] {
+            for fault in [Fault::Enospc, Fault::Eio, Fault::Torn] {
+                for batch in [1, SYNCFS_FROM_FILES] {
+                    let case = format!("{point:?} {fault:?} {batch} files");
+                    let dir = tempfile::tempdir().unwrap();
+                    let ws = Workspace::open(dir.path()).unwrap();
+                    let store = OffloadStore::new(&ws);
+                    let texts: Vec<String> = (0..batch).map(|i| format!("output {i}\n").repeat(100)).collect();
+                    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    let armed = arm(point, fault, Hits::nth(1), Some(ws.root()));
+                    store.save_all(&texts).unwrap_err();
+                    assert_eq!(
+                        fs::read_dir(ws.root().join("tool_result")).unwrap().count(),
+                        0,
+                        "{case}: no file, no temporary file"
+                    );
+                    let saved = store.save_all(&texts).unwrap();
+                    for (text, saved) in texts.iter().zip(&saved) {
+                        assert_eq!(store.load(&saved.rel_path).unwrap(), *text, "{case}");
+                        let meta = fs::metadata(ws.root().join(&saved.rel_path)).unwrap();
+                        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{case}");
+                    }
+                    drop(armed);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_sweep_removes_the_temporary_file_a_crash_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let store = OffloadStore::new(&ws);
+        let temp = ws.root().join("tool_result/.abc.txt.0123.tmp");
+        fs::write(&temp, "half a text").unwrap();
+        let day = Duration::from_secs(86_400);
+        store.sweep(SystemTime::now(), day, &HashSet::new()).unwrap();
+        assert!(temp.exists(), "not while it may be a write in progress");
+        store.sweep(SystemTime::now() + 2 * day, day, &HashSet::new()).unwrap();
+        assert!(!temp.exists());
+    }
 
     #[test]
     fn identical_content_is_stored_once_and_round_trips() {

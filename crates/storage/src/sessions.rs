@@ -2,7 +2,9 @@
 //!
 //! Appending is the only write, so an acknowledged `context.prepare` is on disk before its
 //! reply and `kill -9` at any point leaves a prefix of whole records (a torn last line is
-//! dropped on load). Even a client that rewrites its history only appends a `truncate`
+//! dropped on load, with a warning). An append that fails is undone before it is reported
+//! (see [`crate::durable`]), so a full disk never leaves a fragment for the next append to be
+//! glued to. Even a client that rewrites its history only appends a `truncate`
 //! record: replaced messages stay in the log.
 
 use std::collections::HashSet;
@@ -13,7 +15,7 @@ use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable::{Lane, PendingSync, append_durable, append_then_sync, in_background};
+use crate::durable::{Lane, PendingSync, Steps, append_durable_at, append_then_sync, in_background, settle};
 use crate::error::{StorageError, io};
 use crate::layout::Layout;
 use crate::workspace::Workspace;
@@ -224,6 +226,7 @@ impl SessionStore {
     /// Replays a session's log; `None` when the session does not exist.
     pub fn load(&self, id: &str) -> Result<Option<SessionLog>, StorageError> {
         let path = self.path(id)?;
+        settle(&path)?;
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -256,6 +259,7 @@ impl SessionStore {
     /// Where the log of session `id` ends now, to [`roll_back`](SessionStore::roll_back) to.
     pub fn mark(&self, id: &str) -> Result<LogMark, StorageError> {
         let path = self.path(id)?;
+        settle(&path)?;
         match fs::metadata(&path) {
             Ok(meta) => Ok(LogMark { len: Some(meta.len()) }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LogMark { len: None }),
@@ -272,10 +276,13 @@ impl SessionStore {
     /// mark is removed. Every write after the mark must have finished.
     pub fn roll_back(&self, id: &str, mark: &LogMark) -> Result<(), StorageError> {
         let path = self.path(id)?;
+        settle(&path)?;
         match mark.len {
             Some(len) => {
                 let file = OpenOptions::new().write(true).open(&path).map_err(io("open", &path))?;
-                if file.metadata().map_err(io("stat", &path))?.len() != len {
+                // Only ever shorter: a log already cut below the mark (a failed append undone)
+                // must not grow a run of zero bytes.
+                if file.metadata().map_err(io("stat", &path))?.len() > len {
                     file.set_len(len).map_err(io("truncate", &path))?;
                     file.sync_all().map_err(io("fsync", &path))?;
                 }
@@ -293,10 +300,11 @@ impl SessionStore {
         }
     }
 
-    /// Appends records with one write and one fsync.
+    /// Appends records with one write and one fsync. All or nothing: when the write or the
+    /// fsync fails, the log is cut back to where it was before the error is reported.
     pub fn append(&self, id: &str, records: &[SessionRecord]) -> Result<(), StorageError> {
         match self.encode(id, records)? {
-            Some((path, bytes)) => append_durable(&path, &bytes),
+            Some((path, bytes)) => append_durable_at(&path, &bytes, Steps::SESSION),
             None => Ok(()),
         }
     }
@@ -306,7 +314,7 @@ impl SessionStore {
     /// before [`PendingSync::wait`] returns.
     pub fn append_then_sync(&self, id: &str, records: &[SessionRecord]) -> Result<Option<PendingSync>, StorageError> {
         match self.encode(id, records)? {
-            Some((path, bytes)) => append_then_sync(&path, &bytes).map(Some),
+            Some((path, bytes)) => append_then_sync(&path, &bytes, Steps::SESSION).map(Some),
             None => Ok(None),
         }
     }
@@ -404,6 +412,95 @@ mod tests {
             message: json!({"role": "user", "content": text}),
             offloads: vec![],
         })
+    }
+
+    use crate::failpoints::{Fault, Hits, Point, arm};
+
+    fn hashes(store: &SessionStore, id: &str) -> Vec<String> {
+        store.load(id).unwrap().unwrap().original_hashes
+    }
+
+    #[test]
+    fn a_failed_append_leaves_the_log_as_it_was_and_loadable() {
+        for point in [Point::SessionWrite, Point::SessionSync] {
+            for fault in [Fault::Enospc, Fault::Eio, Fault::Torn] {
+                let dir = tempfile::tempdir().unwrap();
+                let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+                let root = dir.path().canonicalize().unwrap();
+                store.append("s", &[msg("a")]).unwrap();
+                let armed = arm(point, fault, Hits::nth(1), Some(&root));
+                let error = store
+                    .append_then_sync("s", &[msg("b"), msg("c")])
+                    .and_then(|p| p.map_or(Ok(()), PendingSync::wait))
+                    .unwrap_err();
+                assert!(error.to_string().contains("undone"), "{point:?} {fault:?}: {error}");
+                assert_eq!(hashes(&store, "s"), ["a"], "{point:?} {fault:?}");
+                store.append("s", &[msg("d")]).unwrap();
+                assert_eq!(hashes(&store, "s"), ["a", "d"], "{point:?} {fault:?}");
+                drop(armed);
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_append_an_undo_could_not_cut_never_reaches_a_load_or_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        let root = dir.path().canonicalize().unwrap();
+        store.append("s", &[msg("a")]).unwrap();
+        let torn = arm(Point::SessionWrite, Fault::Torn, Hits::nth(1), Some(&root));
+        let undo = arm(Point::Undo, Fault::Eio, Hits::nth(1), Some(&root));
+        // Three records torn in the middle: the first is whole on disk, the second torn.
+        let error = store.append("s", &[msg("b"), msg("c"), msg("d")]).unwrap_err();
+        assert!(error.to_string().contains("undoing the append failed too"), "{error}");
+        assert_eq!(
+            hashes(&store, "s"),
+            ["a"],
+            "the whole failed append is cut, not only its torn line"
+        );
+        store.append("s", &[msg("e")]).unwrap();
+        assert_eq!(hashes(&store, "s"), ["a", "e"]);
+        drop((torn, undo));
+    }
+
+    #[test]
+    fn an_append_after_a_torn_tail_is_not_glued_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        store.append("s", &[msg("a")]).unwrap();
+        let path = dir.path().join("sessions/s.jsonl");
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.extend_from_slice(
+            "{\"record\":\"message\",\"hash\":\"\u{e9}"
+                .as_bytes()
+                .split_last()
+                .unwrap()
+                .1,
+        );
+        fs::write(&path, bytes).unwrap();
+        // A restart: the session loads (dropping the torn tail) before anything is appended.
+        assert_eq!(hashes(&store, "s"), ["a"]);
+        store.append("s", &[msg("b")]).unwrap();
+        assert_eq!(hashes(&store, "s"), ["a", "b"]);
+        assert!(fs::read(&path).unwrap().ends_with(b"\n"));
+    }
+
+    #[test]
+    fn a_roll_back_never_grows_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        store.append("s", &[msg("a"), msg("b")]).unwrap();
+        let mark = store.mark("s").unwrap();
+        let path = dir.path().join("sessions/s.jsonl");
+        let len = fs::metadata(&path).unwrap().len();
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        store.roll_back("s", &mark).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), len / 2);
     }
 
     #[test]

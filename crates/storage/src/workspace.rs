@@ -15,10 +15,22 @@ pub struct Workspace {
 impl Workspace {
     /// Opens (creating if needed) a workspace at `root`; the root is canonicalised once so
     /// confinement checks compare real paths.
+    ///
+    /// Directories it creates are 0700 (files later 0600) whatever the umask; its own
+    /// subdirectories (`sessions`, `tool_result`, `dialog`, `memory`, `run`) must not be
+    /// symbolic links, and are tightened to 0700 if they are wider (see [`crate::perms`]).
+    /// The first call in a process also arms the failpoints of `SATCHEL_FAILPOINTS`, if set.
     pub fn open(root: &Path) -> Result<Self, StorageError> {
+        crate::failpoints::arm_from_env().map_err(|e| StorageError::Io {
+            op: "arm failpoints",
+            path: root.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+        })?;
         let layout = Layout::new(root);
+        crate::perms::create_private_dir_all(root)?;
+        crate::perms::check_own_dirs(&layout)?;
         for dir in [layout.offload_dir(), layout.sessions_dir()] {
-            fs::create_dir_all(dir).map_err(io("create dir", root))?;
+            crate::perms::create_private_dir_all(&dir)?;
         }
         let root = fs::canonicalize(root).map_err(io("canonicalize", root))?;
         Ok(Workspace {
@@ -50,14 +62,7 @@ impl Workspace {
         if !lexically_safe {
             return Err(StorageError::OutsideWorkspace(rel.to_owned()));
         }
-        let real = fs::canonicalize(self.root().join(candidate)).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => StorageError::NotFound(rel.to_owned()),
-            _ => StorageError::Io {
-                op: "canonicalize",
-                path: candidate.to_path_buf(),
-                source: e,
-            },
-        })?;
+        let real = fs::canonicalize(self.root().join(candidate)).map_err(|e| path_error(rel, "canonicalize", e))?;
         if !real.starts_with(self.root()) {
             return Err(StorageError::OutsideWorkspace(rel.to_owned()));
         }
@@ -70,8 +75,30 @@ impl Workspace {
     /// Reads a workspace file named by a client as UTF-8 text.
     pub fn read_text(&self, rel: &str) -> Result<String, StorageError> {
         let path = self.resolve_existing(rel)?;
-        let bytes = fs::read(&path).map_err(io("read", &path))?;
+        let bytes = fs::read(&path).map_err(|e| path_error(rel, "read", e))?;
         String::from_utf8(bytes).map_err(|_| StorageError::NotText(rel.to_owned()))
+    }
+}
+
+/// What a failure to resolve or read the client path `rel` means. A path that cannot name a
+/// file is the client's error, like a missing one: a name over the system's length limit, a
+/// symlink loop, a file where the path needs a directory. Only what the disk itself refused
+/// (permissions, I/O) is a storage failure.
+fn path_error(rel: &str, op: &'static str, e: std::io::Error) -> StorageError {
+    use std::io::ErrorKind;
+    let loop_or_too_long = [rustix::io::Errno::LOOP, rustix::io::Errno::NAMETOOLONG]
+        .iter()
+        .any(|errno| e.raw_os_error() == Some(errno.raw_os_error()));
+    match e.kind() {
+        ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::InvalidFilename => {
+            StorageError::NotFound(rel.to_owned())
+        }
+        _ if loop_or_too_long => StorageError::NotFound(rel.to_owned()),
+        _ => StorageError::Io {
+            op,
+            path: rel.into(),
+            source: e,
+        },
     }
 }
 
@@ -105,5 +132,31 @@ mod tests {
             Err(StorageError::NotFound(_))
         ));
         assert!(matches!(ws.read_text("tool_result"), Err(StorageError::NotFound(_))));
+    }
+
+    #[test]
+    fn paths_that_cannot_name_a_file_are_not_found_not_storage_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let tr = ws.root().join("tool_result");
+        fs::write(tr.join("a.txt"), "hello").unwrap();
+        std::os::unix::fs::symlink("loop_b", tr.join("loop_a")).unwrap();
+        std::os::unix::fs::symlink("loop_a", tr.join("loop_b")).unwrap();
+        std::os::unix::fs::symlink("self", tr.join("self")).unwrap();
+        let long_name = format!("tool_result/{}.txt", "n".repeat(300));
+        let long_path = format!("tool_result/{}", ["d"; 3000].join("/"));
+        for bad in [
+            "tool_result/loop_a",
+            "tool_result/self",
+            "tool_result/self/x.txt",
+            long_name.as_str(),
+            long_path.as_str(),
+            "tool_result/a.txt/x",
+            "tool_result/a.txt/",
+        ] {
+            let error = ws.read_text(bad).unwrap_err();
+            assert!(matches!(error, StorageError::NotFound(_)), "{bad}: {error:?}");
+            assert!(error.to_string().len() < 400, "{bad}: {error}");
+        }
     }
 }

@@ -102,6 +102,14 @@ impl Daemon {
         stdin.flush().unwrap();
     }
 
+    /// Writes raw bytes to the daemon's stdin, handing back the error (a daemon that died has
+    /// closed the pipe) instead of failing the test.
+    pub fn try_send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes)?;
+        stdin.flush()
+    }
+
     /// Sends one JSON value in `framing`.
     pub fn send(&mut self, value: &Value, framing: Framing) {
         let body = value.to_string();
@@ -133,6 +141,12 @@ impl Daemon {
                 panic!("satchel's stdout ended or carried something other than a JSON frame")
             }
         }
+    }
+
+    /// Next frame from the daemon within `wait`, without failing the test: `Timeout` when none
+    /// came, `Disconnected` when stdout ended or carried something other than a frame.
+    pub fn next_frame_within(&mut self, wait: Duration) -> Result<(Framing, Value), mpsc::RecvTimeoutError> {
+        self.frames.recv_timeout(wait)
     }
 
     /// Sends a request and waits for its reply (the whole response object).
@@ -190,6 +204,17 @@ impl Daemon {
         drop(self.stdin.take());
         let status = self.child.wait().unwrap();
         assert!(status.success(), "satchel exited with {status}");
+    }
+
+    /// Closes stdin without waiting: the daemon finishes what is in flight and exits (see
+    /// [`wait_exit`](Self::wait_exit)).
+    pub fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+
+    /// How the process exited, if it has.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("poll satchel")
     }
 
     /// Kills the process without warning (`kill -9`).
@@ -319,6 +344,12 @@ impl SocketClient {
         }
     }
 
+    /// Next frame on this connection within `wait`, without failing the test: `Timeout` when
+    /// none came, `Disconnected` when the connection ended or carried something other than a frame.
+    pub fn next_frame_within(&mut self, wait: Duration) -> Result<(Framing, Value), mpsc::RecvTimeoutError> {
+        self.frames.recv_timeout(wait)
+    }
+
     /// Waits for the reply to request `id` (the whole response object), keeping notifications.
     pub fn reply_to(&mut self, id: u64) -> Value {
         loop {
@@ -410,7 +441,7 @@ fn read_frames(stream: impl Read, tx: mpsc::Sender<(Framing, Value)>) {
         } else {
             (Framing::Ndjson, line.trim_end().as_bytes().to_vec())
         };
-        let value: Value = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        let value: Value = parse_json_any_depth(&body).unwrap_or_else(|e| {
             panic!(
                 "stdout carried a non-JSON frame ({e}): {}",
                 String::from_utf8_lossy(&body)
@@ -419,6 +450,32 @@ fn read_frames(stream: impl Read, tx: mpsc::Sender<(Framing, Value)>) {
         if tx.send((framing, value)).is_err() {
             return;
         }
+    }
+}
+
+/// Parses JSON like `serde_json::from_slice`, also when it is nested deeper than serde_json
+/// reads at once (128 levels): a reply may echo a client's deeply nested message, and that is
+/// still valid JSON.
+pub fn parse_json_any_depth(bytes: &[u8]) -> serde_json::Result<Value> {
+    fn open(raw: &serde_json::value::RawValue) -> Value {
+        type Raw = Box<serde_json::value::RawValue>;
+        if let Ok(value) = serde_json::from_str::<Value>(raw.get()) {
+            return value;
+        }
+        if let Ok(members) = serde_json::from_str::<Vec<Raw>>(raw.get()) {
+            return Value::Array(members.iter().map(|m| open(m)).collect());
+        }
+        match serde_json::from_str::<BTreeMap<String, Raw>>(raw.get()) {
+            Ok(members) => Value::Object(members.into_iter().map(|(k, v)| (k, open(&v))).collect()),
+            Err(_) => unreachable!("a RawValue is valid JSON"),
+        }
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Err(e) if e.to_string().contains("recursion limit") => {
+            let raw: Box<serde_json::value::RawValue> = serde_json::from_slice(bytes)?;
+            Ok(open(&raw))
+        }
+        parsed => parsed,
     }
 }
 

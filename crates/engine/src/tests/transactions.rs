@@ -179,3 +179,38 @@ fn a_compaction_whose_result_could_not_be_delivered_is_not_committed() {
     );
     assert!(harness.archive().is_empty(), "nothing was archived");
 }
+
+#[test]
+fn a_compaction_whose_done_record_fails_takes_its_archive_lines_back() {
+    use satchel_storage::failpoints::{self, Fault, Hits, Point};
+    let harness = Harness::new(small_window());
+    let held = conversation(2, 100);
+    let longer = conversation(12, 3_000);
+    let scope = harness.path("");
+    let before = failpoints::hits(Point::SessionWrite, Some(&scope));
+    // This call's log writes: its messages, `compaction_begun`, then `compaction_done`.
+    let fault = failpoints::arm(Point::SessionWrite, Fault::Enospc, Hits::nth(before + 4), Some(&scope));
+    check_no_effect(
+        &harness,
+        &held,
+        |h| h.try_prepare(&longer, &CallContext::detached()),
+        |e| matches!(e, EngineError::Storage(_)),
+    );
+    drop(fault);
+    assert!(
+        harness.archive().is_empty(),
+        "the rolled-back compaction's lines were taken back"
+    );
+    let retried = harness.prepare(&longer);
+    assert!(
+        retried
+            .actions
+            .iter()
+            .any(|a| matches!(a, satchel_protocol::Action::Compacted(_))),
+        "the retry compacts"
+    );
+    let mut indices: Vec<u64> = harness.archive().iter().filter_map(|l| l["index"].as_u64()).collect();
+    let archived = indices.len();
+    indices.dedup();
+    assert_eq!(indices.len(), archived, "every message archived once");
+}

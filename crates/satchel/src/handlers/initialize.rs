@@ -1,4 +1,5 @@
-//! `initialize`: the client declares its capabilities; the daemon answers with its own.
+//! `initialize`: the client declares its capabilities; the daemon answers with its own and
+//! its configuration, secrets redacted ([`satchel_protocol::Config::for_clients`]).
 
 use satchel_protocol::{InitializeParams, InitializeResult};
 
@@ -34,7 +35,9 @@ impl Daemon {
             server_version: env!("CARGO_PKG_VERSION").into(),
             protocol_version: satchel_protocol::PROTOCOL_VERSION.into(),
             workspace: engine.workspace().root().display().to_string(),
-            config: engine.config().clone(),
+            // Header values and URL credentials never leave the daemon; the API key is not in
+            // the configuration at all (only the name of its variable).
+            config: engine.config().for_clients(),
             methods,
         })
     }

@@ -1,5 +1,6 @@
 //! `context.prepare`: the pre-reasoning hook, run by the engine in the session's turn.
 
+use satchel_core::limits::{MAX_JSON_DEPTH, exceeds_depth, too_deep_message, value_depth};
 use satchel_engine::Prepared;
 use satchel_protocol::PrepareParams;
 use serde_json::value::RawValue;
@@ -11,6 +12,7 @@ use crate::transport::CallScope;
 impl Daemon {
     /// `context.prepare`.
     pub fn prepare(&self, params: PrepareParams<Box<RawValue>>, scope: &CallScope) -> Result<Prepared, RpcError> {
+        check_depth(&params)?;
         let config = self.effective_config(params.config.as_ref())?;
         let ticket = self.ticket(scope, &params.session_id)?;
         let session_id = params.session_id.clone();
@@ -20,4 +22,27 @@ impl Daemon {
         self.publish(outcome.event);
         Ok(outcome.result)
     }
+}
+
+/// Refuses a message, `system` value or tool definition nested past [`MAX_JSON_DEPTH`], before
+/// anything is stored: the records that hold a message are deeper than the message, and must
+/// stay readable. One byte scan per message (a full resend scans its known messages too).
+fn check_depth(params: &PrepareParams<Box<RawValue>>) -> Result<(), RpcError> {
+    for (field, list) in [("messages", &params.messages), ("append", &params.append)] {
+        let Some(list) = list else { continue };
+        if let Some(index) = list.iter().position(|m| exceeds_depth(m.get(), MAX_JSON_DEPTH)) {
+            return Err(RpcError::invalid_params(
+                &format!("{field}[{index}]"),
+                too_deep_message(),
+            ));
+        }
+    }
+    if params.system.as_ref().is_some_and(|s| value_depth(s) > MAX_JSON_DEPTH) {
+        return Err(RpcError::invalid_params("system", too_deep_message()));
+    }
+    let tools = params.tools.as_deref().unwrap_or_default();
+    if let Some(index) = tools.iter().position(|t| value_depth(t) > MAX_JSON_DEPTH) {
+        return Err(RpcError::invalid_params(&format!("tools[{index}]"), too_deep_message()));
+    }
+    Ok(())
 }

@@ -220,6 +220,14 @@ struct Peek<'a> {
     /// `Some` whenever the member is there, even as `null` (a valid result).
     result: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
+    /// An `id` member that is not a valid id (a boolean, an array, an object): the message
+    /// gets -32600 with a null id, as JSON-RPC requires, rather than no answer.
+    bad_id: bool,
+    /// A numeric id jsonrpsee cannot hold (negative, fractional, beyond 64 bits): valid
+    /// JSON-RPC, so it is carried through under an alias ([`IdAlias`]).
+    odd_number_id: Option<&'a RawValue>,
+    /// Whether an `id` member was read (a second one makes the id invalid).
+    saw_id: bool,
 }
 
 impl<'a> Peek<'a> {
@@ -282,8 +290,30 @@ impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
                 return Ok(());
             };
             match key.as_ref() {
-                "id" => self.peek.id = map.next_value()?,
-                "method" => self.peek.method = map.next_value()?,
+                "id" if self.peek.saw_id => {
+                    // Two ids: which one to answer is anyone's guess.
+                    map.next_value::<de::IgnoredAny>()?;
+                    self.peek.id = None;
+                    self.peek.odd_number_id = None;
+                    self.peek.bad_id = true;
+                }
+                "id" => {
+                    self.peek.saw_id = true;
+                    let raw: &'de RawValue = map.next_value()?;
+                    match serde_json::from_str::<Id<'de>>(raw.get()) {
+                        Ok(id) => self.peek.id = Some(id),
+                        Err(_) if raw.get().starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+                            self.peek.odd_number_id = Some(raw);
+                        }
+                        Err(_) => self.peek.bad_id = true,
+                    }
+                }
+                // A method that is not a string leaves the call to jsonrpsee, which answers
+                // it with -32600 under the call's id.
+                "method" => {
+                    let raw: &'de RawValue = map.next_value()?;
+                    self.peek.method = serde_json::from_str::<Cow<'de, str>>(raw.get()).ok();
+                }
                 "result" => self.peek.result = Some(map.next_value()?),
                 "error" => self.peek.error = Some(map.next_value()?),
                 _ => {
@@ -315,6 +345,40 @@ struct InFlight {
     abort: AbortHandle,
     /// Decides whether a cancel still stops the call (see [`CallToken`]).
     token: CallToken,
+    /// The client's own id, when the call runs under an alias.
+    alias: Option<Arc<IdAlias>>,
+}
+
+/// A numeric id jsonrpsee cannot hold (its ids are strings and unsigned 64-bit integers),
+/// replaced in the message by a string of satchel's own, and put back in the reply.
+struct IdAlias {
+    /// The JSON text of the stand-in id, quotes included.
+    stand_in: String,
+    /// The JSON text of the client's id.
+    original: String,
+}
+
+impl IdAlias {
+    /// Replaces the id at `start` in `body` (JSON text `original`) by a stand-in unique to
+    /// this connection's call `seq`.
+    fn put(body: &mut Vec<u8>, start: usize, original: String, seq: u64) -> Self {
+        let stand_in = format!("\"satchel-alias-{seq}\"");
+        body.splice(start..start + original.len(), stand_in.bytes());
+        IdAlias { stand_in, original }
+    }
+
+    /// The reply with the client's id back in place of the stand-in (the first string equal
+    /// to it: the envelope's `id` comes before the result).
+    fn restore(&self, reply: Vec<u8>) -> Vec<u8> {
+        let Some(at) = memchr::memmem::find(&reply, self.stand_in.as_bytes()) else {
+            return reply;
+        };
+        let mut restored = Vec::with_capacity(reply.len());
+        restored.extend_from_slice(&reply[..at]);
+        restored.extend_from_slice(self.original.as_bytes());
+        restored.extend_from_slice(&reply[at + self.stand_in.len()..]);
+        restored
+    }
 }
 
 type InFlightMap = Arc<Mutex<HashMap<Id<'static>, InFlight>>>;
@@ -349,12 +413,29 @@ impl Connection {
             }
         }
         // A batch or malformed message does not peek; jsonrpsee answers it as a whole.
-        let peek = Peek::of(&body);
+        let mut peek = Peek::of(&body);
         if let Some(peek) = &peek
             && peek.is_response()
         {
             return self.peer.resolve(peek.id.as_ref(), peek.result, peek.error);
         }
+        if peek.as_ref().is_some_and(|p| p.bad_id && p.method.is_some()) {
+            tracing::debug!("a message with an invalid id");
+            let reply = MethodResponse::error(Id::Null, ErrorCode::InvalidRequest);
+            return self.send(framing, reply).await;
+        }
+        let odd_id = peek.as_ref().and_then(|p| p.odd_number_id).map(|raw| {
+            let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+            (start, raw.get().to_owned())
+        });
+        let alias = match odd_id {
+            Some((start, original)) => {
+                let alias = IdAlias::put(&mut body, start, original, self.next_seq);
+                peek = Peek::of(&body);
+                Some(Arc::new(alias))
+            }
+            None => None,
+        };
         let (id, method) = peek.map_or((None, None), |p| (p.id, p.method));
         tracing::debug!(?method, ?id, ?framing, "message");
         if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
@@ -389,6 +470,7 @@ impl Connection {
         // Only the first of several running requests with the same id can be cancelled.
         let tracked = id.filter(|id| !map.contains_key(id));
         let key = tracked.clone();
+        let reply_alias = alias.clone();
         let task = tokio::spawn(async move {
             scope.admission.previous_admitted().await;
             let reply = match direct {
@@ -418,6 +500,10 @@ impl Connection {
                 map.remove(&id);
             }
             if let Some(reply) = reply {
+                let reply = match &reply_alias {
+                    Some(alias) => alias.restore(reply),
+                    None => reply,
+                };
                 queue.send(framing::encode(framing, reply)).await;
             }
         });
@@ -430,6 +516,7 @@ impl Connection {
                     framing,
                     abort,
                     token,
+                    alias,
                 },
             );
         }
@@ -458,7 +545,12 @@ impl Connection {
         };
         entry.abort.abort();
         let error = ErrorObject::borrowed(REQUEST_CANCELLED_CODE, "Request cancelled", None);
-        self.send(entry.framing, MethodResponse::error(id, error)).await;
+        let reply = MethodResponse::error(id, error).into_json().get().as_bytes().to_vec();
+        let reply = match &entry.alias {
+            Some(alias) => alias.restore(reply),
+            None => reply,
+        };
+        self.queue.send(framing::encode(entry.framing, reply)).await;
     }
 
     /// Queues a reply produced here rather than by jsonrpsee.
@@ -685,6 +777,34 @@ mod tests {
                 (Value::Null, json!(-32700)),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_id_gets_invalid_request_and_any_number_is_echoed() {
+        let mut client = start(TransportLimits::default());
+        for id in [json!(true), json!([1]), json!({"n": 1})] {
+            client.send(Framing::Ndjson, &call(id, "echo", json!([1]))).await;
+            let (_, reply) = client.recv().await;
+            assert_eq!(reply["id"], Value::Null, "{reply}");
+            assert_eq!(reply["error"]["code"], json!(-32600), "{reply}");
+        }
+        // Any number is a valid id, even one jsonrpsee cannot hold: it comes back as sent.
+        for id in ["-7", "1.5", "18446744073709551616"] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"echo","params":[1]}}"#);
+            client.send(Framing::Ndjson, &body).await;
+            let (_, reply) = client.recv().await;
+            assert_eq!(reply["result"], json!([1]), "{reply}");
+        }
+        let body = r#"{"jsonrpc":"2.0","id":-7,"method":"echo","params":["raw"]}"#;
+        client.send(Framing::ContentLength, body).await;
+        let (_, reply) = client.recv().await;
+        assert_eq!(
+            (&reply["id"], &reply["result"]),
+            (&json!(-7), &json!(["raw"])),
+            "{reply}"
+        );
+        client.send(Framing::Ndjson, &call(json!(2), "echo", json!([2]))).await;
+        assert_eq!(client.recv().await.1["result"], json!([2]));
     }
 
     #[tokio::test]
