@@ -98,11 +98,34 @@ impl DialogArchive {
         refuse_symlinked_parents(workspace, dialog_path)?;
         check_own_dir(&dir)?;
         create_private_dir_all(&dir)?;
-        Ok(DialogArchive {
+        let archive = DialogArchive {
             dir,
             rel_dir: dialog_path.trim_end_matches('/').to_owned(),
             line_counts: Mutex::default(),
-        })
+        };
+        archive.cut_torn_tails()?;
+        Ok(archive)
+    }
+
+    /// Cuts the torn last line a crash left in any archive file, at start-up: otherwise it
+    /// would stay until the file's next append, and `context.read` of the file would show it.
+    /// Only the last byte of each file is read unless it is torn.
+    fn cut_torn_tails(&self) -> Result<(), StorageError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let entries = fs::read_dir(&self.dir).map_err(io("read dir", &self.dir))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+                continue;
+            }
+            let Ok(mut file) = fs::File::open(&path) else { continue };
+            let mut last = [0u8; 1];
+            let torn = file.seek(SeekFrom::End(-1)).is_ok() && file.read_exact(&mut last).is_ok() && last[0] != b'\n';
+            if torn {
+                self.count_whole_lines(&path)?;
+            }
+        }
+        Ok(())
     }
 
     /// Workspace-relative name of the archive file of `date` (`YYYY-MM-DD`).
@@ -379,6 +402,22 @@ mod tests {
         let c = archive.append(&file, &[line(2, "c2")]).unwrap();
         assert_eq!((c.start_line, c.end_line), (4, 4));
         assert_eq!(line_at(&path, 4), line(2, "c2"));
+    }
+
+    #[test]
+    fn a_torn_tail_left_by_a_crash_is_cut_when_the_archive_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let archive = DialogArchive::new(&ws, "dialog").unwrap();
+        let file = archive.file_for("2026-11-22");
+        archive.append(&file, &[line(0, "c1")]).unwrap();
+        let path = dir.path().join(&file);
+        let whole = fs::read(&path).unwrap();
+        let mut torn = whole.clone();
+        torn.extend_from_slice(br#"{"session_id":"s","ind"#);
+        fs::write(&path, &torn).unwrap();
+        DialogArchive::new(&ws, "dialog").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), whole);
     }
 
     #[test]

@@ -468,30 +468,13 @@ impl Connection {
         // entry before the entry exists.
         let mut map = lock(&self.in_flight);
         // Only the first of several running requests with the same id can be cancelled.
+        let panic_id = id.clone().unwrap_or(Id::Null);
         let tracked = id.filter(|id| !map.contains_key(id));
         let key = tracked.clone();
         let reply_alias = alias.clone();
         let task = tokio::spawn(async move {
             scope.admission.previous_admitted().await;
-            let reply = match direct {
-                Some(handler) => {
-                    let direct_scope = scope.clone();
-                    let answered = tokio::task::spawn_blocking(move || {
-                        let reply = handler(&body, direct_scope);
-                        (body, reply)
-                    })
-                    .await;
-                    match answered {
-                        Ok((_, Some(reply))) => Some(reply),
-                        Ok((body, None)) => shim.call(body, scope).await,
-                        Err(e) => {
-                            tracing::error!("a direct method panicked: {e}");
-                            None
-                        }
-                    }
-                }
-                None => shim.call(body, scope).await,
-            };
+            let reply = answer(&shim, direct, scope, body, panic_id).await;
             if let Some(id) = key {
                 let mut map = lock(&in_flight);
                 if map.get(&id).is_none_or(|entry| entry.seq != seq) {
@@ -587,6 +570,36 @@ impl Connection {
     }
 }
 
+/// Runs one call and returns its reply: through its direct handler when it has one (and the
+/// handler takes it), else through jsonrpsee. A direct handler that panics is answered with
+/// -32603, as jsonrpsee answers a method that panics: a bug must not leave a call unanswered.
+async fn answer(
+    shim: &Shim,
+    direct: Option<DirectHandler>,
+    scope: CallScope,
+    body: Vec<u8>,
+    id: Id<'static>,
+) -> Option<Vec<u8>> {
+    let Some(handler) = direct else {
+        return shim.call(body, scope).await;
+    };
+    let direct_scope = scope.clone();
+    let answered = tokio::task::spawn_blocking(move || {
+        let reply = handler(&body, direct_scope);
+        (body, reply)
+    })
+    .await;
+    match answered {
+        Ok((_, Some(reply))) => Some(reply),
+        Ok((body, None)) => shim.call(body, scope).await,
+        Err(e) => {
+            tracing::error!("a direct method panicked: {e}");
+            let error = ErrorObject::borrowed(ErrorCode::InternalError.code(), "Internal error", None);
+            Some(MethodResponse::error(id, error).into_json().get().as_bytes().to_vec())
+        }
+    }
+}
+
 impl Drop for Connection {
     /// The stream has ended (or failed): no answer from the client can arrive any more.
     fn drop(&mut self) {
@@ -644,12 +657,17 @@ mod tests {
 
     /// Serves `methods` to a new [`Client`].
     pub(super) fn start_with(methods: Methods, limits: TransportLimits) -> Client {
+        start_service(methods.into(), limits)
+    }
+
+    /// Serves `service` to a new [`Client`].
+    fn start_service(service: Service, limits: TransportLimits) -> Client {
         let (input, server_in) = tokio::io::duplex(1 << 16);
         let (server_out, output) = tokio::io::duplex(1 << 16);
         Client {
             input,
             output: FrameReader::new(BufReader::new(output), usize::MAX),
-            server: tokio::spawn(serve(server_in, server_out, methods.into(), limits)),
+            server: tokio::spawn(serve(server_in, server_out, service, limits)),
         }
     }
 
@@ -805,6 +823,23 @@ mod tests {
         );
         client.send(Framing::Ndjson, &call(json!(2), "echo", json!([2]))).await;
         assert_eq!(client.recv().await.1["result"], json!([2]));
+    }
+
+    #[tokio::test]
+    async fn a_direct_method_that_panics_is_answered_with_an_internal_error() {
+        let mut service = Service::from(methods());
+        let boom: DirectHandler = Arc::new(|_, _| panic!("a bug"));
+        service.direct = Arc::new(HashMap::from([("echo", boom)]));
+        let mut client = start_service(service, TransportLimits::default());
+        client.send(Framing::Ndjson, &call(json!(-3), "echo", json!([1]))).await;
+        let (_, reply) = client.recv().await;
+        assert_eq!(
+            (&reply["id"], &reply["error"]["code"]),
+            (&json!(-3), &json!(-32603)),
+            "{reply}"
+        );
+        client.send(Framing::Ndjson, &call(json!(4), "sleep", json!([1]))).await;
+        assert_eq!(client.recv().await.1["result"], json!(1), "the daemon keeps serving");
     }
 
     #[tokio::test]
