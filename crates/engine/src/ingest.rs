@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use satchel_core::format;
 use satchel_core::hash::MessageHash;
+use satchel_core::limits::{MAX_JSON_DEPTH, exceeds_depth, too_deep_message};
 use satchel_core::offload::{self, select_offloads};
 use satchel_core::render::OffloadedText;
 use satchel_core::truncate::TextStats;
@@ -115,7 +116,7 @@ impl Engine {
             Incoming::Full(list) => (list, true),
             Incoming::Append(list) => (list, false),
         };
-        let reconciled = reconcile(session, &incoming, is_full_list, config);
+        let reconciled = reconcile(session, &incoming, is_full_list, config)?;
         let NewMessages {
             raws,
             mut parsed,
@@ -258,8 +259,14 @@ struct Reconciled {
 }
 
 /// Aligns the received messages with the session (a full list; an `append` extends it).
-fn reconcile(session: &mut Session, incoming: &[Box<RawValue>], is_full_list: bool, config: &Config) -> Reconciled {
+fn reconcile(
+    session: &mut Session,
+    incoming: &[Box<RawValue>],
+    is_full_list: bool,
+    config: &Config,
+) -> Result<Reconciled, EngineError> {
     let mut hashes = IncomingHashes::new(incoming);
+    refuse_too_deep(session, &hashes, incoming, is_full_list)?;
     let alignment = if is_full_list {
         session.align(&mut hashes, config)
     } else {
@@ -270,12 +277,35 @@ fn reconcile(session: &mut Session, incoming: &[Box<RawValue>], is_full_list: bo
         Alignment::DivergesAt { at } => (at, session.entries.iter().filter(|e| e.index >= at).count()),
         Alignment::Reset => (0, session.original_hashes.len()),
     };
-    Reconciled {
+    Ok(Reconciled {
         alignment,
         consumed,
         replaced,
         new_text_hashes: (consumed..incoming.len()).map(|j| Some(hashes.text_hash(j))).collect(),
+    })
+}
+
+/// Refuses a received message nested past [`MAX_JSON_DEPTH`] before it is hashed, parsed or
+/// stored: the records that hold a message are deeper than the message, and must stay
+/// readable. A message the session holds in the same bytes passed this check when it came,
+/// so only the others are scanned: a steady full resend scans its new messages only.
+fn refuse_too_deep(
+    session: &Session,
+    hashes: &IncomingHashes<'_>,
+    incoming: &[Box<RawValue>],
+    is_full_list: bool,
+) -> Result<(), EngineError> {
+    let field = if is_full_list { "messages" } else { "append" };
+    for (j, raw) in incoming.iter().enumerate() {
+        let held = is_full_list && session.text_hashes.get(j) == Some(&Some(hashes.text_hash(j)));
+        if !held && exceeds_depth(raw.get(), MAX_JSON_DEPTH) {
+            return Err(EngineError::invalid_params(
+                &format!("{field}[{j}]"),
+                too_deep_message(),
+            ));
+        }
     }
+    Ok(())
 }
 
 impl Reconciled {

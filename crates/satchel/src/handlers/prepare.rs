@@ -1,6 +1,6 @@
 //! `context.prepare`: the pre-reasoning hook, run by the engine in the session's turn.
 
-use satchel_core::limits::{MAX_JSON_DEPTH, exceeds_depth, too_deep_message, value_depth};
+use satchel_core::limits::{MAX_JSON_DEPTH, too_deep_message, value_depth};
 use satchel_engine::Prepared;
 use satchel_protocol::PrepareParams;
 use serde_json::value::RawValue;
@@ -24,19 +24,9 @@ impl Daemon {
     }
 }
 
-/// Refuses a message, `system` value or tool definition nested past [`MAX_JSON_DEPTH`], before
-/// anything is stored: the records that hold a message are deeper than the message, and must
-/// stay readable. One byte scan per message (a full resend scans its known messages too).
+/// Refuses a `system` value or tool definition nested past [`MAX_JSON_DEPTH`], before anything
+/// is stored (the engine checks the messages it has not seen, before it hashes them).
 fn check_depth(params: &PrepareParams<Box<RawValue>>) -> Result<(), RpcError> {
-    for (field, list) in [("messages", &params.messages), ("append", &params.append)] {
-        let Some(list) = list else { continue };
-        if let Some(index) = list.iter().position(|m| exceeds_depth(m.get(), MAX_JSON_DEPTH)) {
-            return Err(RpcError::invalid_params(
-                &format!("{field}[{index}]"),
-                too_deep_message(),
-            ));
-        }
-    }
     if params.system.as_ref().is_some_and(|s| value_depth(s) > MAX_JSON_DEPTH) {
         return Err(RpcError::invalid_params("system", too_deep_message()));
     }
