@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::Rng;
 use crate::support::builders::{assistant, call_message, result_message, user};
 use crate::support::checks::{error_code, is_summary_message, n, restore_excerpts, same_modulo_summary};
 use crate::support::trajectories::Format;
@@ -446,18 +447,6 @@ fn a_crash_in_the_middle_of_an_append_is_recovered_without_loss() {
 // ---------------------------------------------------------------------------------------------
 // Random faults at every durable step
 // ---------------------------------------------------------------------------------------------
-
-/// A small deterministic generator (xorshift64*), so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 /// Every durable step, with how many times a round of calls reaches it (about).
 const POINTS: [(&str, u64); 9] = [

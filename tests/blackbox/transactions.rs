@@ -6,20 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::support::Rng;
 use crate::support::builders::{assistant, user};
 use crate::support::{Daemon, Framing, expect_result};
-
-/// A small deterministic generator (xorshift64*), so a failing campaign can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 /// How long to wait before cancelling: often not at all (the cancel arrives with the call),
 /// sometimes long enough for the call to have finished.

@@ -574,3 +574,16 @@ fn expect_error(method: &str, reply: Value) -> Value {
     );
     reply["error"].clone()
 }
+
+/// A small deterministic generator (xorshift64*), so a failing random test replays exactly.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
