@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::support::builders::{AgentLoop, FIRST_COMMAND, FIRST_FILE, SYSTEM, agent_step, system, tool_output, user};
 use crate::support::checks::{self, assert_log_has_no_pending_compaction, n, summary_text};
 use crate::support::trajectories::Format;
-use crate::support::{Daemon, actions, archived};
+use crate::support::{Daemon, actions, archived, files_under};
 
 const API_KEY_ENV: &str = "SATCHEL_TEST_KEY";
 const API_KEY: &str = "sk-test-secret";
@@ -562,22 +562,6 @@ fn assert_valid_summary(summary: &Value, text: &str) {
 // ---------------------------------------------------------------------------------------------
 // Workspace files
 // ---------------------------------------------------------------------------------------------
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                todo.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out
-}
 
 /// Every message sent is recoverable byte for byte (see [`checks::assert_nothing_lost`]),
 /// each compaction archived exactly its messages, and none is left pending in the session log.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::support::builders::{assistant, user};
 use crate::support::checks::error_code;
-use crate::support::{Daemon, SocketClient, actions};
+use crate::support::{Daemon, SocketClient, actions, files_under};
 
 const KEY_ENV: &str = "SATCHEL_SECRETS_TEST_KEY";
 const KEY: &str = "sk-secrets-test-2718281828459045";
@@ -177,22 +177,6 @@ fn long_conversation(tag: &str) -> Vec<Value> {
             if i % 2 == 0 { user(&text) } else { assistant(&text) }
         })
         .collect()
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                todo.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
