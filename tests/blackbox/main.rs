@@ -9,6 +9,7 @@
 
 mod support;
 
+mod assembly;
 mod basics;
 mod campaigns;
 mod compaction;

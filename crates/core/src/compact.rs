@@ -1,7 +1,8 @@
 //! The context check and the compaction split (F7): which messages leave the session.
 //!
-//! The split keeps a tail of about `reserve` tokens and compacts what is before it, but only at
-//! a point where nothing is cut in half: never between a tool call and its results, never
+//! The split keeps a tail of about `reserve` tokens, and at least
+//! `compact_keep_recent_messages` messages (CoPaw's `COPAW_MEMORY_COMPACT_KEEP_RECENT`), and
+//! compacts what is before it, but only at a point where nothing is cut in half: never between a tool call and its results, never
 //! between a user message and the assistant reply to it. The newest user message is never
 //! compacted, even when it lies before the split (it is kept, pinned); so are leading system
 //! messages. One backward pass over precomputed token counts: linear in the messages
@@ -9,9 +10,46 @@
 
 use std::borrow::Borrow;
 
+use satchel_protocol::Config;
 use serde_json::Value;
 
 use crate::format::{MessageFormat, has_tool_result, tool_calls};
+
+/// What the kept tail of a compaction must hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TailBudget {
+    /// Tokens of recent messages to keep: the tail is the longest that fits them.
+    pub tokens: u64,
+    /// Newest messages kept whatever their tokens: a tail shorter than this is never chosen,
+    /// even when it is all that fits `tokens`. 0: no minimum.
+    pub min_messages: usize,
+}
+
+impl TailBudget {
+    /// A configuration's tail: `reserve_tokens()` and `compact_keep_recent_messages`.
+    pub fn of(config: &Config) -> Self {
+        TailBudget {
+            tokens: config.reserve_tokens(),
+            min_messages: config.compact_keep_recent_messages,
+        }
+    }
+}
+
+/// A reserve in tokens alone, with no minimum of messages.
+impl From<u64> for TailBudget {
+    fn from(tokens: u64) -> Self {
+        TailBudget {
+            tokens,
+            min_messages: 0,
+        }
+    }
+}
+
+impl From<&Config> for TailBudget {
+    fn from(config: &Config) -> Self {
+        TailBudget::of(config)
+    }
+}
 
 /// What a compaction does to a list of messages (indices into that list).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,19 +87,26 @@ fn is_split_point(messages: &[impl Borrow<Value>], k: usize, format: MessageForm
     role(here) == Some("assistant") && has_tool_result(before, format) && !tool_calls(here, format).is_empty()
 }
 
-/// Plans a compaction that keeps about `reserve` tokens of tail.
+/// Plans a compaction that keeps about `tail.tokens` tokens of tail, and at least
+/// `tail.min_messages` messages (pass a [`Config`] for both, or a `u64` for the tokens alone).
 ///
 /// `tokens[i]` is the count of `messages[i]` as it will be sent. Returns `None` when nothing
 /// can be compacted without breaking a rule (for example a conversation that is one long
-/// tool loop after its only split point). When even the smallest valid tail exceeds the
-/// reserve, the smallest valid tail is kept — the caller reports that the request may still
-/// not fit and why.
+/// tool loop after its only split point, or one whose only split points keep fewer than
+/// `min_messages`). When even the smallest valid tail exceeds the reserve, the smallest valid
+/// tail is kept — the caller reports that the request may still not fit and why. The minimum
+/// widens the tail to the next split point at or before it, so a tool call still stays with its
+/// results and an answer with its request.
 pub fn plan_split(
     messages: &[impl Borrow<Value>],
     tokens: &[u64],
     format: MessageFormat,
-    reserve: u64,
+    tail: impl Into<TailBudget>,
 ) -> Option<SplitPlan> {
+    let TailBudget {
+        tokens: reserve,
+        min_messages,
+    } = tail.into();
     let n = messages.len();
     debug_assert_eq!(n, tokens.len());
     let pinned_prefix = messages
@@ -70,12 +115,13 @@ pub fn plan_split(
         .count();
     let newest_user = messages.iter().rposition(|m| is_user_turn(m.borrow(), format));
 
-    // Backward pass: the smallest valid split point whose tail fits, else the largest valid one.
+    // Backward pass: the smallest valid split point whose tail fits, else the largest valid one;
+    // split points whose tail is shorter than the minimum are passed over.
     let mut tail = 0u64;
     let mut best: Option<(usize, u64)> = None;
     for k in (pinned_prefix + 1..n).rev() {
         tail += tokens[k];
-        if !is_split_point(messages, k, format) {
+        if !is_split_point(messages, k, format) || n - k < min_messages {
             continue;
         }
         if tail <= reserve || best.is_none() {
@@ -136,7 +182,7 @@ mod tests {
             reply("done"),
         ];
         let tokens = vec![5, 10, 10, 100, 10, 100, 10, 100, 10];
-        let plan = plan_split(&m, &tokens, f, 150).unwrap();
+        let plan = plan_split(&m, &tokens, f, 150u64).unwrap();
         // Tail from call("c") (index 6) = 120 tokens fits; from index 4 it would be 230.
         assert_eq!(plan.tail_start, 6);
         assert_eq!(plan.keep, vec![0, 1, 6, 7, 8], "system and the only user message stay");
@@ -158,7 +204,7 @@ mod tests {
             reply("the answer"),
         ];
         // The answer alone would fit the reserve; it is kept with the request and the call.
-        let plan = plan_split(&m, &[10, 10, 10, 10, 100, 10], f, 20).unwrap();
+        let plan = plan_split(&m, &[10, 10, 10, 10, 100, 10], f, 20u64).unwrap();
         assert_eq!(plan.tail_start, 2);
         assert_eq!(plan.compact, vec![0, 1]);
     }
@@ -166,7 +212,7 @@ mod tests {
     #[test]
     fn an_oversized_last_turn_is_kept_whole() {
         let m = vec![user("a"), reply("b"), user("huge"), reply("c")];
-        let plan = plan_split(&m, &[1, 1, 10_000, 1], MessageFormat::Openai, 10).unwrap();
+        let plan = plan_split(&m, &[1, 1, 10_000, 1], MessageFormat::Openai, 10u64).unwrap();
         assert_eq!((plan.tail_start, plan.tail_tokens), (2, 10_001));
         assert_eq!(plan.compact, vec![0, 1]);
     }
@@ -175,8 +221,72 @@ mod tests {
     fn nothing_to_compact_without_a_split_point() {
         let m = vec![user("only"), call("a"), result("a")];
         // The only split point after the user message is... none: index 1 answers the user.
-        assert_eq!(plan_split(&m, &[1, 1, 1], MessageFormat::Openai, 0), None);
-        assert_eq!(plan_split(&[user("x")], &[5], MessageFormat::Openai, 0), None);
+        assert_eq!(plan_split(&m, &[1, 1, 1], MessageFormat::Openai, 0u64), None);
+        assert_eq!(plan_split(&[user("x")], &[5], MessageFormat::Openai, 0u64), None);
+    }
+
+    /// `check` for the message minimum: the tail of `m` planned with `reserve` tokens and at
+    /// least `min` messages starts at `tail_start` (`None`: nothing can be compacted).
+    #[track_caller]
+    fn check_keep_recent(m: &[Value], tokens: &[u64], reserve: u64, min: usize, tail_start: Option<usize>) {
+        let budget = TailBudget {
+            tokens: reserve,
+            min_messages: min,
+        };
+        let plan = plan_split(m, tokens, MessageFormat::Openai, budget);
+        assert_eq!(
+            plan.as_ref().map(|p| p.tail_start),
+            tail_start,
+            "reserve {reserve}, min {min}: {plan:?}"
+        );
+        if let Some(plan) = plan {
+            assert!(m.len() - plan.tail_start >= min, "{plan:?}");
+            let kept: Vec<Value> = plan.keep.iter().map(|&i| m[i].clone()).collect();
+            assert_eq!(check_pairs(&kept, MessageFormat::Openai), Ok(()));
+        }
+    }
+
+    #[test]
+    fn the_tail_keeps_at_least_the_minimum_of_messages() {
+        let m = vec![
+            user("old"),   // 0
+            reply("ok"),   // 1
+            user("task"),  // 2
+            call("a"),     // 3
+            result("a"),   // 4
+            call("b"),     // 5
+            result("b"),   // 6
+            reply("done"), // 7
+            user("next"),  // 8
+            reply("sure"), // 9
+        ];
+        let t = vec![10, 10, 10, 10, 500, 10, 500, 10, 10, 10];
+        // The reserve alone keeps the last exchange (2 messages).
+        check_keep_recent(&m, &t, 30, 0, Some(8));
+        check_keep_recent(&m, &t, 30, 2, Some(8));
+        // Three messages reach into the tool loop: the tail widens to the next split point
+        // before them, the call of `b`, so the call stays with its result.
+        check_keep_recent(&m, &t, 30, 3, Some(5));
+        check_keep_recent(&m, &t, 30, 5, Some(5));
+        // Six reach past that call; `a`'s call answers the task, so the next split point back
+        // is the task itself.
+        check_keep_recent(&m, &t, 30, 6, Some(2));
+        // The reserve still decides when it keeps more than the minimum.
+        check_keep_recent(&m, &t, 10_000, 3, Some(2));
+        // A minimum only the whole conversation meets: nothing to compact.
+        check_keep_recent(&m, &t, 30, 9, None);
+        // The config's budget is its reserve and its minimum.
+        let config = Config {
+            compact_keep_recent_messages: 3,
+            ..Config::default()
+        };
+        assert_eq!(
+            TailBudget::from(&config),
+            TailBudget {
+                tokens: config.reserve_tokens(),
+                min_messages: 3
+            }
+        );
     }
 
     /// Random OpenAI/Anthropic agent conversations: user turns, tool loops, parallel calls,
@@ -231,9 +341,19 @@ mod tests {
 
     proptest! {
         #[test]
-        fn splits_keep_pairs_turns_and_the_newest_user_message((m, t, f) in conversation(), reserve in 0u64..3000) {
+        fn splits_keep_pairs_turns_and_the_newest_user_message(
+            (m, t, f) in conversation(),
+            reserve in 0u64..3000,
+            min in prop_oneof![Just(0usize), 0usize..12],
+        ) {
             prop_assert_eq!(check_pairs(&m, f), Ok(()));
-            let Some(plan) = plan_split(&m, &t, f, reserve) else { return Ok(()) };
+            let budget = TailBudget { tokens: reserve, min_messages: min };
+            let Some(plan) = plan_split(&m, &t, f, budget) else {
+                // Nothing compactable: no split point keeps the minimum and leaves something
+                // before it to compact.
+                return Ok(());
+            };
+            prop_assert!(m.len() - plan.tail_start >= min, "the tail holds the minimum");
             let mut all: Vec<usize> = plan.compact.iter().chain(&plan.keep).copied().collect();
             all.sort_unstable();
             prop_assert_eq!(all, (0..m.len()).collect::<Vec<_>>(), "every message is compacted or kept, once");
@@ -256,7 +376,14 @@ mod tests {
             let tail: u64 = t[plan.tail_start..].iter().sum();
             prop_assert_eq!(tail, plan.tail_tokens);
             if tail > reserve {
-                prop_assert!((plan.tail_start + 1..m.len()).all(|k| !is_split_point(&m, k, f)), "a later split point existed");
+                prop_assert!(
+                    (plan.tail_start + 1..m.len()).all(|k| !is_split_point(&m, k, f) || m.len() - k < min),
+                    "a later split point keeping the minimum existed"
+                );
+            }
+            // The minimum changes nothing when the reserve's tail already holds it.
+            if let Some(free) = plan_split(&m, &t, f, reserve).filter(|p| m.len() - p.tail_start >= min) {
+                prop_assert_eq!(plan.tail_start, free.tail_start, "a tail long enough already is not widened");
             }
         }
     }

@@ -68,6 +68,11 @@ impl MessageHash {
         deserializer.end()?;
         Ok(MessageHash(hash))
     }
+
+    /// The hash as bytes, to feed into another hash.
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_le_bytes()
+    }
 }
 
 /// A hash of the exact bytes of a JSON text: two orders of magnitude cheaper than

@@ -5,11 +5,15 @@
 //! decisions made here and `satchel-storage` persists them. CI proves the purity with
 //! `! cargo tree -p satchel-core -e normal -i tokio`.
 
+pub mod calibration;
 pub mod compact;
 pub mod format;
 pub mod hash;
 pub mod limits;
 pub mod offload;
+pub mod phase0;
+pub mod prompt;
+pub mod prune;
 pub mod render;
 pub mod repair;
 pub mod slice;

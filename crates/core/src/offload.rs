@@ -7,7 +7,7 @@
 
 use std::borrow::Borrow;
 
-use satchel_protocol::{Config, MessageFormat, Phase};
+use satchel_protocol::{Config, ContextMode, MessageFormat, Phase};
 use serde_json::Value;
 
 use crate::format::{ToolCall, find_call, has_tool_result, result_texts};
@@ -98,13 +98,17 @@ pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &Config) -> Option
 ///
 /// Everything that any phase may truncate is saved at once, not only what the first phase
 /// cuts: the file then exists before any excerpt can point at it, and a `read_file` result keeps
-/// exactly what the agent saw even if the file on disk changes later.
+/// exactly what the agent saw even if the file on disk changes later. In `aceclaw` mode so is
+/// every text request pruning may turn into a stub, so that a stub always names a file the
+/// full text can be read from.
 pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> bool {
+    let prunable = config.context_mode == ContextMode::Aceclaw && text_bytes > 2 * config.prune_stub_chars;
     config.pruning_enabled
-        && [Phase::Recent, Phase::Old]
-            .into_iter()
-            .filter_map(|p| max_bytes(kind, p, config))
-            .any(|limit| text_bytes > limit + config.pruning_slack_bytes)
+        && (prunable
+            || [Phase::Recent, Phase::Old]
+                .into_iter()
+                .filter_map(|p| max_bytes(kind, p, config))
+                .any(|limit| text_bytes > limit + config.pruning_slack_bytes))
 }
 
 /// Index of the first message of the recent window: the last `recent_n` messages, widened to
@@ -227,6 +231,18 @@ mod tests {
             ..Config::default()
         };
         assert!(!must_offload(1_000_000, ResultKind::Plain, &off));
+        let aceclaw = Config {
+            context_mode: ContextMode::Aceclaw,
+            ..Config::default()
+        };
+        assert!(
+            !must_offload(400, ResultKind::Plain, &aceclaw),
+            "too short to become a stub"
+        );
+        assert!(
+            must_offload(401, ResultKind::Plain, &aceclaw),
+            "a stub must name its file"
+        );
         assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off).is_none());
     }
 

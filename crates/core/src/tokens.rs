@@ -12,6 +12,13 @@ use serde_json::Value;
 
 /// Fixed cost of one message (role, separators), as OpenAI's cookbook counts it.
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
+/// Estimate mode: framing of one tool call (AceClaw's `TOOL_USE_OVERHEAD`). A byte estimate
+/// sees only the strings, while a provider also bills the call's JSON structure.
+pub const TOOL_USE_OVERHEAD_TOKENS: u64 = 20;
+/// Estimate mode: framing of one tool result (AceClaw's `TOOL_RESULT_OVERHEAD`).
+pub const TOOL_RESULT_OVERHEAD_TOKENS: u64 = 10;
+/// Estimate mode: framing of one tool definition (AceClaw's `TOOL_DEF_OVERHEAD`).
+pub const TOOL_DEF_OVERHEAD_TOKENS: u64 = 10;
 
 /// Counts tokens of texts and messages with one tokenizer.
 #[derive(Debug, Clone, Copy)]
@@ -48,11 +55,59 @@ impl TokenCounter {
     /// Tokens of a message or any JSON value: every string in it (contents, tool arguments,
     /// names) plus [`MESSAGE_OVERHEAD_TOKENS`]. Keys and punctuation are format framing that
     /// providers do not bill as text, so they are not counted.
+    ///
+    /// [`Tokenizer::Estimate`] adds AceClaw's framing costs of tool calls and results
+    /// ([`TOOL_USE_OVERHEAD_TOKENS`], [`TOOL_RESULT_OVERHEAD_TOKENS`]): without a tokenizer
+    /// the estimate has nothing else to account for them, and in an agent loop they add up.
+    /// Exact modes count what the tokenizer sees, as before.
     pub fn count_message(&self, message: &Value) -> u64 {
         let mut joined = String::new();
         collect_strings(message, &mut joined);
-        self.count_text(&joined) + MESSAGE_OVERHEAD_TOKENS
+        let framing = match self.tokenizer {
+            Tokenizer::Estimate => tool_framing(message),
+            Tokenizer::O200kBase | Tokenizer::Cl100kBase => 0,
+        };
+        self.count_text(&joined) + MESSAGE_OVERHEAD_TOKENS + framing
     }
+
+    /// Tokens of one tool definition: as a message in exact modes (what the daemon always
+    /// counted), its strings plus [`TOOL_DEF_OVERHEAD_TOKENS`] in estimate mode.
+    pub fn count_tool_definition(&self, definition: &Value) -> u64 {
+        match self.tokenizer {
+            Tokenizer::Estimate => {
+                let mut joined = String::new();
+                collect_strings(definition, &mut joined);
+                self.count_text(&joined) + TOOL_DEF_OVERHEAD_TOKENS
+            }
+            Tokenizer::O200kBase | Tokenizer::Cl100kBase => self.count_message(definition),
+        }
+    }
+
+    /// Tokens of a request's tool definitions: the sum of [`Self::count_tool_definition`].
+    pub fn count_tool_definitions(&self, definitions: &[Value]) -> u64 {
+        definitions.iter().map(|d| self.count_tool_definition(d)).sum()
+    }
+}
+
+/// Estimate-mode framing of the tool calls and results a message carries, in either format:
+/// OpenAI `tool_calls` entries and `tool` messages, Anthropic `tool_use` and `tool_result`
+/// blocks.
+fn tool_framing(message: &Value) -> u64 {
+    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(0, Vec::len);
+    let results = usize::from(message.get("role").and_then(Value::as_str) == Some("tool"));
+    let (uses, block_results) = message
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .fold((0, 0), |(uses, results), block| {
+            match block.get("type").and_then(Value::as_str) {
+                Some("tool_use") => (uses + 1, results),
+                Some("tool_result") => (uses, results + 1),
+                _ => (uses, results),
+            }
+        });
+    (calls + uses) as u64 * TOOL_USE_OVERHEAD_TOKENS + (results + block_results) as u64 * TOOL_RESULT_OVERHEAD_TOKENS
 }
 
 fn collect_strings(value: &Value, out: &mut String) {
@@ -101,5 +156,75 @@ mod tests {
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"cargo test --workspace\"}"}}]}));
         assert!(bare > MESSAGE_OVERHEAD_TOKENS);
         assert!(with_call > bare + 5, "{with_call} vs {bare}");
+    }
+
+    /// Checks the framing the estimate adds to each of `messages` beyond its strings and the
+    /// message overhead, and that o200k adds none.
+    fn check(messages: &[Value], expect: &[u64]) {
+        let estimate = TokenCounter::new(Tokenizer::Estimate, 4.0);
+        let exact = TokenCounter::new(Tokenizer::O200kBase, 4.0);
+        let framing = |counter: &TokenCounter, m: &Value| {
+            let mut joined = String::new();
+            collect_strings(m, &mut joined);
+            counter.count_message(m) - counter.count_text(&joined) - MESSAGE_OVERHEAD_TOKENS
+        };
+        let got: Vec<u64> = messages.iter().map(|m| framing(&estimate, m)).collect();
+        assert_eq!(got, expect, "estimate framing of {messages:?}");
+        assert!(messages.iter().all(|m| framing(&exact, m) == 0));
+    }
+
+    #[test]
+    fn the_estimate_adds_the_framing_of_tool_calls_and_results() {
+        check(
+            &[
+                json!({"role": "assistant", "content": "ok"}),
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "a\nb"}),
+                json!({"role": "assistant", "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls"}}]}),
+                json!({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "a"},
+                    {"type": "tool_result", "tool_use_id": "t2", "content": "b"},
+                    {"type": "text", "text": "go on"}]}),
+            ],
+            &[
+                0,
+                2 * TOOL_USE_OVERHEAD_TOKENS,
+                TOOL_RESULT_OVERHEAD_TOKENS,
+                TOOL_USE_OVERHEAD_TOKENS,
+                2 * TOOL_RESULT_OVERHEAD_TOKENS,
+            ],
+        );
+        // Whole numbers for one message: 48 bytes of strings are 12 tokens, + 4 + 2 × 20.
+        let estimate = TokenCounter::new(Tokenizer::Estimate, 4.0);
+        let two_calls = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]});
+        assert_eq!(estimate.count_message(&two_calls), 56);
+    }
+
+    #[test]
+    fn exact_modes_count_tool_definitions_as_messages() {
+        let tools = [
+            json!({"type": "function", "function": {"name": "bash", "description": "Run a command.",
+                "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}),
+            json!({"name": "read_file", "description": "Read a file.", "input_schema": {"type": "object"}}),
+        ];
+        let exact = TokenCounter::new(Tokenizer::O200kBase, 4.0);
+        let as_messages: u64 = tools.iter().map(|t| exact.count_message(t)).sum();
+        assert_eq!(exact.count_tool_definitions(&tools), as_messages);
+        let estimate = TokenCounter::new(Tokenizer::Estimate, 4.0);
+        let strings: u64 = tools
+            .iter()
+            .map(|t| estimate.count_message(t) - MESSAGE_OVERHEAD_TOKENS)
+            .sum();
+        assert_eq!(
+            estimate.count_tool_definitions(&tools),
+            strings + 2 * TOOL_DEF_OVERHEAD_TOKENS
+        );
+        assert_eq!(estimate.count_tool_definitions(&[]), 0);
     }
 }

@@ -64,7 +64,7 @@ pub fn zone_usage(messages: &[MessageTokens], extras: RequestTokens, config: &Co
         reserved,
         messages: messages_total,
         total: system + extras.tools + extras.summary + messages_total,
-        limit: config.max_input_length,
+        limit: config.effective_window(),
         threshold: config.compact_threshold_tokens(),
         tokenizer: config.tokenizer,
     }
@@ -147,7 +147,7 @@ pub fn over_limit_message(usage: &TokenUsage, reason: Option<&OverLimitReason>) 
     }
     let reason = reason.unwrap_or(&OverLimitReason::MinimalTail);
     Some(format!(
-        "the request is {} tokens, over max_input_length {}: system {}, tools {}, summary {}, messages {} ({}). Tool results are already cut to their limits.",
+        "the request is {} tokens, over the window {} (max_input_length less max_output_tokens): system {}, tools {}, summary {}, messages {} ({}). Tool results are already cut to their limits.",
         usage.total,
         usage.limit,
         usage.system,

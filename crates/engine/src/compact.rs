@@ -3,16 +3,19 @@
 
 use std::collections::HashSet;
 
+use satchel_core::calibration::corrected;
 use satchel_core::compact::plan_split;
+use satchel_core::phase0::{self, Phase0};
 use satchel_core::summary::extractive::ExtractiveSummarizer;
 use satchel_core::summary::llm::{Language, LlmSummarizer};
 use satchel_core::summary::memory::memory_note;
-use satchel_core::summary::render::summary_message_text;
+use satchel_core::summary::render::{COMPACTED_OPENING, summary_message_text_for};
 use satchel_core::summary::{Summarizer, SummaryInput};
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 use satchel_protocol::{
-    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, EventKind,
+    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, ContextMode,
+    EventKind,
 };
 use satchel_storage::{
     AppendedLines, CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord,
@@ -68,6 +71,8 @@ struct Drafted {
     begun: CompactionBegun,
     encoded: EncodedLines,
     compacted_tokens: u64,
+    /// `aceclaw` mode: the files, commands and errors of the span (AceClaw's phase 0).
+    phase0: Option<Phase0>,
 }
 
 impl Engine {
@@ -88,6 +93,7 @@ impl Engine {
             let extras = RequestExtras {
                 system: session.last_system.clone(),
                 tools: session.last_tools.clone(),
+                sections: None,
             };
             let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
             let how = CompactionRequest {
@@ -106,6 +112,8 @@ impl Engine {
             let mut event = None;
             if let Some(report) = &compaction {
                 session.last_usage = Some(usage(session, config, &counter, &extras, false));
+                session.requests.last_factor = Some(session.requests.calibration.factor);
+                session.requests.calibration_before_report = None;
                 let actions = [Action::Compacted(report.clone())];
                 event = Some(event_of(&params.session_id, session, EventKind::Compact, &actions));
             }
@@ -141,9 +149,10 @@ impl Engine {
             mut begun,
             encoded,
             compacted_tokens,
+            phase0,
         } = drafted;
         let before_summary = session.summary_tokens(counter, config);
-        let summary_tokens = counter.count_text(&summary_message_text(&begun.summary)) + 4;
+        let summary_tokens = counter.count_text(&summary_message_text_for(&begun.summary, config.context_mode)) + 4;
         // A summary that is not smaller than what it replaces would only be run again on the
         // next call (a small window thrashing): an automatic compaction then changes nothing.
         // A manual one was asked for, and runs.
@@ -181,7 +190,7 @@ impl Engine {
         // The size of the request returned next: with recent results cut to the old-phase
         // limit too when it is still over the window, as `prepare` will do.
         let mut after = usage(session, config, counter, extras, false);
-        if after.total > config.max_input_length {
+        if after.total > config.effective_window() {
             after = usage(session, config, counter, extras, true);
         }
         begun.tokens_after = after.total;
@@ -206,7 +215,7 @@ impl Engine {
         }
         let report = report_of(&begun, Some(&range));
         if config.memory_enabled {
-            self.remember(id, &begun, previous.as_ref(), session.summary());
+            self.remember(id, &begun, previous.as_ref(), session.summary(), phase0.as_ref());
         }
         session.compactions.push(CompactionInfo {
             begun,
@@ -227,14 +236,15 @@ impl Engine {
         how: &CompactionRequest<'_, '_>,
     ) -> Result<Option<Drafted>, CompactError> {
         let before = usage(session, config, counter, extras, false);
-        let tokens = session.count_tokens(counter, config, false);
+        // In the provider's tokens, like the reserve they are measured against.
+        let factor = session.requests.calibration.factor;
+        let tokens: Vec<u64> = session
+            .count_tokens(counter, config, false)
+            .into_iter()
+            .map(|t| corrected(t, factor))
+            .collect();
         let format = format_or_default(session.format);
-        let Some(plan) = plan_split(
-            &session.rendered_entries(config, false),
-            &tokens,
-            format,
-            config.reserve_tokens(),
-        ) else {
+        let Some(plan) = plan_split(&session.rendered_entries(config, false), &tokens, format, config) else {
             return Ok(None);
         };
         let span: Vec<Value> = plan
@@ -250,7 +260,7 @@ impl Engine {
             format,
             instruction: how.instruction,
             demonstration_prefixes: Some(&config.demonstration_prefixes),
-            max_tokens: config.summary_budget_tokens(),
+            max_tokens: summary_budget(config, counter),
             counter,
         };
         let compaction_id = self.ids.next_id();
@@ -273,6 +283,7 @@ impl Engine {
         let encoded = encoded?;
         summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
+        let phase0 = (config.context_mode == ContextMode::Aceclaw).then(|| phase0::extract(&span, format));
         Ok(Some(Drafted {
             begun: CompactionBegun {
                 id: compaction_id,
@@ -287,6 +298,7 @@ impl Engine {
             },
             encoded,
             compacted_tokens,
+            phase0,
         }))
     }
 
@@ -298,10 +310,23 @@ impl Engine {
         begun: &CompactionBegun,
         previous: Option<&CompactSummary>,
         summary: Option<&CompactSummary>,
+        phase0: Option<&Phase0>,
     ) {
-        let Some(note) = summary.and_then(|s| memory_note(previous, s, session_id, &begun.at)) else {
+        let mut note = summary
+            .and_then(|s| memory_note(previous, s, session_id, &begun.at))
+            .unwrap_or_default();
+        if let Some(phase0) = phase0.filter(|p| !p.is_empty()) {
+            note.push_str(&format!(
+                "\n### Phase 0 of compaction {} (session {session_id})\n",
+                begun.id
+            ));
+            for line in phase0.lines() {
+                note.push_str(&format!("- {line}\n"));
+            }
+        }
+        if note.is_empty() {
             return;
-        };
+        }
         let date = begun.at.get(..10).unwrap_or("unknown-date");
         if let Err(e) = self.memory.append_daily(date, &note) {
             tracing::warn!(session = session_id, "could not append to the memory log: {e}");
@@ -360,7 +385,7 @@ fn check_result_bound(
     let (messages, _) = session.render(config, false).to_json();
     let bound = result_size::json_bytes(&messages)
         + result_size::json_bytes(summary)
-        + result_size::json_bytes(&summary_message_text(summary))
+        + result_size::json_bytes(&summary_message_text_for(summary, config.context_mode))
         + RESULT_SLACK_BYTES
         + RESULT_SLACK_PER_MESSAGE * live;
     result_size::check(bound, Some(limit))
@@ -443,5 +468,16 @@ pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -
         tokens_after: begun.tokens_after,
         archive: range.cloned(),
         summarizer: begun.summarizer.clone(),
+    }
+}
+
+/// Tokens the summary may take: its budget, less the `[COMPACTED]` opening it carries in
+/// `aceclaw` mode (which the summary's own budget does not see).
+fn summary_budget(config: &Config, counter: &TokenCounter) -> u64 {
+    match config.context_mode {
+        ContextMode::Qwenpaw => config.summary_budget_tokens(),
+        ContextMode::Aceclaw => config
+            .summary_budget_tokens()
+            .saturating_sub(counter.count_text(COMPACTED_OPENING)),
     }
 }

@@ -162,6 +162,8 @@ mod tests {
             format: FormatHint::Auto,
             system: None,
             tools: None,
+            sections: None,
+            usage: None,
             config: None,
         }
     }

@@ -236,7 +236,9 @@ impl Engine {
                 session.entries.retain(|e| e.index < at);
             }
             Alignment::Reset => {
+                let requests = std::mem::take(&mut session.requests);
                 *session = Session::new(session.format, self.offloads.clone());
+                session.requests = requests;
             }
         }
         session.original_hashes.extend_from_slice(new_hashes);

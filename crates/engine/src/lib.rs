@@ -18,6 +18,7 @@
 //! - [`clock`]: the injected sources of time and ids.
 //! - `parallel`: sharing a large batch of per-message work between cores.
 
+mod assembly;
 pub mod call;
 pub mod clock;
 mod compact;
@@ -27,13 +28,16 @@ mod ingest;
 pub mod live;
 pub mod parallel;
 mod prepare;
+mod pruning;
 mod queries;
 mod recovery;
+mod requests;
 mod result_size;
 mod session;
 #[cfg(test)]
 mod tests;
 mod usage;
+mod usage_report;
 
 pub use call::{CallContext, CallToken, ModelSource, NoModels, ProgressSink};
 pub use clock::{Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock};

@@ -8,16 +8,20 @@ use satchel_core::hash::MessageHash;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
-    Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, Phase, PrepareParams, PrepareResult, TokenUsage,
+    Action, Config, ContextEvent, ContextMode, EventKind, FormatHint, MessageFormat, Phase, PrepareParams,
+    PrepareResult, PruneReport, TokenUsage,
 };
 use serde_json::value::RawValue;
 
+use crate::assembly::{self, PromptRequest};
 use crate::call::CallContext;
 use crate::compact::{CompactError, CompactionRequest};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::ingest::{Incoming, Ingested, Writes};
 use crate::live::Ticket;
+use crate::pruning::{Renderings, prune_rendered, usage_after};
+use crate::requests::PhaseReached;
 use crate::session::{Session, TruncatedMessage, format_or_default};
 use crate::usage::{RequestExtras, usage};
 use crate::{Outcome, event_of, repair_action, result_size};
@@ -50,7 +54,9 @@ impl Engine {
         let extras = RequestExtras {
             system: params.system,
             tools: params.tools,
+            sections: params.sections,
         };
+        let reported_usage = params.usage;
         self.transaction(ticket, &call.token, |slot| {
             if slot.is_none() && !incoming.is_full_list() {
                 return Err(EngineError::UnknownSession(id.clone()));
@@ -73,6 +79,14 @@ impl Engine {
                     format!("session {id} is in {held:?} format"),
                 ));
             }
+            if let Some(reported) = reported_usage {
+                // A usage of a request a previous daemon prepared cannot be matched to a count.
+                if session.requests.last_factor.is_some() {
+                    self.record_usage(&id, session, reported.input_tokens)?;
+                } else {
+                    tracing::debug!(session = %id, "a usage report for a request of a previous daemon is ignored");
+                }
+            }
             self.prepare_in(&id, session, incoming, declared, extras, config, call)
         })
     }
@@ -86,7 +100,7 @@ impl Engine {
         session: &mut Session,
         incoming: Incoming,
         declared: Option<MessageFormat>,
-        extras: RequestExtras,
+        mut extras: RequestExtras,
         config: &Config,
         call: &CallContext<'_>,
     ) -> Result<Outcome<Prepared>, EngineError> {
@@ -94,6 +108,14 @@ impl Engine {
         let mut actions = Vec::new();
         let started = self.clock.now();
         let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
+        let prompt_request = PromptRequest {
+            system: extras.system.as_ref(),
+            sections: extras.sections.as_deref(),
+        };
+        let prompt = assembly::assemble(session, prompt_request, config)?;
+        if let Some(prompt) = &prompt {
+            extras.system = prompt.system();
+        }
         let request = Request {
             config,
             counter: TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor),
@@ -101,17 +123,51 @@ impl Engine {
         };
         let counted_usage = request.usage(session, false);
         let counted = self.clock.now();
-        let compaction = self.compact_if_due(id, session, &request, call, counted_usage, &mut ingested.durable)?;
+        let over_trigger = |usage: &TokenUsage| {
+            config.context_mode == ContextMode::Aceclaw && usage.total >= config.compact_threshold_tokens()
+        };
+        let mut phases = Vec::new();
+        // `aceclaw` mode: the pruned estimate decides whether compaction is needed at all.
+        let decisive_usage = if over_trigger(&counted_usage) {
+            phases.push(PhaseReached::Prune);
+            let report = request.prune(session, &counted_usage);
+            usage_after(&counted_usage, &report)
+        } else {
+            counted_usage.clone()
+        };
+        let compaction = self.compact_if_due(id, session, &request, call, decisive_usage, &mut ingested.durable)?;
+        if matches!(compaction.action, Some(Action::Compacted(_))) {
+            phases.push(PhaseReached::Summarize);
+        }
         actions.extend(compaction.action);
-        let mut usage_now = compaction.usage;
+        let mut usage_now = if phases == [PhaseReached::Prune] {
+            // Pruning was enough: the request is the full one, pruned again as it is sent.
+            counted_usage.clone()
+        } else {
+            compaction.usage
+        };
         // Last resort before giving up on the limit: recent tool results get the old-phase limit too.
-        let squeeze = usage_now.total > config.max_input_length;
+        let squeeze = usage_now.total > config.effective_window();
         if squeeze {
             usage_now = request.usage(session, true);
         }
         let compacted = self.clock.now();
-        let (messages, output_hashes) = render_request(session, config, squeeze, &ingested, &mut actions);
-        let over_limit = over_limit_message(&usage_now, compaction.reason.as_ref());
+        let prune = over_trigger(&usage_now);
+        let (messages, output_hashes, pruned) =
+            request.render(session, squeeze, prune.then_some(&usage_now), &ingested, &mut actions);
+        if let Some(report) = pruned {
+            usage_now = usage_after(&usage_now, &report);
+            actions.push(Action::Pruned(report));
+        }
+        let saved = counted_usage.total.saturating_sub(usage_now.total);
+        let fits = usage_now.total < config.compact_threshold_tokens();
+        session.requests.record_phases(phases, saved, fits);
+        let prompt_report = prompt.as_ref().map(|p| p.report(id, session, &request.counter, config));
+        let over_budget = prompt_report.as_ref().and_then(|p| p.over_budget.clone());
+        let over_limit = match (over_limit_message(&usage_now, compaction.reason.as_ref()), over_budget) {
+            (Some(window), Some(budget)) => Some(format!("{window}; {budget}")),
+            (window, budget) => window.or(budget),
+        };
         let result = PrepareResult {
             session_id: id.to_owned(),
             format: format_or_default(session.format),
@@ -121,6 +177,8 @@ impl Engine {
             reconciliation: ingested.report,
             compact_summary: session.summary().cloned(),
             over_limit,
+            system: prompt.as_ref().and_then(|p| p.system()),
+            prompt: prompt_report,
         };
         result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;
         ingested.durable.wait()?;
@@ -130,6 +188,7 @@ impl Engine {
             return Err(EngineError::Cancelled);
         }
         remember_request(session, output_hashes, request.extras, &result.tokens);
+        session.requests.last_prompt = prompt;
         // After `last_usage`: the event carries this call's numbers, not the previous call's.
         let event: ContextEvent = event_of(id, session, EventKind::Prepare, &result.actions);
         let ms = |from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>| {
@@ -222,24 +281,60 @@ struct AutoCompaction {
     reason: Option<OverLimitReason>,
 }
 
-/// Renders the request `session` sends now, as JSON texts and their hashes, and adds its
-/// truncations and repairs to `actions`.
-fn render_request(
-    session: &mut Session,
-    config: &Config,
-    squeeze: bool,
-    ingested: &Ingested,
-    actions: &mut Vec<Action>,
-) -> (Vec<Arc<RawValue>>, Vec<MessageHash>) {
-    let rendered = session.render(config, squeeze);
-    let json = rendered.to_json();
-    actions.extend(truncation_actions(
-        &rendered.truncated,
-        ingested.first_new_index,
-        ingested.recent_start_before,
-    ));
-    actions.extend(rendered.repairs.iter().map(repair_action));
-    json
+impl Request<'_> {
+    /// Prunes the request `session` renders now (`aceclaw` mode) and returns what that did,
+    /// without keeping the pruned request.
+    fn prune(&self, session: &mut Session, usage: &TokenUsage) -> PruneReport {
+        let renderings = Renderings::of(session);
+        let format = format_or_default(session.format);
+        let factor = session.requests.calibration.factor;
+        let mut rendered = session.render(self.config, false);
+        prune_rendered(
+            &mut rendered,
+            &renderings,
+            format,
+            &self.counter,
+            usage,
+            factor,
+            self.config,
+        )
+    }
+
+    /// Renders the request `session` sends now, as JSON texts and their hashes, pruned when
+    /// `prune_from` (its usage) is given, and adds its truncations, repairs and pruning to
+    /// `actions`.
+    fn render(
+        &self,
+        session: &mut Session,
+        squeeze: bool,
+        prune_from: Option<&TokenUsage>,
+        ingested: &Ingested,
+        actions: &mut Vec<Action>,
+    ) -> (Vec<Arc<RawValue>>, Vec<MessageHash>, Option<PruneReport>) {
+        let renderings = prune_from.map(|_| Renderings::of(session));
+        let format = format_or_default(session.format);
+        let factor = session.requests.calibration.factor;
+        let mut rendered = session.render(self.config, squeeze);
+        let pruned = prune_from.zip(renderings.as_ref()).map(|(usage, renderings)| {
+            prune_rendered(
+                &mut rendered,
+                renderings,
+                format,
+                &self.counter,
+                usage,
+                factor,
+                self.config,
+            )
+        });
+        let (json, hashes) = rendered.to_json();
+        actions.extend(truncation_actions(
+            &rendered.truncated,
+            ingested.first_new_index,
+            ingested.recent_start_before,
+        ));
+        actions.extend(rendered.repairs.iter().map(repair_action));
+        (json, hashes, pruned)
+    }
 }
 
 /// Keeps what a committed call returned: its request, to recognise it when sent back, and
@@ -256,6 +351,8 @@ fn remember_request(
     session.last_system = extras.system;
     session.last_tools = extras.tools;
     session.last_usage = Some(usage_now.clone());
+    session.requests.last_factor = Some(session.requests.calibration.factor);
+    session.requests.calibration_before_report = None;
 }
 
 /// The `truncated` actions of a call: texts of messages new in this call, and of messages

@@ -4,16 +4,20 @@
 use std::time::{Duration, SystemTime};
 
 use satchel_core::slice::{SliceRequest, slice_text};
+use satchel_core::tokens::TokenCounter;
 use satchel_protocol::{
-    InspectParams, InspectResult, OffloadedResult, ReadParams, ReadResult, SessionSummary, SessionsResult, TokenUsage,
+    InspectParams, InspectResult, OffloadedResult, PromptAssembly, ReadParams, ReadResult, SectionDetail,
+    SessionSummary, SessionsResult, TokenUsage,
 };
 use satchel_storage::{StorageError, SweepReport};
 
+use crate::assembly;
 use crate::call::CallToken;
 use crate::compact::report_of;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::live::Ticket;
+use crate::session::Session;
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;
@@ -22,11 +26,12 @@ impl Engine {
     /// `context.inspect`, in the session's turn (after the calls queued before it).
     pub fn inspect(&self, ticket: Ticket, params: InspectParams) -> Result<InspectResult, EngineError> {
         self.transaction(ticket, &CallToken::new(), |slot| {
-            let Some(session) = slot.as_ref() else {
+            let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(params.session_id.clone()));
             };
+            let (prompt, detail) = self.inspect_prompt(session, &params)?;
             let tokens = session.last_usage.clone().unwrap_or_else(|| TokenUsage {
-                limit: self.config.max_input_length,
+                limit: self.config.effective_window(),
                 threshold: self.config.compact_threshold_tokens(),
                 tokenizer: self.config.tokenizer,
                 ..TokenUsage::default()
@@ -58,8 +63,48 @@ impl Engine {
                     .map(|c| report_of(&c.begun, c.range.as_ref()))
                     .collect(),
                 peak_tokens: session.peak_tokens,
+                monitor: session.requests.monitor(
+                    session.last_usage.as_ref(),
+                    session.peak_tokens,
+                    session.compactions.len(),
+                ),
+                calibration: session.requests.calibration,
+                prompt,
+                detail,
             })
         })
+    }
+
+    /// The last request's prompt as inspect shows it, assembled again for `query_hint` when
+    /// one is given, and the section named by `detail_key`.
+    fn inspect_prompt(
+        &self,
+        session: &mut Session,
+        params: &InspectParams,
+    ) -> Result<(Option<PromptAssembly>, Option<SectionDetail>), EngineError> {
+        let Some(state) = session.requests.last_prompt.clone() else {
+            return match &params.detail_key {
+                Some(_) => Err(EngineError::invalid_params(
+                    "detail_key",
+                    "the session's last request (since the daemon started) had no system prompt or sections",
+                )),
+                None => Ok((None, None)),
+            };
+        };
+        let counter = TokenCounter::new(self.config.tokenizer, self.config.token_count_estimate_divisor);
+        let hinted = params.query_hint.as_deref().map(|q| state.with_query(q)).transpose()?;
+        let built = hinted.as_ref().unwrap_or(&state.built);
+        let tokens = session
+            .extras_tokens(built.system.as_ref(), None, &counter, &self.config)
+            .0;
+        let factor = session.requests.calibration.factor;
+        let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, &self.config);
+        let detail = params
+            .detail_key
+            .as_deref()
+            .map(|key| assembly::detail(built, key))
+            .transpose()?;
+        Ok((Some(report), detail))
     }
 
     /// `context.sessions`: every stored session, with numbers for those in memory and not

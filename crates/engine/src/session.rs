@@ -19,15 +19,16 @@ use satchel_core::hash::{MessageHash, text_hash};
 use satchel_core::offload::recent_start;
 use satchel_core::render::{OffloadedText, RenderedText, insert_summary, render_message};
 use satchel_core::repair::{Repair, RepairItem, repair};
-use satchel_core::summary::render::summary_message_text;
+use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
-use satchel_protocol::{CompactSummary, Config, Phase};
+use satchel_protocol::{CompactSummary, Config, ContextMode, Phase};
 use satchel_storage::{CompactionInfo, OffloadStore, StoredMessage, StoredOffload};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::parallel::map_weighted;
+use crate::requests::RequestState;
 
 /// One live message of a session.
 #[derive(Debug, Clone)]
@@ -336,6 +337,8 @@ impl RenderedRequest<'_> {
 #[derive(Debug, Clone)]
 struct SummaryView {
     text: String,
+    /// The mode it was rendered for (`aceclaw` marks it `[COMPACTED]`).
+    mode: ContextMode,
     /// Token count and the counter key it was made with.
     tokens: Option<(String, u64)>,
 }
@@ -380,7 +383,10 @@ pub struct Session {
     /// What the cached token counts depend on besides the renderings.
     count_key: Option<String>,
     /// Token counts of system prompts and tool definitions, by hash, valid for `count_key`.
-    extras_tokens: HashMap<MessageHash, u64>,
+    extras_tokens: HashMap<(MessageHash, bool), u64>,
+    /// Calibration, the last system prompt and the monitor's numbers; kept when the
+    /// client's history starts over.
+    pub requests: RequestState,
 }
 
 /// The hashes of a received list: exact-text hashes of every message, structural ones
@@ -483,6 +489,7 @@ impl Session {
             render_key: None,
             count_key: None,
             extras_tokens: HashMap::new(),
+            requests: RequestState::default(),
         }
     }
 
@@ -506,8 +513,10 @@ impl Session {
 
     /// Replaces the summary (a compaction finished).
     pub fn set_summary(&mut self, summary: Option<CompactSummary>) {
+        let mode = self.summary_view.as_ref().map_or(ContextMode::default(), |v| v.mode);
         self.summary_view = summary.as_ref().map(|s| SummaryView {
-            text: summary_message_text(s),
+            text: summary_message_text_for(s, mode),
+            mode,
             tokens: None,
         });
         self.summary = summary;
@@ -520,6 +529,7 @@ impl Session {
 
     /// Tokens of the summary message, counted once per summary and counter.
     pub fn summary_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
+        self.sync_summary_view(config.context_mode);
         let key = counter_key(counter, config);
         let Some(view) = &mut self.summary_view else {
             return 0;
@@ -534,8 +544,22 @@ impl Session {
         }
     }
 
+    /// Renders the summary message again when the mode it is rendered for changed.
+    fn sync_summary_view(&mut self, mode: ContextMode) {
+        if let (Some(summary), Some(view)) = (&self.summary, &mut self.summary_view)
+            && view.mode != mode
+        {
+            *view = SummaryView {
+                text: summary_message_text_for(summary, mode),
+                mode,
+                tokens: None,
+            };
+        }
+    }
+
     /// Drops every cached rendering when the configuration they depend on changed.
     fn check_render_key(&mut self, config: &Config) {
+        self.sync_summary_view(config.context_mode);
         let key = render_key(config);
         if self.render_key.as_deref() != Some(&key) {
             self.entries.iter_mut().for_each(Entry::clear_views);
@@ -706,15 +730,35 @@ impl Session {
         if self.extras_tokens.len() > 256 {
             self.extras_tokens.clear();
         }
-        let mut count = |value: &Value| {
-            *self
-                .extras_tokens
-                .entry(MessageHash::of_value(value))
-                .or_insert_with(|| counter.count_message(value))
+        // A tool definition costs its framing overhead in the estimate mode, a message its own:
+        // the same value is cached under a different tag for each.
+        let mut count = |value: &Value, tool: bool| {
+            let hash = MessageHash::of_value(value);
+            *self.extras_tokens.entry((hash, tool)).or_insert_with(|| match tool {
+                true => counter.count_tool_definition(value),
+                false => counter.count_message(value),
+            })
         };
-        let system = system.map_or(0, &mut count);
-        let tools = tools.map_or(0, |t| t.iter().map(&mut count).sum());
+        let system = system.map_or(0, |s| count(s, false));
+        let tools = tools.map_or(0, |t| t.iter().map(|d| count(d, true)).sum());
         (system, tools)
+    }
+
+    /// For each live message's current rendering (by its hash): the message's position and
+    /// the rendering's token count, when counted. Pruning finds the messages of a rendered
+    /// request with it, and their offloaded texts.
+    pub fn renderings(&self) -> HashMap<MessageHash, (usize, Option<u64>)> {
+        let mut found = HashMap::with_capacity(self.entries.len());
+        for (position, entry) in self.entries.iter().enumerate() {
+            for slot in [OLD_SLOT, RECENT_SLOT] {
+                if entry.views[slot].is_some()
+                    && let Some(hash) = entry.view_hashes[slot]
+                {
+                    found.insert(hash, (position, entry.tokens[slot]));
+                }
+            }
+        }
+        found
     }
 
     /// Token count of each rendered live message, from the cache where possible.

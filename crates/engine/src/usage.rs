@@ -1,5 +1,6 @@
 //! Token usage per zone of the request a session would send now.
 
+use satchel_core::calibration::corrected;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{MessageTokens, RequestTokens, zone_usage};
 use satchel_protocol::{Config, TokenUsage};
@@ -14,11 +15,14 @@ pub(crate) struct RequestExtras {
     pub system: Option<Value>,
     /// The tool definitions.
     pub tools: Option<Vec<Value>>,
+    /// The system-prompt sections, as JSON texts; assembled into `system` before counting.
+    pub sections: Option<Vec<Box<serde_json::value::RawValue>>>,
 }
 
 /// Token usage per zone of the request `session` would send now; `squeeze` counts every
 /// tool result at its old-phase limit. Reads the counts from the session's caches (counting
-/// what is not cached yet); [`zone_usage`] adds them up.
+/// what is not cached yet), corrects each by the session's calibration (so the zones and
+/// the reserve are measured in the provider's tokens), and [`zone_usage`] adds them up.
 pub(crate) fn usage(
     session: &mut Session,
     config: &Config,
@@ -26,6 +30,7 @@ pub(crate) fn usage(
     extras: &RequestExtras,
     squeeze: bool,
 ) -> TokenUsage {
+    let factor = session.requests.calibration.factor;
     let per_message = session.count_tokens(counter, config, squeeze);
     let (system, tools) = session.extras_tokens(extras.system.as_ref(), extras.tools.as_deref(), counter, config);
     let summary = session.summary_tokens(counter, config);
@@ -33,7 +38,12 @@ pub(crate) fn usage(
         .entries
         .iter()
         .zip(per_message)
-        .map(|(entry, tokens)| MessageTokens::of(&entry.message, tokens))
+        .map(|(entry, tokens)| MessageTokens::of(&entry.message, corrected(tokens, factor)))
         .collect();
-    zone_usage(&messages, RequestTokens { system, tools, summary }, config)
+    let extras = RequestTokens {
+        system: corrected(system, factor),
+        tools: corrected(tools, factor),
+        summary: corrected(summary, factor),
+    };
+    zone_usage(&messages, extras, config)
 }

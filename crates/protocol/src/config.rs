@@ -4,7 +4,10 @@
 //! [`Config::for_clients`], so no header value leaves the daemon) and `context.prepare`
 //! accepts per-request overrides of any key but the [`Config::DAEMON_ONLY_KEYS`]. The daemon
 //! layers it as defaults → `<workspace>/config.json` → `SATCHEL_<KEY>` environment variables
-//! → request.
+//! → request. The file and a request may also use the spec's other names (CoPaw's
+//! `memory_compact_ratio`, QwenPaw's `running.light_context_config` tree, …), and the
+//! environment CoPaw's `COPAW_MEMORY_COMPACT_*` variables: [`crate::aliases`] lists and
+//! resolves them.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -46,18 +49,61 @@ pub enum SummaryLanguage {
     Zh,
 }
 
+/// How `context.prepare` makes a request that is over its threshold smaller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextMode {
+    /// QwenPaw's LightContextManager: over `compact_threshold_ratio` of the window, the older
+    /// part is compacted into the summary at once.
+    #[default]
+    Qwenpaw,
+    /// AceClaw's pipeline: over `prune_trigger_ratio` of the effective window, old tool results
+    /// become stubs and old reasoning goes for this request only (the session keeps them);
+    /// compaction runs only when that is not enough, and its summary is marked `[COMPACTED]`.
+    Aceclaw,
+}
+
 /// Every tunable of satchel. Unknown keys are rejected so that a typo is an error, not a no-op.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Model context window size in tokens.
     pub max_input_length: u64,
+    /// Tokens kept free for the model's answer: the effective window, which every limit and
+    /// ratio applies to, is `max_input_length - max_output_tokens`. 0 (the default) when
+    /// `max_input_length` is already the input budget, as in QwenPaw.
+    pub max_output_tokens: u64,
+    /// How a request over its threshold is made smaller: `qwenpaw` compacts at once,
+    /// `aceclaw` prunes for the request first and compacts only when that is not enough.
+    pub context_mode: ContextMode,
+    /// `aceclaw` mode: the request is pruned, and compacted if pruning is not enough, over
+    /// this share of the effective window (AceClaw's trigger, 0.85).
+    pub prune_trigger_ratio: f64,
+    /// `aceclaw` mode: pruning stubs old tool results, oldest first, until the request is
+    /// under this share of the effective window (AceClaw's prune target, 0.60).
+    pub prune_target_ratio: f64,
+    /// `aceclaw` mode: the newest user turns (each with the replies and tool results after
+    /// it) that pruning never touches.
+    pub prune_protected_turns: usize,
+    /// `aceclaw` mode: characters of a pruned tool result kept before its marker.
+    pub prune_stub_chars: usize,
+    /// Largest system-prompt section, in characters (AceClaw's `maxPerTierChars`); a smaller
+    /// window lowers it (see `SystemPromptBudget::for_context_window`).
+    pub prompt_max_section_chars: usize,
+    /// Largest assembled system prompt, in characters (AceClaw's `maxTotalChars`); a smaller
+    /// window lowers it.
+    pub prompt_max_total_chars: usize,
     /// Whether `context.prepare` compacts automatically when the threshold is crossed.
     pub compact_enabled: bool,
     /// Compaction triggers at `max_input_length × compact_threshold_ratio` tokens.
     pub compact_threshold_ratio: f64,
     /// Compaction keeps `max_input_length × reserve_threshold_ratio` tokens of recent messages.
     pub reserve_threshold_ratio: f64,
+    /// Newest messages a compaction always keeps, whatever their tokens (CoPaw's
+    /// `COPAW_MEMORY_COMPACT_KEEP_RECENT`): the kept tail is the reserve's tokens or this many
+    /// messages, whichever is more, and still never separates a tool call from its results.
+    /// 0 (the default): no minimum, the reserve alone decides.
+    pub compact_keep_recent_messages: usize,
     /// Token budget of the compact summary; at most a quarter of `max_input_length` is used.
     pub summary_max_tokens: u64,
     /// Openings of user messages that demonstrate how to work rather than ask for work
@@ -138,9 +184,18 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             max_input_length: 131_072,
+            max_output_tokens: 0,
+            context_mode: ContextMode::Qwenpaw,
+            prune_trigger_ratio: 0.85,
+            prune_target_ratio: 0.60,
+            prune_protected_turns: 5,
+            prune_stub_chars: 200,
+            prompt_max_section_chars: 20_000,
+            prompt_max_total_chars: 150_000,
             compact_enabled: true,
             compact_threshold_ratio: 0.8,
             reserve_threshold_ratio: 0.1,
+            compact_keep_recent_messages: 0,
             summary_max_tokens: 2_500,
             demonstration_prefixes: DEFAULT_DEMONSTRATION_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
             summarizer: SummarizerKind::Extractive,
@@ -185,6 +240,10 @@ pub const DEFAULT_DEMONSTRATION_PREFIXES: &[&str] = &[
     "demonstration:",
 ];
 
+/// Most [`Config::compact_keep_recent_messages`]: CoPaw keeps 3; a tail this long is a
+/// session that compaction could not shrink anyway, so a larger value is taken for a typo.
+pub const MAX_KEEP_RECENT_MESSAGES: usize = 10_000;
+
 /// What a secret is shown as: header values in `initialize`, keys and tokens in error texts.
 pub const REDACTED: &str = "[redacted]";
 
@@ -228,6 +287,33 @@ impl Config {
         if self.max_input_length < 1024 {
             return Err(("max_input_length", "must be at least 1024".into()));
         }
+        if self.max_output_tokens > self.max_input_length / 2 {
+            return Err(("max_output_tokens", "must be at most half of max_input_length".into()));
+        }
+        if !ratio(self.prune_trigger_ratio) {
+            return Err(("prune_trigger_ratio", "must be in (0, 1]".into()));
+        }
+        if !ratio(self.prune_target_ratio) || self.prune_target_ratio >= self.prune_trigger_ratio {
+            return Err((
+                "prune_target_ratio",
+                "must be in (0, 1] and below prune_trigger_ratio".into(),
+            ));
+        }
+        if self.prune_protected_turns == 0 {
+            return Err(("prune_protected_turns", "must be at least 1".into()));
+        }
+        if !(50..=10_000).contains(&self.prune_stub_chars) {
+            return Err(("prune_stub_chars", "must be in [50, 10000]".into()));
+        }
+        if self.prompt_max_total_chars < 1_000 {
+            return Err(("prompt_max_total_chars", "must be at least 1000".into()));
+        }
+        if self.prompt_max_section_chars < 1_000 || self.prompt_max_section_chars > self.prompt_max_total_chars {
+            return Err((
+                "prompt_max_section_chars",
+                "must be at least 1000 and at most prompt_max_total_chars".into(),
+            ));
+        }
         if !ratio(self.compact_threshold_ratio) {
             return Err(("compact_threshold_ratio", "must be in (0, 1]".into()));
         }
@@ -235,6 +321,12 @@ impl Config {
             return Err((
                 "reserve_threshold_ratio",
                 "must be in (0, 1] and below compact_threshold_ratio".into(),
+            ));
+        }
+        if self.compact_keep_recent_messages > MAX_KEEP_RECENT_MESSAGES {
+            return Err((
+                "compact_keep_recent_messages",
+                format!("must be at most {MAX_KEEP_RECENT_MESSAGES}"),
             ));
         }
         if self.llm_timeout_secs.is_nan() || self.llm_timeout_secs <= 0.0 || self.llm_timeout_secs > 3600.0 {
@@ -296,21 +388,36 @@ impl Config {
         Ok(())
     }
 
-    /// The token count at which compaction triggers.
+    /// The window the request must fit: `max_input_length` less the room kept for the answer.
+    pub fn effective_window(&self) -> u64 {
+        self.max_input_length.saturating_sub(self.max_output_tokens)
+    }
+
+    /// The token count at which the request is made smaller: compaction in `qwenpaw` mode,
+    /// pruning (then compaction if needed) in `aceclaw` mode.
     pub fn compact_threshold_tokens(&self) -> u64 {
-        (self.max_input_length as f64 * self.compact_threshold_ratio) as u64
+        let ratio = match self.context_mode {
+            ContextMode::Qwenpaw => self.compact_threshold_ratio,
+            ContextMode::Aceclaw => self.prune_trigger_ratio,
+        };
+        (self.effective_window() as f64 * ratio) as u64
+    }
+
+    /// `aceclaw` mode: the token count pruning aims for.
+    pub fn prune_target_tokens(&self) -> u64 {
+        (self.effective_window() as f64 * self.prune_target_ratio) as u64
     }
 
     /// Token budget of a summary: `summary_max_tokens`, but never more than a quarter of the
     /// window, so a small window is not filled by its own summary (and compaction cannot
     /// thrash: a summary that large could not make the request smaller).
     pub fn summary_budget_tokens(&self) -> u64 {
-        self.summary_max_tokens.min(self.max_input_length / 4)
+        self.summary_max_tokens.min(self.effective_window() / 4)
     }
 
     /// Tokens of recent messages a compaction keeps.
     pub fn reserve_tokens(&self) -> u64 {
-        (self.max_input_length as f64 * self.reserve_threshold_ratio) as u64
+        (self.effective_window() as f64 * self.reserve_threshold_ratio) as u64
     }
 }
 
@@ -382,10 +489,19 @@ mod tests {
     fn every_rule_names_its_own_key() {
         let cases: &[(&str, serde_json::Value)] = &[
             ("max_input_length", 1000.into()),
+            ("max_output_tokens", 70_000.into()),
+            ("prune_trigger_ratio", 0.0.into()),
+            ("prune_target_ratio", 0.9.into()),
+            ("prune_protected_turns", 0.into()),
+            ("prune_stub_chars", 10.into()),
+            ("prompt_max_total_chars", 999.into()),
+            ("prompt_max_section_chars", 999.into()),
+            ("prompt_max_section_chars", 150_001.into()),
             ("compact_threshold_ratio", 0.0.into()),
             ("compact_threshold_ratio", 1.5.into()),
             ("reserve_threshold_ratio", 0.0.into()),
             ("reserve_threshold_ratio", 0.9.into()),
+            ("compact_keep_recent_messages", 10_001.into()),
             ("llm_timeout_secs", 0.0.into()),
             ("llm_timeout_secs", 3601.0.into()),
             ("llm_input_budget_tokens", 999.into()),

@@ -7,13 +7,19 @@
 //! Wire conventions: method names are dotted (`context.prepare`), field names are
 //! `snake_case` (the spec's configuration keys are snake_case, so everything is).
 
+pub mod aliases;
+pub mod assembly;
 pub mod config;
 pub mod errors;
 pub mod methods;
 pub mod openrpc;
 pub mod summary;
 
-pub use config::Config;
+pub use assembly::{
+    Calibration, CalibrationSample, PromptAssembly, PromptBudget, PromptSection, ProviderUsage, PruneReport,
+    RequestFocus, SectionReport, UsageParams,
+};
+pub use config::{Config, ContextMode};
 pub use errors::ErrorCode;
 pub use methods::*;
 pub use summary::{

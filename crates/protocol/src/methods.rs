@@ -5,6 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::assembly::ContextUsage;
+use crate::assembly::{Calibration, PromptAssembly, PromptSection, ProviderUsage, PruneReport, SectionReport};
 use crate::{CompactSummary, Config, Method, openrpc::schema_of, summary::ArchiveRange};
 
 /// What a method's calls wait for before they run. Declared per method in the method table
@@ -119,6 +121,7 @@ method_table! {
     ContextInspect: Session,
     ContextSessions: Workspace,
     ContextWatch: Connection,
+    ContextUsage: Session,
 }
 
 impl MethodKind {
@@ -278,6 +281,47 @@ impl Method for ContextInspect {
 pub struct InspectParams {
     /// The session.
     pub session_id: String,
+    /// Assemble the last request's sections again as if the newest user message were this
+    /// text (what would a question about `X` keep?). The session is not changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_hint: Option<String>,
+    /// Also return this section of the last request in full (`detail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail_key: Option<String>,
+}
+
+/// One section in full, for `context.inspect {detail_key}`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SectionDetail {
+    /// Its line of the section table.
+    #[serde(flatten)]
+    pub report: SectionReport,
+    /// The text as it went into the prompt (empty when dropped).
+    pub content: String,
+    /// The text as the client sent it.
+    pub original_content: String,
+}
+
+/// The session's request pressure over time, like AceClaw's `ContextMonitor`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ContextMonitor {
+    /// Tokens of the last request.
+    pub current_tokens: u64,
+    /// AceClaw's level of the last request: `normal` under 70 % of the window, `watch` from
+    /// 70 %, `compact` from 85 %, `critical` from 95 %.
+    pub pressure_level: String,
+    /// Largest request since the daemon started.
+    pub peak_tokens: u64,
+    /// Compactions so far.
+    pub compaction_count: usize,
+    /// Requests that pruning alone brought under the trigger (`aceclaw` mode).
+    pub pruned_only_count: usize,
+    /// Phases the last request reached: `prune`, `summarize` (empty when it was under its threshold).
+    pub phases_reached: Vec<String>,
+    /// Tokens pruning and compaction took off the last request.
+    pub last_tokens_saved: u64,
+    /// Tokens pruning and compaction took off requests since the daemon started.
+    pub total_tokens_saved: u64,
 }
 
 /// An offloaded tool result of a live message.
@@ -318,6 +362,17 @@ pub struct InspectResult {
     pub compactions: Vec<CompactionReport>,
     /// Largest request of this session since the daemon started.
     pub peak_tokens: u64,
+    /// Live numbers like AceClaw's `ContextMonitor`.
+    pub monitor: ContextMonitor,
+    /// How counts are corrected by the provider's reported usage.
+    pub calibration: Calibration,
+    /// The system prompt of the last request, in AceClaw's `context.inspect` shape
+    /// (`sessionId`, `totalChars`, `sections`, …); absent before a `context.prepare`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptAssembly>,
+    /// The section named by `detail_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<SectionDetail>,
 }
 
 /// `context.sessions`: the sessions this daemon knows, for tools that attach to it.
@@ -429,6 +484,8 @@ pub enum ActionKind {
     Repaired,
     /// [`Action::Truncated`].
     Truncated,
+    /// [`Action::Pruned`].
+    Pruned,
 }
 
 /// What the repair pass changed in the returned list.
@@ -475,9 +532,21 @@ pub struct PrepareParams<M = Value> {
     /// Declared format; `auto` (default) detects it.
     #[serde(default)]
     pub format: FormatHint,
-    /// System prompt sent beside the messages (Anthropic's top-level `system`); counted in the system zone.
+    /// System prompt sent beside the messages: a string, or Anthropic's list of text blocks.
+    /// It is the first section of the assembled prompt (key `system`, or `system:N` per
+    /// block; priority 95, not protected: send a protected section to keep it whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<Value>,
+    /// Sections of the system prompt ([`PromptSection`]), assembled after `system` in this
+    /// order under the prompt budget; the result's `system` is the assembled prompt. (Held
+    /// like messages: the daemon keeps each section's JSON text and parses it only when the
+    /// sections change.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<PromptSection>>")]
+    pub sections: Option<Vec<M>>,
+    /// The provider's real usage of the previous request of this session: corrects counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ProviderUsage>,
     /// Tool definitions sent with the request; counted in the tools zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Value>>,
@@ -511,9 +580,18 @@ pub struct PrepareResult<L = Vec<Value>> {
     /// The summary of everything compacted so far (also the first message of `messages`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact_summary: Option<CompactSummary>,
-    /// Set when the request still exceeds `max_input_length`, saying precisely why.
+    /// Set when the request still exceeds the window, or its protected sections the prompt
+    /// budget, saying precisely why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over_limit: Option<String>,
+    /// The system prompt to send, assembled from `system` and `sections` under the budget,
+    /// in the shape `system` was sent in (a string when only sections were sent). Absent
+    /// when the request had neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<Value>,
+    /// How `system` was assembled (absent when the request had neither `system` nor `sections`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptAssembly>,
 }
 
 /// Tokens per zone of the request, counted with the configured tokenizer.
@@ -642,6 +720,9 @@ pub enum Action {
         /// Size of the full text.
         total_bytes: usize,
     },
+    /// The request was over its trigger and was pruned for this call only (`aceclaw` mode):
+    /// the session, `context.read` and the archive still have every text.
+    Pruned(PruneReport),
 }
 
 impl Action {
@@ -653,6 +734,7 @@ impl Action {
             Action::CompactionFailed { .. } => ActionKind::CompactionFailed,
             Action::Repaired { .. } => ActionKind::Repaired,
             Action::Truncated { .. } => ActionKind::Truncated,
+            Action::Pruned(_) => ActionKind::Pruned,
         }
     }
 }
@@ -774,6 +856,7 @@ mod tests {
             ("context.inspect", LockScope::Session),
             ("context.sessions", LockScope::Workspace),
             ("context.watch", LockScope::Connection),
+            ("context.usage", LockScope::Session),
         ];
         let table: Vec<(&str, LockScope)> = MethodKind::ALL.iter().map(|k| (k.name(), k.lock_scope())).collect();
         assert_eq!(table, intended);

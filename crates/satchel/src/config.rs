@@ -4,51 +4,179 @@
 //! Layers are merged as JSON objects and deserialised once, so every layer gets the same
 //! validation and errors name the offending key.
 //!
+//! The file and a request may use the spec's names (CoPaw's `agents.running` keys, QwenPaw's
+//! `light_context_config` tree): [`aliases::resolve`] turns each into flat keys first, and
+//! refuses two names that set one key differently. The environment layer also reads CoPaw's
+//! `COPAW_MEMORY_COMPACT_*` variables ([`ENV_ALIASES`]); `COPAW_MEMORY_COMPACT_THRESHOLD`, in
+//! tokens, becomes a ratio of the window the other layers settle on.
+//!
 //! The [`Config::DAEMON_ONLY_KEYS`] come only from the daemon's own layers (the file and its
 //! environment): a request naming one is refused. Where the API key is sent, which variable
 //! is sent and which headers go with it are the daemon owner's choice, not a client's.
 
+use std::collections::{BTreeMap, HashMap};
+
 use satchel_protocol::Config;
+use satchel_protocol::aliases::{self, ENV_ALIASES, EnvUnit, same_value};
 use satchel_storage::Layout;
 use serde_json::{Map, Value};
 
 /// Why a configuration layer was rejected: the key and the reason.
 pub type ConfigError = (String, String);
 
+/// Flat key → the name it was last set under when that was not the key itself (a spec alias
+/// such as `memory_compact_ratio`, or a `COPAW_` variable), so that an error about its value
+/// names what the user wrote.
+type WrittenAs = BTreeMap<String, String>;
+
 /// The effective base configuration of a workspace.
 pub fn load(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
     let mut merged = to_map(&Config::default());
+    let mut written_as = WrittenAs::new();
     let path = workspace.config_file();
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let file: Map<String, Value> =
                 serde_json::from_str(&text).map_err(|e| (path.display().to_string(), e.to_string()))?;
-            merged.extend(file);
+            let file = aliases::resolve(&file).map_err(|e| (path.display().to_string(), e.to_string()))?;
+            merged.extend(file.values);
+            written_as = file.written_as;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err((path.display().to_string(), e.to_string())),
     }
-    let keys: Vec<String> = merged.keys().cloned().collect();
-    let env: std::collections::HashMap<String, String> = env.collect();
-    for key in keys {
-        if let Some(raw) = env.get(&format!("SATCHEL_{}", key.to_ascii_uppercase())) {
-            // Numbers, booleans and lists are JSON; anything that does not parse is a string.
-            let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()));
-            merged.insert(key, value);
-        }
-    }
-    finish(merged)
+    let env: HashMap<String, String> = env.collect();
+    apply_env(&mut merged, &mut written_as, &env)?;
+    finish(merged, &written_as)
 }
 
-/// `base` with a request's overrides applied. A daemon-only key is refused even when its
-/// value equals the daemon's (accepting equal values would let a client guess a header).
+/// The environment layer: `SATCHEL_<KEY>` for every key, and CoPaw's variables
+/// ([`ENV_ALIASES`]). Both override the file; a `COPAW_` and a `SATCHEL_` variable (or two
+/// `COPAW_` ones) that set one key differently are an error naming both.
+fn apply_env(
+    merged: &mut Map<String, Value>,
+    written_as: &mut WrittenAs,
+    env: &HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    // Key → (variable, value), for every variable of the layer.
+    let mut set: BTreeMap<String, (String, Value)> = BTreeMap::new();
+    for key in to_map(&Config::default()).keys() {
+        let var = format!("SATCHEL_{}", key.to_ascii_uppercase());
+        if let Some(raw) = env.get(&var) {
+            set.insert(key.clone(), (var, env_value(raw)));
+        }
+    }
+    for alias in ENV_ALIASES.iter().filter(|a| a.unit == EnvUnit::Same) {
+        let Some(raw) = env.get(alias.var) else { continue };
+        let value = env_value(raw);
+        match set.get(alias.key) {
+            Some((other, earlier)) if !same_value(earlier, &value) => {
+                return Err((
+                    alias.var.to_owned(),
+                    format!(
+                        "`{other}` ({earlier}) and `{}` ({value}) both set {}",
+                        alias.var, alias.key
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                set.insert(alias.key.to_owned(), (alias.var.to_owned(), value));
+            }
+        }
+    }
+    for (key, (var, value)) in &set {
+        merged.insert(key.clone(), value.clone());
+        if var.starts_with("SATCHEL_") {
+            // Errors about a `SATCHEL_<KEY>` value name the key, as they always have.
+            written_as.remove(key);
+        } else {
+            written_as.insert(key.clone(), var.clone());
+        }
+    }
+    // A threshold in tokens becomes a ratio of the window the other layers settled on.
+    for alias in ENV_ALIASES.iter().filter(|a| a.unit == EnvUnit::TokensOfWindow) {
+        let Some(raw) = env.get(alias.var) else { continue };
+        let tokens: u64 = raw.trim().parse().map_err(|_| {
+            (
+                alias.var.to_owned(),
+                format!("must be a whole number of tokens, not {raw:?}"),
+            )
+        })?;
+        let (Some(length), Some(output)) = (
+            merged.get("max_input_length").and_then(Value::as_u64),
+            merged.get("max_output_tokens").and_then(Value::as_u64),
+        ) else {
+            continue; // A window that is not a number: the key is named when the layers are read.
+        };
+        let window = length.saturating_sub(output);
+        let ratio = threshold_ratio(tokens, window).ok_or_else(|| {
+            (
+                alias.var.to_owned(),
+                format!(
+                    "{tokens} tokens is not a threshold inside the {window}-token effective window \
+                     (max_input_length {length} less max_output_tokens {output}): the ratio must be in (0, 1]"
+                ),
+            )
+        })?;
+        if let Some((other, given)) = set.get(alias.key) {
+            let agrees = given.as_f64().is_some_and(|r| (window as f64 * r) as u64 == tokens);
+            if !agrees {
+                return Err((
+                    alias.var.to_owned(),
+                    format!(
+                        "`{other}` ({given}) and `{}` ({tokens}) both set {} ({tokens} tokens is {ratio:.4} of the \
+                         {window}-token window)",
+                        alias.var, alias.key
+                    ),
+                ));
+            }
+        }
+        merged.insert(alias.key.to_owned(), ratio.into());
+        written_as.insert(alias.key.to_owned(), alias.var.to_owned());
+    }
+    Ok(())
+}
+
+/// A variable's value: numbers, booleans and lists are JSON; anything that does not parse is a
+/// string.
+fn env_value(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// The `compact_threshold_ratio` that makes compaction trigger at exactly `tokens` of a
+/// `window`-token effective window, or `None` when no ratio in (0, 1] does.
+///
+/// The trigger is `(window × ratio) as u64`, and `tokens / window` may round to just below
+/// what gives `tokens` back: the ratio is nudged up to the next float until it does.
+fn threshold_ratio(tokens: u64, window: u64) -> Option<f64> {
+    if tokens == 0 || tokens > window {
+        return None;
+    }
+    let mut ratio = tokens as f64 / window as f64;
+    while ((window as f64 * ratio) as u64) < tokens && ratio < 1.0 {
+        ratio = ratio.next_up();
+    }
+    Some(ratio.min(1.0))
+}
+
+/// `base` with a request's overrides applied. The overrides may use the spec's names
+/// ([`aliases::resolve`]). A daemon-only key is refused, also through an alias, and even when
+/// its value equals the daemon's (accepting equal values would let a client guess a header).
 pub fn apply_overrides(base: &Config, overrides: &Map<String, Value>) -> Result<Config, ConfigError> {
-    if let Some(key) = overrides.keys().find(|key| Config::is_daemon_only(key)) {
-        return Err((key.clone(), daemon_only_reason(key)));
+    let overrides = aliases::resolve(overrides).map_err(|e| (e.name().to_owned(), e.to_string()))?;
+    if let Some(key) = overrides.values.keys().find(|key| Config::is_daemon_only(key)) {
+        return Err(match overrides.written_as.get(key) {
+            Some(name) => (
+                name.clone(),
+                format!("`{name}` sets {key}, which {}", daemon_only_reason(key)),
+            ),
+            None => (key.clone(), daemon_only_reason(key)),
+        });
     }
     let mut merged = to_map(base);
-    merged.extend(overrides.clone());
-    finish(merged)
+    merged.extend(overrides.values);
+    finish(merged, &overrides.written_as)
 }
 
 /// Why a request may not set `key`.
@@ -66,10 +194,16 @@ fn to_map(config: &Config) -> Map<String, Value> {
     }
 }
 
-fn finish(merged: Map<String, Value>) -> Result<Config, ConfigError> {
-    let config: Config =
-        serde_path_to_error::deserialize(Value::Object(merged)).map_err(|e| (field_of(&e), e.inner().to_string()))?;
-    config.validate().map_err(|(key, why)| (key.to_owned(), why))?;
+/// The merged layers as a `Config`, checked. An error about a key set through an alias names
+/// the alias (and the key).
+fn finish(merged: Map<String, Value>, written_as: &WrittenAs) -> Result<Config, ConfigError> {
+    let named = |(key, why): ConfigError| match written_as.get(&key) {
+        Some(name) => (name.clone(), format!("{why} (`{name}` sets {key})")),
+        None => (key, why),
+    };
+    let config: Config = serde_path_to_error::deserialize(Value::Object(merged))
+        .map_err(|e| named((field_of(&e), e.inner().to_string())))?;
+    config.validate().map_err(|(key, why)| named((key.to_owned(), why)))?;
     Ok(config)
 }
 
@@ -194,5 +328,266 @@ mod tests {
             (tuned.llm_model.as_str(), tuned.llm_base_url.as_str()),
             ("other", "http://127.0.0.1:9/v1")
         );
+    }
+
+    /// `load` of a workspace whose config.json is `file` (when given), with `env`.
+    fn load_with(file: Option<Value>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        if let Some(file) = file {
+            std::fs::write(layout.config_file(), file.to_string()).unwrap();
+        }
+        load(&layout, env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+    }
+
+    #[test]
+    fn the_file_accepts_copaw_and_qwenpaw_names() {
+        let c = load_with(
+            Some(
+                json!({"agents": {"running": {"max_input_length": 64000, "memory_compact_ratio": 0.7,
+                "tool_result_compact_keep_n": 3}}}),
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.max_input_length, c.compact_threshold_ratio, c.pruning_recent_n),
+            (64_000, 0.7, 3)
+        );
+        let c = load_with(
+            Some(json!({"running": {"light_context_config": {"dialog_path": "archive",
+                "tool_result_pruning_config": {"offload_retention_days": 2}}}})),
+            &[],
+        )
+        .unwrap();
+        assert_eq!((c.dialog_path.as_str(), c.offload_retention_days), ("archive", 2.0));
+    }
+
+    #[test]
+    fn a_conflict_in_the_file_names_the_file_and_both_names() {
+        let (field, why) = load_with(
+            Some(json!({"memory_compact_ratio": 0.7, "compact_threshold_ratio": 0.8})),
+            &[],
+        )
+        .unwrap_err();
+        assert!(field.ends_with("config.json"), "{field}");
+        assert_eq!(
+            why,
+            "`memory_compact_ratio` (0.7) and `compact_threshold_ratio` (0.8) both set compact_threshold_ratio"
+        );
+        // The same value twice is fine.
+        let c = load_with(
+            Some(json!({"memory_compact_ratio": 0.7, "compact_threshold_ratio": 0.7})),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.compact_threshold_ratio, 0.7);
+    }
+
+    #[test]
+    fn a_bad_value_through_an_alias_names_the_alias() {
+        let (field, why) =
+            load_with(Some(json!({"agents": {"running": {"memory_compact_ratio": 1.5}}})), &[]).unwrap_err();
+        assert_eq!(field, "agents.running.memory_compact_ratio");
+        assert!(
+            why.contains("(0, 1]") && why.contains("sets compact_threshold_ratio"),
+            "{why}"
+        );
+        let (field, _) = load_with(Some(json!({"enable_tool_result_compact": "yes"})), &[]).unwrap_err();
+        assert_eq!(field, "enable_tool_result_compact");
+        let (field, why) = load_with(None, &[("COPAW_MEMORY_COMPACT_KEEP_RECENT", "lots")]).unwrap_err();
+        assert_eq!(field, "COPAW_MEMORY_COMPACT_KEEP_RECENT");
+        assert!(why.contains("sets compact_keep_recent_messages"), "{why}");
+    }
+
+    #[test]
+    fn the_environment_overrides_an_alias_in_the_file_without_conflict() {
+        let file = json!({"running": {"memory_compact_ratio": 0.7}});
+        let c = load_with(Some(file.clone()), &[("SATCHEL_COMPACT_THRESHOLD_RATIO", "0.6")]).unwrap();
+        assert_eq!(c.compact_threshold_ratio, 0.6);
+        let c = load_with(Some(file), &[("COPAW_MEMORY_COMPACT_RATIO", "0.65")]).unwrap();
+        assert_eq!(c.compact_threshold_ratio, 0.65);
+    }
+
+    #[test]
+    fn copaw_variables_set_their_keys() {
+        let c = load_with(
+            None,
+            &[
+                ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+                ("COPAW_MEMORY_COMPACT_KEEP_RECENT", "3"),
+            ],
+        )
+        .unwrap();
+        assert_eq!((c.compact_threshold_ratio, c.compact_keep_recent_messages), (0.7, 3));
+        // The SATCHEL_ variable of the key is also read.
+        let c = load_with(None, &[("SATCHEL_COMPACT_KEEP_RECENT_MESSAGES", "4")]).unwrap();
+        assert_eq!(c.compact_keep_recent_messages, 4);
+    }
+
+    #[test]
+    fn the_absolute_threshold_is_a_ratio_of_the_settled_window() {
+        // CoPaw's default, against the default window.
+        let c = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", "100000")]).unwrap();
+        assert_eq!(c.compact_threshold_tokens(), 100_000);
+        // The window is the file's, then the environment's, whatever the order of the variables.
+        let c = load_with(
+            Some(json!({"max_input_length": 32768})),
+            &[
+                ("COPAW_MEMORY_COMPACT_THRESHOLD", "20000"),
+                ("SATCHEL_MAX_INPUT_LENGTH", "50000"),
+            ],
+        )
+        .unwrap();
+        assert_eq!((c.compact_threshold_ratio, c.compact_threshold_tokens()), (0.4, 20_000));
+        // Less the room kept for the answer: the trigger is still at the tokens given.
+        let c = load_with(
+            Some(json!({"agents": {"running": {"max_input_length": 100000}}, "max_output_tokens": 3000})),
+            &[("COPAW_MEMORY_COMPACT_THRESHOLD", "70001")],
+        )
+        .unwrap();
+        assert_eq!(c.compact_threshold_tokens(), 70_001);
+        // It overrides a ratio in the file (a later layer), and the whole window is a ratio of 1.
+        let c = load_with(
+            Some(json!({"memory_compact_ratio": 0.5})),
+            &[("COPAW_MEMORY_COMPACT_THRESHOLD", "131072")],
+        )
+        .unwrap();
+        assert_eq!(c.compact_threshold_ratio, 1.0);
+    }
+
+    #[test]
+    fn every_threshold_gives_its_tokens_back() {
+        for window in [1024u64, 4096, 100_000, 128_000, 131_072, 199_999, 1_000_000] {
+            for tokens in (1..=window)
+                .step_by((window / 997) as usize)
+                .chain([window - 1, window])
+            {
+                let ratio = threshold_ratio(tokens, window).unwrap();
+                assert!(ratio > 0.0 && ratio <= 1.0);
+                assert_eq!((window as f64 * ratio) as u64, tokens, "{tokens} of {window}");
+            }
+            assert_eq!(threshold_ratio(0, window), None);
+            assert_eq!(threshold_ratio(window + 1, window), None);
+        }
+    }
+
+    #[test]
+    fn an_absolute_threshold_outside_the_window_is_refused() {
+        for bad in ["0", "200000", "-5", "0.5", "lots"] {
+            let (field, why) = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", bad)]).unwrap_err();
+            assert_eq!(field, "COPAW_MEMORY_COMPACT_THRESHOLD", "{bad}: {why}");
+        }
+        let (_, why) = load_with(
+            Some(json!({"max_input_length": 32768})),
+            &[("COPAW_MEMORY_COMPACT_THRESHOLD", "100000")],
+        )
+        .unwrap_err();
+        assert!(why.contains("32768-token") && why.contains("(0, 1]"), "{why}");
+        // At or below the reserve: the rule the ratio breaks names the reserve, as validation does.
+        let (field, why) = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", "1000")]).unwrap_err();
+        assert_eq!(field, "reserve_threshold_ratio", "{why}");
+    }
+
+    #[test]
+    fn copaw_and_satchel_variables_that_disagree_are_a_conflict() {
+        let (field, why) = load_with(
+            None,
+            &[
+                ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+                ("SATCHEL_COMPACT_THRESHOLD_RATIO", "0.8"),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(field, "COPAW_MEMORY_COMPACT_RATIO");
+        assert_eq!(
+            why,
+            "`SATCHEL_COMPACT_THRESHOLD_RATIO` (0.8) and `COPAW_MEMORY_COMPACT_RATIO` (0.7) both set compact_threshold_ratio"
+        );
+        let (_, why) = load_with(
+            None,
+            &[
+                ("COPAW_MEMORY_COMPACT_KEEP_RECENT", "3"),
+                ("SATCHEL_COMPACT_KEEP_RECENT_MESSAGES", "5"),
+            ],
+        )
+        .unwrap_err();
+        assert!(why.ends_with("both set compact_keep_recent_messages"), "{why}");
+        // The threshold against a ratio variable.
+        let (field, why) = load_with(
+            None,
+            &[
+                ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
+                ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(field, "COPAW_MEMORY_COMPACT_THRESHOLD");
+        assert!(
+            why.starts_with(
+                "`COPAW_MEMORY_COMPACT_RATIO` (0.7) and `COPAW_MEMORY_COMPACT_THRESHOLD` (100000) both set"
+            ),
+            "{why}"
+        );
+        // Agreeing values are fine.
+        let c = load_with(
+            None,
+            &[
+                ("COPAW_MEMORY_COMPACT_RATIO", "0.75"),
+                ("SATCHEL_COMPACT_THRESHOLD_RATIO", "0.75"),
+                ("COPAW_MEMORY_COMPACT_THRESHOLD", "98304"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.compact_threshold_tokens(), 98_304);
+    }
+
+    #[test]
+    fn a_request_may_use_the_specs_names() {
+        let base = Config::default();
+        let c = apply_overrides(
+            &base,
+            json!({"memory_compact_ratio": 0.6, "tool_result_compact_keep_n": 4,
+                   "running": {"light_context_config": {"context_compact_config": {"enabled": false}}}})
+            .as_object()
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.compact_threshold_ratio, c.pruning_recent_n, c.compact_enabled),
+            (0.6, 4, false)
+        );
+        let (field, why) = apply_overrides(
+            &base,
+            json!({"memory_reserve_ratio": 0.1, "reserve_threshold_ratio": 0.2})
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(field, "reserve_threshold_ratio");
+        assert!(why.contains("`memory_reserve_ratio` (0.1)"), "{why}");
+        // A bad value is named as written.
+        let (field, why) =
+            apply_overrides(&base, json!({"memory_reserve_ratio": 0.95}).as_object().unwrap()).unwrap_err();
+        assert_eq!(field, "memory_reserve_ratio");
+        assert!(why.contains("sets reserve_threshold_ratio"), "{why}");
+    }
+
+    #[test]
+    fn a_daemon_only_key_is_refused_through_an_alias() {
+        let base = Config::default();
+        for request in [
+            json!({"light_context_config": {"dialog_path": "elsewhere"}}),
+            json!({"running": {"light_context_config": {"dialog_path": "elsewhere"}}}),
+            json!({"agents": {"running": {"light_context_config": {"dialog_path": base.dialog_path}}}}),
+        ] {
+            let (field, why) = apply_overrides(&base, request.as_object().unwrap()).unwrap_err();
+            assert!(field.ends_with("light_context_config.dialog_path"), "{field}");
+            assert!(
+                why.starts_with(&format!("`{field}` sets dialog_path, which can only be set"))
+                    && why.contains("SATCHEL_DIALOG_PATH"),
+                "{why}"
+            );
+        }
     }
 }

@@ -9,8 +9,8 @@ use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
-    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextWatch, Initialize, LockScope,
-    Method, MethodKind, SessionsParams,
+    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextUsage, ContextWatch,
+    Initialize, LockScope, Method, MethodKind, SessionsParams,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -161,6 +161,9 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
             }
             MethodKind::ContextWatch => {
                 register::<ContextWatch, _, _, _>(&mut module, |daemon, params, scope| daemon.watch(params, scope))
+            }
+            MethodKind::ContextUsage => {
+                register::<ContextUsage, _, _, _>(&mut module, |daemon, params, scope| daemon.usage(params, scope))
             }
         }?;
     }

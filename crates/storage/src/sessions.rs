@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::path::PathBuf;
 
-use satchel_protocol::{ArchiveRange, CompactSummary, MessageFormat};
+use satchel_protocol::{ArchiveRange, Calibration, CompactSummary, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -78,6 +78,8 @@ pub enum SessionRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tokens_after: Option<u64>,
     },
+    /// The client reported the provider's usage: counts are corrected by this from now on.
+    Calibration(Calibration),
 }
 
 /// A compaction as logged when it starts.
@@ -133,6 +135,8 @@ pub struct SessionLog {
     /// A compaction a crash interrupted after it started, with the messages it removed:
     /// the caller finishes it (archives what is missing, then logs it done).
     pub pending: Option<(CompactionBegun, Vec<(usize, StoredMessage)>)>,
+    /// The correction learned from the provider's reported usage, the latest.
+    pub calibration: Option<Calibration>,
 }
 
 impl SessionLog {
@@ -150,6 +154,7 @@ impl SessionLog {
             SessionRecord::Reset => {
                 *self = SessionLog {
                     format: self.format,
+                    calibration: self.calibration,
                     compactions: std::mem::take(&mut self.compactions),
                     ..Default::default()
                 };
@@ -163,6 +168,7 @@ impl SessionLog {
                 self.summary = Some(begun.summary.clone());
                 self.pending = Some((*begun, removed));
             }
+            SessionRecord::Calibration(calibration) => self.calibration = Some(calibration),
             SessionRecord::CompactionDone {
                 id,
                 range,

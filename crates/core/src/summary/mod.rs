@@ -23,7 +23,7 @@ mod merge;
 pub mod parse;
 pub mod prompts;
 pub mod render;
-mod span;
+pub(crate) mod span;
 mod steer;
 
 #[cfg(test)]

@@ -12,10 +12,20 @@
 
 use std::borrow::Cow;
 
-use satchel_protocol::{ArchiveLine, ArchiveRange, CompactSummary, IdentifierList, OmittedItems, UserRequest};
+use satchel_protocol::{
+    ArchiveLine, ArchiveRange, CompactSummary, ContextMode, IdentifierList, OmittedItems, UserRequest,
+};
 
 /// First line of the message that carries the summary into the context.
 pub const SUMMARY_HEADING: &str = "# Summary of previous conversation";
+
+/// AceClaw's anti-re-summarisation marker, first in the summary message in `aceclaw` mode:
+/// a message that opens with it is a previous summary, whoever wrote it, and is merged or
+/// skipped, never read as the user's request.
+pub const COMPACTED_MARKER: &str = "[COMPACTED]";
+
+/// What `aceclaw` mode puts before the summary message text: the marker and a blank line.
+pub const COMPACTED_OPENING: &str = "[COMPACTED]\n\n";
 
 const INTRO: &str = "Previous conversation logs are offloaded to the dialog archive listed below. Here is the summary:";
 const OUTRO: &str = "The above is a summary of previous conversation, use it as context to maintain continuity.";
@@ -133,6 +143,24 @@ pub(crate) fn with_next_range(summary: &CompactSummary) -> CompactSummary {
 /// rendered summary and the peer's closing sentence.
 pub fn summary_message_text(summary: &CompactSummary) -> String {
     format!("{SUMMARY_HEADING}\n\n{INTRO}\n\n{}\n{OUTRO}", render_summary(summary))
+}
+
+/// The summary message text for `mode`: [`summary_message_text`] in `qwenpaw` mode, the same
+/// after [`COMPACTED_MARKER`] and a blank line in `aceclaw` mode, as AceClaw marks its own.
+///
+/// The marker costs a few tokens the summary budget ([`super::budget::fit`]) does not see;
+/// a caller in `aceclaw` mode lowers `max_tokens` by the count of [`COMPACTED_OPENING`].
+pub fn summary_message_text_for(summary: &CompactSummary, mode: ContextMode) -> String {
+    match mode {
+        ContextMode::Qwenpaw => summary_message_text(summary),
+        ContextMode::Aceclaw => format!("{COMPACTED_OPENING}{}", summary_message_text(summary)),
+    }
+}
+
+/// Whether a message text is a summary of an earlier compaction: satchel's heading, or
+/// [`COMPACTED_MARKER`] (satchel's `aceclaw` mode, or AceClaw itself).
+pub fn is_summary_text(text: &str) -> bool {
+    text.starts_with(SUMMARY_HEADING) || text.trim_start().starts_with(COMPACTED_MARKER)
 }
 
 /// Ranges listed one by one before older ones are merged per file, so the path guide of a
@@ -526,6 +554,18 @@ mod tests {
             "read backwards).\n\nThe above is a summary of previous conversation, use it as context to maintain continuity."
         ));
         assert_eq!(text, summary_message_text(&summary.clone()));
+    }
+
+    #[test]
+    fn aceclaw_mode_marks_the_summary_and_qwenpaw_mode_does_not() {
+        let summary = sample();
+        let plain = summary_message_text(&summary);
+        assert_eq!(summary_message_text_for(&summary, ContextMode::Qwenpaw), plain);
+        let marked = summary_message_text_for(&summary, ContextMode::Aceclaw);
+        assert_eq!(marked, format!("[COMPACTED]\n\n{plain}"));
+        assert!(is_summary_text(&plain) && is_summary_text(&marked));
+        assert!(is_summary_text("[COMPACTED]\n\nAceClaw's own summary prose"));
+        assert!(!is_summary_text("Please summarise # Summary of previous conversation"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::extract::prose::{
 };
 use super::extract::text::{collapse_ws, cut_chars, cut_words};
 use super::parse::parse_summary;
-use super::render::{SUMMARY_HEADING, code_span};
+use super::render::{code_span, is_summary_text};
 use crate::format;
 
 /// Longest request text kept: its opening, which names the task.
@@ -104,7 +104,9 @@ impl SpanFacts {
                         if text.trim().is_empty() {
                             continue;
                         }
-                        if text.starts_with(SUMMARY_HEADING) {
+                        if is_summary_text(text) {
+                            // A summary (also one marked `[COMPACTED]`) is merged when it
+                            // parses and skipped when not: it is never the user's request.
                             facts.pasted.extend(parse_summary(text).ok());
                         } else if facts.user_text(text, index, span.demonstration_prefixes) {
                             pending_request = Some(text.to_owned());
@@ -332,7 +334,7 @@ pub(crate) fn text_blocks(message: &Value) -> impl Iterator<Item = &str> {
 }
 
 /// The tool marked the result of `id` as an error (Anthropic `is_error`).
-fn is_flagged(message: &Value, id: &str) -> bool {
+pub(crate) fn is_flagged(message: &Value, id: &str) -> bool {
     message
         .get("content")
         .and_then(Value::as_array)

@@ -104,6 +104,8 @@ impl Harness {
                 ticket,
                 InspectParams {
                     session_id: SESSION.into(),
+                    query_hint: None,
+                    detail_key: None,
                 },
             )
             .expect("the session exists")
@@ -152,6 +154,8 @@ fn params(messages: Option<&[Value]>, append: Option<&[Value]>) -> PrepareParams
         format: FormatHint::Auto,
         system: None,
         tools: None,
+        sections: None,
+        usage: None,
         config: None,
     }
 }

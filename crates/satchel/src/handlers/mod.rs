@@ -11,6 +11,7 @@ mod inspect;
 mod prepare;
 mod read;
 mod sessions;
+mod usage;
 mod watch;
 
 use std::collections::{HashMap, HashSet};

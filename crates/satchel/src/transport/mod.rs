@@ -39,6 +39,7 @@ pub use order::CallScope;
 use order::{AdmissionSlot, Arrivals};
 use queue::{WriteQueue, write_frames, write_frames_blocking};
 use satchel_engine::CallToken;
+use satchel_protocol::MethodKind;
 use shim::Shim;
 
 /// LSP's error code for a request the client cancelled.
@@ -228,6 +229,9 @@ struct Peek<'a> {
     odd_number_id: Option<&'a RawValue>,
     /// Whether an `id` member was read (a second one makes the id invalid).
     saw_id: bool,
+    /// Whether `jsonrpc` is `"2.0"`: only then is a message without an id a notification
+    /// (otherwise jsonrpsee answers it -32600).
+    version_2: bool,
 }
 
 impl<'a> Peek<'a> {
@@ -314,6 +318,10 @@ impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
                     let raw: &'de RawValue = map.next_value()?;
                     self.peek.method = serde_json::from_str::<Cow<'de, str>>(raw.get()).ok();
                 }
+                "jsonrpc" => {
+                    let raw: &'de RawValue = map.next_value()?;
+                    self.peek.version_2 = raw.get() == r#""2.0""#;
+                }
                 "result" => self.peek.result = Some(map.next_value()?),
                 "error" => self.peek.error = Some(map.next_value()?),
                 _ => {
@@ -322,6 +330,16 @@ impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
             }
         }
     }
+}
+
+/// Gives the notification `body` (a JSON object) an id of satchel's own, unique to this
+/// connection's call `seq`, so that it runs like a call.
+fn give_id(body: &mut Vec<u8>, seq: u64) -> Id<'static> {
+    let id = format!("satchel-notification-{seq}");
+    let open = body.iter().position(|b| *b == b'{').map_or(0, |at| at + 1);
+    let field = format!(r#""id":"{id}","#);
+    body.splice(open..open, field.bytes());
+    Id::Str(id.into())
 }
 
 /// An LSP `$/cancelRequest` notification.
@@ -436,12 +454,21 @@ impl Connection {
             }
             None => None,
         };
+        let notification_shape = peek.as_ref().is_some_and(|p| !p.saw_id && p.version_2);
         let (id, method) = peek.map_or((None, None), |p| (p.id, p.method));
         tracing::debug!(?method, ?id, ?framing, "message");
         if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
             return self.cancel(&body).await;
         }
+        // jsonrpsee drops client notifications; one of a protocol method (a `context.usage`
+        // sent after the model call) runs as a call under an id of ours, its reply dropped.
+        let notification = notification_shape && method.as_deref().is_some_and(|m| MethodKind::from_name(m).is_some());
         let id = id.map(Id::into_owned);
+        let method = method.map(Cow::into_owned);
+        let id = match id {
+            None if notification => Some(give_id(&mut body, self.next_seq)),
+            id => id,
+        };
         // Only a single call with an id: notifications and batches keep jsonrpsee's handling.
         let direct = method
             .as_deref()
@@ -481,6 +508,12 @@ impl Connection {
                     return; // cancelled, and the cancel has replied
                 }
                 map.remove(&id);
+            }
+            if notification {
+                if let Some(reply) = reply.filter(|r| memchr::memmem::find(r, br#""error""#).is_some()) {
+                    tracing::warn!(reply = %String::from_utf8_lossy(&reply), "a notification failed");
+                }
+                return;
             }
             if let Some(reply) = reply {
                 let reply = match &reply_alias {

@@ -8,7 +8,7 @@ use satchel_protocol::MessageFormat;
 use serde_json::Value;
 
 use super::super::SummaryInput;
-use super::super::render::SUMMARY_HEADING;
+use super::super::render::is_summary_text;
 use super::THINKING_CHARS;
 use crate::format;
 
@@ -119,7 +119,7 @@ impl<'a> History<'a> {
 /// A text block; the summary message of an earlier compaction is skipped, since the previous
 /// summary is given to the model on its own.
 fn push_text(blocks: &mut Vec<String>, text: &str, block_chars: usize) {
-    if text.starts_with(SUMMARY_HEADING) {
+    if is_summary_text(text) {
         return;
     }
     let flat = flatten(text);

@@ -4,7 +4,9 @@
 use serde_json::json;
 
 use super::*;
-use crate::summary::render::summary_message_text;
+use satchel_protocol::ContextMode;
+
+use crate::summary::render::{summary_message_text, summary_message_text_for};
 
 #[test]
 fn a_session_keeps_requests_constraints_outcomes_and_the_plan() {
@@ -290,6 +292,30 @@ fn a_pasted_summary_is_merged() {
             .any(|r| r.text.starts_with("Continue from that summary"))
     );
     assert!(summary.critical_context.errors.contains(&BUILD_ERROR.to_owned()));
+}
+
+/// A `[COMPACTED]` summary (satchel's `aceclaw` mode, or AceClaw's own prose) is a previous
+/// summary: merged when it parses, never the user's request or goal.
+#[test]
+fn a_compacted_summary_is_never_a_request() {
+    let earlier = Case::new(session()).summarize();
+    let marked = summary_message_text_for(&earlier, ContextMode::Aceclaw);
+    let summary = Case::new(vec![
+        user(&marked),
+        user("[COMPACTED]\n\nThe user asked to refactor the parser module and add tests for it."),
+        user("Continue from that summary: add serde to the workspace manifest too."),
+    ])
+    .summarize();
+    assert_eq!(summary.constraints, earlier.constraints, "the marked summary is merged");
+    assert!(summary.requests.iter().all(|r| !r.text.contains("COMPACTED")));
+    assert!(summary.requests.iter().all(|r| !r.text.contains("refactor the parser")));
+    assert!(summary.goal.iter().all(|g| !g.contains("COMPACTED")));
+    assert!(
+        summary
+            .requests
+            .iter()
+            .any(|r| r.text.starts_with("Continue from that summary"))
+    );
 }
 
 /// Rendering and parsing are inverse for satchel's own summaries: compacting the summary

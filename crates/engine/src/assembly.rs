@@ -1,0 +1,228 @@
+//! The system prompt of a request: the client's `system` and `sections` assembled under the
+//! budget, boosted by the newest user message (AceClaw F10, F11), and what inspect shows of it.
+//!
+//! A client resends the same sections on every call, so the assembly is kept with a hash of
+//! what it was made from (the sections' JSON texts, `system`, the query, the budget) and
+//! reused while that hash holds: a steady step hashes its sections and parses nothing.
+
+use std::sync::Arc;
+
+use satchel_core::calibration::corrected;
+use satchel_core::hash::{MessageHash, text_hash};
+use satchel_core::prompt::{BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, newest_query};
+use satchel_core::tokens::TokenCounter;
+use satchel_protocol::{Config, PromptAssembly, PromptSection, SectionDetail};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::error::EngineError;
+use crate::session::Session;
+
+/// The system prompt of a request, with what it was made from.
+#[derive(Debug)]
+pub struct PromptState {
+    /// Hash of the inputs; the same inputs give the same prompt.
+    key: u128,
+    /// The client's `system`.
+    system: Option<Value>,
+    /// The client's sections.
+    sections: Vec<PromptSection>,
+    /// The budget it was cut to.
+    budget: SystemPromptBudget,
+    /// The prompt.
+    pub built: BuiltPrompt<'static>,
+}
+
+/// The request's prompt inputs, as the call received them.
+pub(crate) struct PromptRequest<'a> {
+    /// `system`.
+    pub system: Option<&'a Value>,
+    /// `sections`, each as its JSON text.
+    pub sections: Option<&'a [Box<RawValue>]>,
+}
+
+/// The prompt of this request for `session` (its newest user message is the query), reusing
+/// the last one when nothing it depends on changed. `None` when the request has neither
+/// `system` nor `sections`: then nothing is assembled and the client's request is as it was.
+pub(crate) fn assemble(
+    session: &Session,
+    request: PromptRequest<'_>,
+    config: &Config,
+) -> Result<Option<Arc<PromptState>>, EngineError> {
+    if request.system.is_none() && request.sections.is_none() {
+        return Ok(None);
+    }
+    let query = newest_user_text(session);
+    let budget = SystemPromptBudget::of_config(config);
+    let key = input_key(&request, query.as_deref(), budget);
+    if let Some(last) = &session.requests.last_prompt
+        && last.key == key
+    {
+        return Ok(Some(Arc::clone(last)));
+    }
+    let sections = parse_sections(request.sections.unwrap_or_default())?;
+    let system = request.system.cloned();
+    let built = build_owned(system.as_ref(), &sections, query.as_deref(), budget)?;
+    Ok(Some(Arc::new(PromptState {
+        key,
+        system,
+        sections,
+        budget,
+        built,
+    })))
+}
+
+impl PromptState {
+    /// The same sections assembled for another query (inspect's `query_hint`).
+    pub(crate) fn with_query(&self, query: &str) -> Result<BuiltPrompt<'static>, EngineError> {
+        build_owned(self.system.as_ref(), &self.sections, Some(query), self.budget)
+    }
+
+    /// The `system` to send.
+    pub(crate) fn system(&self) -> Option<Value> {
+        self.built.system.clone()
+    }
+}
+
+/// What inspect and the prepare result show of `built`, the prompt of session `id`, whose
+/// system prompt counts `tokens` (uncorrected) tokens.
+pub(crate) fn report(
+    id: &str,
+    built: &BuiltPrompt<'_>,
+    budget: SystemPromptBudget,
+    tokens: u64,
+    factor: f64,
+    config: &Config,
+) -> PromptAssembly {
+    let estimated_tokens = corrected(tokens, factor);
+    let window = config.effective_window();
+    let share = estimated_tokens as f64 * 100.0 / window.max(1) as f64;
+    PromptAssembly {
+        session_id: id.to_owned(),
+        total_chars: built.assembled.total_chars,
+        estimated_tokens,
+        context_window_tokens: window,
+        system_prompt_share_pct: (share * 100.0).round() / 100.0,
+        request_focus: built.focus.clone(),
+        budget: budget.to_wire(),
+        truncated_section_keys: built.assembled.truncated_section_keys.clone(),
+        sections: built.assembled.sections.iter().map(|s| s.report.clone()).collect(),
+        over_budget: built.assembled.over_budget.clone(),
+    }
+}
+
+impl PromptState {
+    /// The report of this prompt for session `id`.
+    pub(crate) fn report(
+        &self,
+        id: &str,
+        session: &mut Session,
+        counter: &TokenCounter,
+        config: &Config,
+    ) -> PromptAssembly {
+        let tokens = self.tokens(session, counter, config);
+        report(
+            id,
+            &self.built,
+            self.budget,
+            tokens,
+            session.requests.calibration.factor,
+            config,
+        )
+    }
+
+    /// Tokens of the assembled `system` (cached by the session per distinct prompt).
+    fn tokens(&self, session: &mut Session, counter: &TokenCounter, config: &Config) -> u64 {
+        session
+            .extras_tokens(self.built.system.as_ref(), None, counter, config)
+            .0
+    }
+
+    /// The budget it was cut to.
+    pub(crate) fn budget(&self) -> SystemPromptBudget {
+        self.budget
+    }
+}
+
+/// Section `key` of `built` in full, or an error listing the keys there are.
+pub(crate) fn detail(built: &BuiltPrompt<'_>, key: &str) -> Result<SectionDetail, EngineError> {
+    let sections = &built.assembled.sections;
+    let Some(section) = sections.iter().find(|s| s.report.key == key) else {
+        let known: Vec<&str> = sections.iter().map(|s| s.report.key.as_str()).collect();
+        return Err(EngineError::invalid_params(
+            "detail_key",
+            format!("no section {key:?} in the last request; its sections are {known:?}"),
+        ));
+    };
+    Ok(SectionDetail {
+        report: section.report.clone(),
+        content: section.content().to_owned(),
+        original_content: section.original.to_string(),
+    })
+}
+
+/// The text of the newest user message that is a turn of its own.
+fn newest_user_text(session: &Session) -> Option<String> {
+    session
+        .entries
+        .iter()
+        .rev()
+        .find_map(|entry| newest_query(std::slice::from_ref(&entry.message)))
+}
+
+/// [`build`], owning everything it returns.
+fn build_owned(
+    system: Option<&Value>,
+    sections: &[PromptSection],
+    query: Option<&str>,
+    budget: SystemPromptBudget,
+) -> Result<BuiltPrompt<'static>, EngineError> {
+    let input = PromptInput {
+        system,
+        sections,
+        query,
+        budget,
+    };
+    build(input).map(BuiltPrompt::into_owned).map_err(invalid)
+}
+
+fn invalid(e: PromptError) -> EngineError {
+    EngineError::invalid_params(e.field(), e.reason())
+}
+
+/// Parses each section's JSON text, naming the one at fault.
+fn parse_sections(texts: &[Box<RawValue>]) -> Result<Vec<PromptSection>, EngineError> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let mut deserializer = serde_json::Deserializer::from_str(text.get());
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+                let path = e.path().to_string();
+                let field = if path == "." {
+                    format!("sections[{i}]")
+                } else {
+                    format!("sections[{i}].{path}")
+                };
+                EngineError::invalid_params(&field, e.into_inner().to_string())
+            })
+        })
+        .collect()
+}
+
+/// The hash of everything the prompt depends on.
+fn input_key(request: &PromptRequest<'_>, query: Option<&str>, budget: SystemPromptBudget) -> u128 {
+    let mut hasher = Xxh3::new();
+    let system = request.system.map_or([0; 16], |s| MessageHash::of_value(s).to_bytes());
+    hasher.update(&system);
+    for section in request.sections.unwrap_or_default() {
+        hasher.update(&text_hash(section.get()).to_le_bytes());
+    }
+    hasher.update(&[u8::from(request.sections.is_some())]);
+    hasher.update(query.unwrap_or_default().as_bytes());
+    hasher.update(&[u8::from(query.is_some())]);
+    hasher.update(&budget.max_per_section_chars.to_le_bytes());
+    hasher.update(&budget.max_total_chars.to_le_bytes());
+    hasher.digest128()
+}

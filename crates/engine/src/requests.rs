@@ -1,0 +1,125 @@
+//! What a session keeps about its requests beside its messages: the provider calibration,
+//! the last assembled system prompt, and the monitor's numbers (AceClaw's `ContextMonitor`).
+
+use std::sync::Arc;
+
+use satchel_protocol::{Calibration, ContextMonitor, TokenUsage};
+
+use crate::assembly::PromptState;
+
+/// A phase a request reached on its way under its threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseReached {
+    /// Old tool results were stubbed and reasoning left out, for this request only.
+    Prune,
+    /// The older part was compacted into the summary.
+    Summarize,
+}
+
+impl PhaseReached {
+    /// The name inspect shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            PhaseReached::Prune => "prune",
+            PhaseReached::Summarize => "summarize",
+        }
+    }
+}
+
+/// The request-side state of a session.
+#[derive(Debug, Clone, Default)]
+pub struct RequestState {
+    /// How counts are corrected by the provider's reported usage; persisted in the log.
+    pub calibration: Calibration,
+    /// The calibration before the last request's usage was reported: a report sent again
+    /// (a client retrying) replaces the first instead of counting twice.
+    pub calibration_before_report: Option<Calibration>,
+    /// The correction factor the last request was counted with, to recover its uncorrected
+    /// count when its usage is reported.
+    pub last_factor: Option<f64>,
+    /// The system prompt of the last request, for inspect (and to reuse when the next
+    /// request sends the same sections and query).
+    pub last_prompt: Option<Arc<PromptState>>,
+    /// Phases the last request reached.
+    pub last_phases: Vec<PhaseReached>,
+    /// Requests pruning alone brought under the trigger.
+    pub pruned_only_count: usize,
+    /// Tokens pruning and compaction took off the last request.
+    pub last_tokens_saved: u64,
+    /// Tokens pruning and compaction took off requests since the session was loaded.
+    pub total_tokens_saved: u64,
+}
+
+impl RequestState {
+    /// Records what the last request's phases did: `saved` tokens off it, and whether it
+    /// ended under its threshold.
+    pub fn record_phases(&mut self, phases: Vec<PhaseReached>, saved: u64, fits: bool) {
+        if fits && phases == [PhaseReached::Prune] {
+            self.pruned_only_count += 1;
+        }
+        self.last_phases = phases;
+        self.last_tokens_saved = saved;
+        self.total_tokens_saved += saved;
+    }
+
+    /// The monitor view, for the last request's `usage`.
+    pub fn monitor(&self, usage: Option<&TokenUsage>, peak_tokens: u64, compactions: usize) -> ContextMonitor {
+        let current = usage.map_or(0, |u| u.total);
+        let limit = usage.map_or(1, |u| u.limit.max(1));
+        ContextMonitor {
+            current_tokens: current,
+            pressure_level: pressure_level(current, limit).to_owned(),
+            peak_tokens,
+            compaction_count: compactions,
+            pruned_only_count: self.pruned_only_count,
+            phases_reached: self.last_phases.iter().map(|p| p.name().to_owned()).collect(),
+            last_tokens_saved: self.last_tokens_saved,
+            total_tokens_saved: self.total_tokens_saved,
+        }
+    }
+}
+
+/// AceClaw's `ContextMonitor` levels: normal under 70 % of the window, watch from 70 %,
+/// compact from 85 %, critical from 95 %.
+fn pressure_level(tokens: u64, limit: u64) -> &'static str {
+    let share = tokens as f64 / limit as f64;
+    if share >= 0.95 {
+        "critical"
+    } else if share >= 0.85 {
+        "compact"
+    } else if share >= 0.70 {
+        "watch"
+    } else {
+        "normal"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_follow_aceclaw() {
+        let levels: Vec<&str> = [0, 699, 700, 849, 850, 949, 950, 1_200]
+            .into_iter()
+            .map(|t| pressure_level(t, 1_000))
+            .collect();
+        assert_eq!(
+            levels,
+            [
+                "normal", "normal", "watch", "watch", "compact", "compact", "critical", "critical"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_request_pruning_alone_fixed_counts_as_pruned_only() {
+        let mut state = RequestState::default();
+        state.record_phases(vec![PhaseReached::Prune], 100, true);
+        state.record_phases(vec![PhaseReached::Prune], 10, false);
+        state.record_phases(vec![PhaseReached::Prune, PhaseReached::Summarize], 40, true);
+        state.record_phases(vec![], 0, true);
+        assert_eq!(state.pruned_only_count, 1);
+        assert_eq!((state.last_tokens_saved, state.total_tokens_saved), (0, 150));
+    }
+}

@@ -1,0 +1,290 @@
+//! The list view (`/context list`): the window, the monitor, the zones, compactions, offloaded
+//! results and, once a request had sections, the system prompt's assembly.
+
+use std::io::{self, Write};
+
+use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PromptAssembly, RequestFocus};
+
+use super::{level_label, pressure_label, sections, share};
+
+/// How to print the list view.
+pub(super) struct ListOptions<'a> {
+    /// ANSI colours (stdout is a terminal).
+    pub colour: bool,
+    /// The `--query` the sections were assembled for, if any.
+    pub query: Option<&'a str>,
+}
+
+/// Writes the list view of `r`.
+pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &ListOptions) -> io::Result<()> {
+    let t = &r.tokens;
+    writeln!(
+        out,
+        "session {} ({}): {} messages live, {} archived",
+        r.session_id,
+        r.format
+            .map_or("format unknown".to_owned(), |f| format!("{f:?}").to_lowercase()),
+        r.messages,
+        r.archived_messages
+    )?;
+    writeln!(
+        out,
+        "context  {} / {} tokens ({} of the window)  pressure {}  peak {}  threshold {}",
+        t.total,
+        t.limit,
+        share(t.total, t.limit),
+        pressure_label(r.pressure, options.colour),
+        r.peak_tokens,
+        t.threshold
+    )?;
+    write_monitor(out, &r.monitor, options.colour)?;
+    write_calibration(out, &r.calibration)?;
+    writeln!(
+        out,
+        "system prompt {} tokens ({} of the window)",
+        t.system,
+        share(t.system, t.limit)
+    )?;
+    writeln!(out, "\nzone          tokens   share of request")?;
+    for (zone, tokens) in [
+        ("system", t.system),
+        ("tools", t.tools),
+        ("summary", t.summary),
+        ("compactable", t.compactable),
+        ("reserved", t.reserved),
+    ] {
+        writeln!(out, "{zone:<12} {tokens:>8}   {}", share(tokens, t.total))?;
+    }
+    let saved: u64 = r
+        .compactions
+        .iter()
+        .map(|c| c.tokens_before.saturating_sub(c.tokens_after))
+        .sum();
+    writeln!(out, "\ncompactions {} (tokens saved {saved})", r.compactions.len())?;
+    for (n, c) in r.compactions.iter().enumerate() {
+        let archive = c.archive.as_ref().map_or("not archived".to_owned(), |a| {
+            format!("{} lines {}-{}", a.file, a.start_line, a.end_line)
+        });
+        writeln!(
+            out,
+            "  compaction:{n}  {}  {} messages  {} -> {} tokens  {}{}  [{}]",
+            c.at,
+            c.messages,
+            c.tokens_before,
+            c.tokens_after,
+            archive,
+            if c.manual { "  manual" } else { "" },
+            c.summarizer
+        )?;
+    }
+    writeln!(out, "\noffloaded results {}", r.offloaded.len())?;
+    for (n, o) in r.offloaded.iter().enumerate() {
+        writeln!(
+            out,
+            "  offload:{n}  message {}  {}  {} bytes / {} lines",
+            o.index, o.file, o.total_bytes, o.total_lines
+        )?;
+    }
+    match &r.prompt {
+        Some(prompt) => write_prompt(out, prompt, options.query)?,
+        None => {
+            writeln!(
+                out,
+                "\nsystem prompt sections: none (no context.prepare with sections yet)"
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "\ndetail keys: summary, compaction:N, offload:N, section:KEY (satchel inspect {} --detail KEY)",
+        r.session_id
+    )
+}
+
+/// The live numbers of AceClaw's `ContextMonitor`.
+fn write_monitor(out: &mut impl Write, m: &ContextMonitor, colour: bool) -> io::Result<()> {
+    let phases = if m.phases_reached.is_empty() {
+        "none (under the threshold)".to_owned()
+    } else {
+        m.phases_reached.join(", ")
+    };
+    writeln!(
+        out,
+        "monitor  current {} tokens  level {}  peak {}\n         compactions {}  pruned only {}  \
+         last request reached {phases}\n         tokens saved {} last request, {} in all",
+        m.current_tokens,
+        level_label(&m.pressure_level, colour),
+        m.peak_tokens,
+        m.compaction_count,
+        m.pruned_only_count,
+        m.last_tokens_saved,
+        m.total_tokens_saved,
+    )
+}
+
+/// The correction by the provider's reported usage, once there is one.
+fn write_calibration(out: &mut impl Write, c: &Calibration) -> io::Result<()> {
+    if c.samples == 0 {
+        return Ok(());
+    }
+    write!(
+        out,
+        "calibration  factor {:.3} from {} sample{}",
+        c.factor,
+        c.samples,
+        if c.samples == 1 { "" } else { "s" }
+    )?;
+    match c.last {
+        Some(last) => writeln!(
+            out,
+            "  (last: provider {} tokens, counted {})",
+            last.provider_tokens, last.counted_tokens
+        ),
+        None => writeln!(out),
+    }
+}
+
+/// The assembled system prompt: size, budget, focus, cuts, then the cost tables.
+fn write_prompt(out: &mut impl Write, p: &PromptAssembly, query: Option<&str>) -> io::Result<()> {
+    writeln!(out, "\nsystem prompt assembly")?;
+    if let Some(query) = query {
+        writeln!(
+            out,
+            "  (as if the newest user message were {query:?}; the session is not changed)"
+        )?;
+    }
+    writeln!(
+        out,
+        "  size       {} chars, ~{} tokens ({:.2}% of the {}-token window)",
+        p.total_chars, p.estimated_tokens, p.system_prompt_share_pct, p.context_window_tokens
+    )?;
+    writeln!(
+        out,
+        "  budget     {} chars per section, {} chars in all (~{} tokens)",
+        p.budget.max_per_tier_chars, p.budget.max_total_chars, p.budget.budget_tokens_estimate
+    )?;
+    write_focus(out, &p.request_focus)?;
+    let truncated = if p.truncated_section_keys.is_empty() {
+        "none".to_owned()
+    } else {
+        p.truncated_section_keys.join(", ")
+    };
+    writeln!(out, "  truncated  {truncated}")?;
+    if let Some(over) = &p.over_budget {
+        writeln!(out, "  OVER BUDGET  {over}")?;
+    }
+    sections::write_injection_cost(out, &p.sections)?;
+    sections::write_section_table(out, &p.sections)
+}
+
+/// What the newest user message is about.
+fn write_focus(out: &mut impl Write, f: &RequestFocus) -> io::Result<()> {
+    let list = |items: &[String]| {
+        if items.is_empty() {
+            "-".to_owned()
+        } else {
+            items.join(", ")
+        }
+    };
+    let query = if f.query_summary.is_empty() {
+        "-".to_owned()
+    } else {
+        format!("{:?}", f.query_summary)
+    };
+    writeln!(out, "  focus      query {query}")?;
+    writeln!(out, "             files {}", list(&f.active_file_paths))?;
+    writeln!(out, "             symbols {}", list(&f.active_symbols))?;
+    writeln!(out, "             plan signals {}", list(&f.plan_signals))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::fixture;
+
+    fn list(r: &InspectResult, query: Option<&str>) -> String {
+        fixture::render(|out| write_list(out, r, &ListOptions { colour: false, query }))
+    }
+
+    #[test]
+    fn inspect_list_view_shows_monitor_calibration_and_prompt() {
+        let text = list(&fixture::result(), None);
+        assert!(!text.contains('\x1b'), "no colour: {text}");
+        // Today's parts.
+        assert!(text.contains("context  9000 / 128000 tokens (7.0% of the window)  pressure LOW  peak 101000"));
+        assert!(text.lines().any(|l| l.starts_with("system ") && l.contains(" 2100 ")));
+        assert!(text.contains("compactions 1 (tokens saved 93000)"));
+        assert!(text.contains("  offload:0  message 7"));
+        // The monitor and calibration.
+        assert!(text.contains("monitor  current 9000 tokens  level NORMAL  peak 101000"));
+        assert!(text.contains("pruned only 2  last request reached prune, summarize"));
+        assert!(text.contains("tokens saved 1200 last request, 94200 in all"));
+        assert!(text.contains("calibration  factor 1.042 from 3 samples  (last: provider 9380 tokens, counted 9000)"));
+        // The prompt.
+        assert!(text.contains("size       8410 chars, ~2100 tokens (1.64% of the 128000-token window)"));
+        assert!(text.contains("budget     4000 chars per section, 12000 chars in all (~3000 tokens)"));
+        assert!(text.contains("query \"fix the streaming bug in StreamingAgentLoop\""));
+        assert!(text.contains("files src/agent/StreamingAgentLoop.java"));
+        assert!(text.contains("plan signals code change requested"));
+        assert!(text.contains("truncated  memory:journal, git:status"));
+        assert!(text.contains("section:KEY"));
+        insta::assert_snapshot!("list_view", text);
+    }
+
+    #[test]
+    fn inspect_list_view_before_any_prompt_and_calibration() {
+        let mut json = fixture::json();
+        let object = json.as_object_mut().unwrap();
+        for key in [
+            "sessionId",
+            "totalChars",
+            "estimatedTokens",
+            "contextWindowTokens",
+            "systemPromptSharePct",
+            "requestFocus",
+            "budget",
+            "truncatedSectionKeys",
+            "sections",
+        ] {
+            object.remove(key);
+        }
+        object.insert("calibration".into(), serde_json::json!({"factor": 1.0, "samples": 0}));
+        object["monitor"]["phases_reached"] = serde_json::json!([]);
+        let r: InspectResult = serde_json::from_value(json).unwrap();
+        assert!(r.prompt.is_none());
+        let text = list(&r, None);
+        assert!(text.contains("system prompt sections: none"), "{text}");
+        assert!(!text.contains("calibration"), "no calibration before a usage: {text}");
+        assert!(
+            text.contains("last request reached none (under the threshold)"),
+            "{text}"
+        );
+        assert!(!text.contains("injection cost"), "{text}");
+    }
+
+    #[test]
+    fn inspect_list_view_names_the_query_hint() {
+        let text = list(&fixture::result(), Some("error detection"));
+        assert!(
+            text.contains("(as if the newest user message were \"error detection\"; the session is not changed)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn inspect_monitor_level_is_coloured_on_a_terminal() {
+        let r = fixture::result();
+        let text = fixture::render(|out| {
+            write_list(
+                out,
+                &r,
+                &ListOptions {
+                    colour: true,
+                    query: None,
+                },
+            )
+        });
+        assert!(text.contains("level \x1b[32mNORMAL\x1b[0m"), "{text}");
+        assert!(text.contains("pressure \x1b[32mLOW\x1b[0m"), "{text}");
+    }
+}

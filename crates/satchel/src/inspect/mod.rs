@@ -1,0 +1,406 @@
+//! `satchel inspect`: attach to a running daemon over its socket and show a session's context,
+//! like AceClaw's `/context list` and `/context detail KEY` (spec 04): window share, live
+//! tokens and pressure, the monitor and calibration, compaction statistics, per-zone costs,
+//! offloaded results and the system prompt's sections (cost per source type, one row each).
+//!
+//! The printers write to any [`Write`], so tests render the views to a string.
+
+mod list;
+mod sections;
+
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use satchel_protocol::{CompactSummary, InspectParams, InspectResult, Pressure, SessionsResult};
+use satchel_storage::Layout;
+use serde_json::{Value, json};
+
+use crate::socket::read_daemon_info;
+
+/// Arguments of `satchel inspect`.
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// Session to show; without it, the sessions of the daemon are listed.
+    session: Option<String>,
+    /// Socket of the daemon (default: found through the workspace's `run/daemon.json`).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Print the raw JSON of `context.inspect` (or `context.sessions`).
+    #[arg(long)]
+    json: bool,
+    /// Keep following the session's events (`context.watch`) until interrupted.
+    #[arg(long)]
+    watch: bool,
+    /// Show one item in full: `summary`, `compaction:N`, `offload:N` (N from the list view) or
+    /// `section:KEY` (a system prompt section, KEY from the section table).
+    #[arg(long, value_name = "KEY")]
+    detail: Option<String>,
+    /// Assemble the last request's sections as if the newest user message were TEXT: what a
+    /// question about TEXT would keep (the session is not changed).
+    #[arg(long, value_name = "TEXT")]
+    query: Option<String>,
+}
+
+/// A blocking line-delimited JSON-RPC connection to the daemon.
+struct Connection {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    next_id: u64,
+}
+
+impl Connection {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let stream = UnixStream::connect(path).with_context(|| format!("connecting to {}", path.display()))?;
+        Ok(Connection {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+            next_id: 1,
+        })
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        writeln!(
+            self.writer,
+            "{}",
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+        )?;
+        loop {
+            let message = self.next_message()?;
+            if message["id"] == json!(id) {
+                if let Some(error) = message.get("error") {
+                    bail!("{method}: {}", error["message"].as_str().unwrap_or("error"));
+                }
+                return Ok(message["result"].clone());
+            }
+        }
+    }
+
+    fn next_message(&mut self) -> anyhow::Result<Value> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            bail!("the daemon closed the connection");
+        }
+        Ok(serde_json::from_str(&line)?)
+    }
+}
+
+/// The params of `context.inspect` for `session`, with the query hint and section key given.
+fn inspect_params(session: &str, query_hint: Option<&str>, detail_key: Option<&str>) -> anyhow::Result<Value> {
+    Ok(serde_json::to_value(InspectParams {
+        session_id: session.to_owned(),
+        query_hint: query_hint.map(str::to_owned),
+        detail_key: detail_key.map(str::to_owned),
+    })?)
+}
+
+/// The key of a section asked for with `--detail section:KEY`.
+fn section_key(detail: Option<&str>) -> Option<&str> {
+    detail.and_then(|d| d.strip_prefix("section:"))
+}
+
+/// Runs the inspector.
+pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
+    let socket = match &args.socket {
+        Some(path) => path.clone(),
+        None => {
+            let workspace = match workspace {
+                Some(w) => w.to_path_buf(),
+                None => crate::default_workspace()?,
+            };
+            read_daemon_info(&Layout::new(workspace))?.socket
+        }
+    };
+    let mut conn = Connection::open(&socket)?;
+    let stdout = std::io::stdout();
+    let colour = stdout.is_terminal();
+    let mut out = stdout.lock();
+    let Some(session) = &args.session else {
+        let sessions = conn.call("context.sessions", json!({}))?;
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
+        } else {
+            write_sessions(&mut out, &serde_json::from_value(sessions)?, colour)?;
+        }
+        return Ok(());
+    };
+    let query = args.query.as_deref();
+    let section = section_key(args.detail.as_deref());
+    let raw = match conn.call("context.inspect", inspect_params(session, query, section)?) {
+        Ok(raw) => raw,
+        Err(error) => {
+            // A daemon may refuse a key it does not know: then say which keys it knows.
+            if let Some(key) = section {
+                let plain = conn.call("context.inspect", inspect_params(session, query, None)?)?;
+                sections::check_known(&serde_json::from_value(plain)?, key)?;
+            }
+            return Err(error);
+        }
+    };
+    if args.json {
+        if let Some(key) = section {
+            // The same error as the text view when the section is unknown.
+            sections::find_detail(&serde_json::from_value(raw.clone())?, key)?;
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&raw)?)?;
+    } else {
+        let inspected: InspectResult = serde_json::from_value(raw)?;
+        match &args.detail {
+            Some(key) => write_detail(&mut out, &mut conn, &inspected, key)?,
+            None => list::write_list(&mut out, &inspected, &list::ListOptions { colour, query })?,
+        }
+    }
+    out.flush()?;
+    if args.watch {
+        conn.call("context.watch", json!({"session_id": session}))?;
+        loop {
+            let message = conn.next_message()?;
+            if message["method"] != "context.event" {
+                continue;
+            }
+            let event = &message["params"];
+            if args.json {
+                writeln!(out, "{event}")?;
+            } else {
+                let pressure: Pressure = serde_json::from_value(event["pressure"].clone())?;
+                writeln!(
+                    out,
+                    "{:<8} {:>8} / {} tokens  {}  messages {}  compactions {}  {}",
+                    event["kind"].as_str().unwrap_or(""),
+                    event["tokens"]["total"],
+                    event["tokens"]["limit"],
+                    pressure_label(pressure, colour),
+                    event["messages"],
+                    event["compactions"],
+                    event["actions"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+                        .unwrap_or_default()
+                )?;
+            }
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` in the ANSI colour `code` when `colour` is on.
+fn paint(text: &str, code: &str, colour: bool) -> String {
+    if colour {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
+fn pressure_label(pressure: Pressure, colour: bool) -> String {
+    let (name, code) = match pressure {
+        Pressure::Low => ("LOW", "32"),
+        Pressure::Medium => ("MEDIUM", "33"),
+        Pressure::High => ("HIGH", "31"),
+        Pressure::Critical => ("CRITICAL", "1;31"),
+    };
+    paint(name, code, colour)
+}
+
+/// The monitor's level (`normal`, `watch`, `compact`, `critical`), coloured like the pressure.
+fn level_label(level: &str, colour: bool) -> String {
+    let code = match level {
+        "normal" => "32",
+        "watch" => "33",
+        "compact" => "31",
+        "critical" => "1;31",
+        _ => "0",
+    };
+    let name = if level.is_empty() {
+        "-".to_owned()
+    } else {
+        level.to_uppercase()
+    };
+    paint(&name, code, colour)
+}
+
+fn share(part: u64, whole: u64) -> String {
+    format!("{:.1}%", 100.0 * part as f64 / whole.max(1) as f64)
+}
+
+fn write_sessions(out: &mut impl Write, result: &SessionsResult, colour: bool) -> std::io::Result<()> {
+    if result.sessions.is_empty() {
+        return writeln!(out, "no sessions");
+    }
+    writeln!(
+        out,
+        "{:<40} {:>8} {:>10} {:>9}  pressure",
+        "session", "messages", "tokens", "compact."
+    )?;
+    for s in &result.sessions {
+        let num = |v: Option<usize>| v.map_or("-".to_owned(), |n| n.to_string());
+        writeln!(
+            out,
+            "{:<40} {:>8} {:>10} {:>9}  {}",
+            s.session_id,
+            num(s.messages),
+            s.tokens.map_or("-".to_owned(), |t| t.to_string()),
+            num(s.compactions),
+            s.pressure.map_or_else(
+                || if s.live {
+                    "-".to_owned()
+                } else {
+                    "(not loaded)".to_owned()
+                },
+                |p| pressure_label(p, colour)
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_detail(out: &mut impl Write, conn: &mut Connection, r: &InspectResult, key: &str) -> anyhow::Result<()> {
+    if let Some(section) = section_key(Some(key)) {
+        return sections::write_section_detail(out, sections::find_detail(r, section)?).map_err(Into::into);
+    }
+    let (kind, n) = key
+        .split_once(':')
+        .map_or((key, None), |(k, n)| (k, n.parse::<usize>().ok()));
+    match (kind, n) {
+        ("summary", _) => match &r.summary {
+            Some(summary) => writeln!(out, "{}", render(summary))?,
+            None => writeln!(out, "no summary yet: nothing has been compacted")?,
+        },
+        ("compaction", Some(n)) => {
+            let c = r.compactions.get(n).with_context(|| format!("no compaction:{n}"))?;
+            writeln!(out, "{}", serde_json::to_string_pretty(c)?)?;
+        }
+        ("offload", Some(n)) => {
+            let o = r.offloaded.get(n).with_context(|| format!("no offload:{n}"))?;
+            writeln!(out, "{}", serde_json::to_string_pretty(o)?)?;
+            let head = conn.call("context.read", json!({"path": o.file, "max_bytes": 2000}))?;
+            writeln!(
+                out,
+                "--- first lines of {} ---\n{}",
+                o.file,
+                head["content"].as_str().unwrap_or("")
+            )?;
+        }
+        _ => bail!("unknown key {key:?}: use summary, compaction:N, offload:N or section:KEY"),
+    }
+    Ok(())
+}
+
+/// The summary as the model reads it, then (for the person reading) the instruction that
+/// steered the latest compaction and what it did.
+fn render(summary: &CompactSummary) -> String {
+    let mut text = satchel_core::summary::render::summary_message_text(summary);
+    if let Some(instruction) = &summary.instruction {
+        text.push_str(&format!("\n\n(instruction of the latest compaction: {instruction:?}"));
+        if let Some(effect) = &summary.instruction_effect {
+            text.push_str(&format!("; {effect}"));
+        }
+        text.push(')');
+    }
+    text
+}
+
+/// A synthetic `context.inspect` result for the printers' tests, built from JSON so that
+/// fields added later with defaults do not break them.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use satchel_protocol::InspectResult;
+    use serde_json::{Value, json};
+
+    /// The result as JSON (tests edit it before parsing).
+    pub fn json() -> Value {
+        json!({
+            "session_id": "chat",
+            "format": "openai",
+            "tokens": {
+                "system": 2100, "tools": 300, "summary": 400, "compactable": 5200, "reserved": 1000,
+                "messages": 6200, "total": 9000, "limit": 128000, "threshold": 96000,
+                "tokenizer": "o200k_base"
+            },
+            "pressure": "low",
+            "messages": 14,
+            "archived_messages": 20,
+            "summary": null,
+            "offloaded": [
+                {"index": 7, "pointer": "/content", "file": "offload/chat/7.txt", "total_bytes": 52000, "total_lines": 900}
+            ],
+            "compactions": [{
+                "id": "c1", "at": "2025-01-01T10:00:00Z", "manual": false, "messages": 20,
+                "tokens_before": 101000, "tokens_after": 8000,
+                "archive": {
+                    "file": "dialog/2025-01-01.jsonl", "start_line": 1, "end_line": 20,
+                    "first_index": 0, "last_index": 19, "messages": 20
+                },
+                "summarizer": "extractive"
+            }],
+            "peak_tokens": 101000,
+            "monitor": {
+                "current_tokens": 9000, "pressure_level": "normal", "peak_tokens": 101000,
+                "compaction_count": 1, "pruned_only_count": 2, "phases_reached": ["prune", "summarize"],
+                "last_tokens_saved": 1200, "total_tokens_saved": 94200
+            },
+            "calibration": {"factor": 1.042, "samples": 3, "last": {"provider_tokens": 9380, "counted_tokens": 9000}},
+            "sessionId": "chat",
+            "totalChars": 8410,
+            "estimatedTokens": 2100,
+            "contextWindowTokens": 128000,
+            "systemPromptSharePct": 1.640625,
+            "requestFocus": {
+                "querySummary": "fix the streaming bug in StreamingAgentLoop",
+                "activeFilePaths": ["src/agent/StreamingAgentLoop.java"],
+                "activeSymbols": ["StreamingAgentLoop"],
+                "planSignals": ["code change requested"]
+            },
+            "budget": {"maxPerTierChars": 4000, "maxTotalChars": 12000, "budgetTokensEstimate": 3000},
+            "truncatedSectionKeys": ["memory:journal", "git:status"],
+            "sections": [
+                section("memory:soul", "memory", 100, 100, true, 1200, 1200, true, false, &["tier=Soul", "priority=100"]),
+                section("rules:streaming", "rules", 88, 100, false, 2000, 2000, true, false,
+                    &["priority=88", "files=src/agent/StreamingAgentLoop.java", "boost=+12"]),
+                section("memory:journal", "journal", 30, 30, false, 6000, 4000, true, true, &["tier=Journal"]),
+                section("rules:style", "rules", 88, 88, false, 800, 800, true, false, &["priority=88"]),
+                section("git:status", "git", 40, 40, false, 900, 0, false, true, &["priority=40"]),
+                section("task-focus", "task-focus", 95, 95, true, 400, 400, true, false, &[])
+            ]
+        })
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one row of a table, written out")]
+    fn section(
+        key: &str,
+        source: &str,
+        base: i64,
+        priority: i64,
+        protected: bool,
+        original: usize,
+        final_chars: usize,
+        included: bool,
+        truncated: bool,
+        evidence: &[&str],
+    ) -> Value {
+        json!({
+            "key": key, "sourceType": source, "scopeType": "always-on",
+            "inclusionReason": format!("sent by the client as {key}"),
+            "priority": priority, "basePriority": base, "protected": protected,
+            "originalChars": original, "finalChars": final_chars,
+            "estimatedTokens": (final_chars as u64).div_ceil(4),
+            "included": included, "truncated": truncated, "evidence": evidence
+        })
+    }
+
+    /// The result parsed.
+    pub fn result() -> InspectResult {
+        serde_json::from_value(json()).expect("the fixture is an InspectResult")
+    }
+
+    /// What `print` wrote.
+    pub fn render(print: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+        let mut out = Vec::new();
+        print(&mut out).expect("writing to a Vec");
+        String::from_utf8(out).expect("UTF-8 output")
+    }
+}
