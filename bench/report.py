@@ -229,6 +229,46 @@ def step_table(results: Results) -> str:
     )
 
 
+def sections_table(results: Results) -> str | None:
+    """`steady_sections`: plain vs sections p50 per conversation; None when no run has it."""
+    rows = []
+    for _source, label, tokenizer, s in results.rows():
+        ss = s.get("steady_sections")
+        if not ss:
+            continue
+        added, ratio = ss.get("added_p50_ms"), ss.get("added_p50_ratio")
+        truncated = ss.get("truncated_sections")
+        rows.append(
+            [
+                label,
+                tokenizer,
+                fmt(ss.get("count")),
+                f"{fmt_ms(ss.get('plain_p50_ms'))} / {fmt_ms(ss.get('plain_p90_ms'))}",
+                f"{fmt_ms(ss.get('sections_p50_ms'))} / {fmt_ms(ss.get('sections_p90_ms'))}",
+                DASH if added is None else f"{added:+.3f}" + ("" if ratio is None else f" ({ratio:+.0%})"),
+                DASH if ss.get("sections_chars") is None else f"{ss['sections_chars']:,}",
+                DASH if ss.get("system_chars") is None else f"{ss['system_chars']:,}",
+                "no prompt returned" if truncated is None else str(truncated),
+            ]
+        )
+    if not rows:
+        return None
+    return table(
+        [
+            "conversation",
+            "tokenizer",
+            "steps",
+            "plain p50 / p90",
+            "sections p50 / p90",
+            "added p50 (vs plain)",
+            "section chars sent",
+            "system chars returned",
+            "sections truncated",
+        ],
+        rows,
+    )
+
+
 def memory_table(results: Results) -> str:
     rows = []
     for _source, label, tokenizer, s in results.rows():
@@ -387,6 +427,24 @@ def main() -> None:
         "conversation from its first message, one message per call.",
         "",
         step_table(results),
+    ]
+    sections = sections_table(results)
+    if sections:
+        out += [
+            "",
+            "## System-prompt assembly (40 sections)",
+            "",
+            "`steady_sections`: one daemon, two sessions with the same conversation; each step appends the "
+            "next message (the last `--steps`) to `plain` and to `sections`, which also resends the same 40 "
+            "sections every call (~4 KB each, 4 protected, varied priorities and source types: ~160,000 "
+            "characters, over the default 131,072-character prompt budget, so truncation runs every call). "
+            "The two calls of a step run back to back in alternating order. `added p50` = sections p50 "
+            "− plain p50: what assembling, counting and returning the system prompt costs per step, the "
+            "~160 KB of sections on the wire included.",
+            "",
+            sections,
+        ]
+    out += [
         "",
         "## Memory (daemon RSS, MiB)",
         "",

@@ -13,6 +13,7 @@
 mod conversation;
 mod daemon;
 mod scenarios;
+mod sections;
 mod stats;
 mod synthetic;
 
@@ -50,7 +51,7 @@ struct Cli {
     /// `config.max_input_length`: the model window, in tokens.
     #[arg(long, default_value_t = 131_072)]
     max_input_length: u64,
-    /// Messages sent one per call in `steady_append` and `steady_full`.
+    /// Messages sent one per call in `steady_append`, `steady_full` and `steady_sections`.
     #[arg(long, default_value_t = 100)]
     steps: usize,
     /// Fresh daemons timed in `startup` and `first_pass`.

@@ -7,6 +7,7 @@
 //! | `replay_append` | what does each step of a live agent loop cost, from the first message on? |
 //! | `steady_append` | the same for the last `--steps` messages of a long conversation |
 //! | `steady_full` | the same when the client resends its whole history, against the cost of merely parsing and writing that JSON once (the floor no JSON-RPC server can beat) |
+//! | `steady_sections` | what assembling a system prompt from 40 sections (over the prompt budget, so truncated) adds to a `steady_append` step |
 //! | `sessions_rss` | how much memory do `--sessions` loaded sessions take? |
 //!
 //! Each returns its own fields; `main` adds the fields every result line shares.
@@ -23,7 +24,7 @@ use serde_json::{Map, Value, json};
 
 use crate::conversation::Conversation;
 use crate::daemon::{Daemon, Timed};
-use crate::stats;
+use crate::{sections, stats};
 
 /// Timings of the serde_json floor per step; the minimum is kept, since noise only adds time.
 const FLOOR_TRIALS: usize = 3;
@@ -45,18 +46,22 @@ pub enum Scenario {
     SteadyAppend,
     /// The last `--steps` messages, each step resending the full history, vs. the serde floor.
     SteadyFull,
+    /// The last `--steps` messages appended to two sessions of one daemon, step by step: one
+    /// plain, one also sending the same 40 system-prompt sections on every call.
+    SteadySections,
     /// Memory with `--sessions` sessions loaded.
     SessionsRss,
 }
 
 impl Scenario {
     /// All scenarios, in the order they run by default (cheap ones first).
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Startup,
         Scenario::FirstPass,
         Scenario::ReplayAppend,
         Scenario::SteadyAppend,
         Scenario::SteadyFull,
+        Scenario::SteadySections,
         Scenario::SessionsRss,
     ];
 
@@ -68,6 +73,7 @@ impl Scenario {
             Scenario::ReplayAppend => "replay_append",
             Scenario::SteadyAppend => "steady_append",
             Scenario::SteadyFull => "steady_full",
+            Scenario::SteadySections => "steady_sections",
             Scenario::SessionsRss => "sessions_rss",
         }
     }
@@ -101,6 +107,8 @@ struct PrepareParams<'a> {
     format: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sections: Option<&'a [Value]>,
     config: &'a Value,
 }
 
@@ -116,6 +124,36 @@ struct Prepared {
 #[derive(Deserialize)]
 struct Tokens {
     total: u64,
+}
+
+/// The `context.prepare` result fields `steady_sections` reports: [`Prepared`]'s, and what
+/// the daemon says about the system prompt it assembled.
+#[derive(Deserialize)]
+struct PreparedPrompt {
+    actions: Vec<Action>,
+    tokens: Tokens,
+    /// The assembled system prompt (a string when only sections were sent).
+    system: Option<Value>,
+    /// How it was assembled; absent while the daemon does not report it.
+    prompt: Option<PromptReport>,
+}
+
+/// The fields of `PrepareResult.prompt` (AceClaw's camelCase shape) the scenario checks. Each
+/// has a default, so a daemon that reports less still runs the scenario: only timing matters.
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct PromptReport {
+    total_chars: Option<u64>,
+    truncated_section_keys: Vec<String>,
+    sections: Vec<IgnoredAny>,
+    budget: Option<PromptBudget>,
+    over_budget: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptBudget {
+    max_total_chars: u64,
 }
 
 #[derive(Deserialize)]
@@ -136,7 +174,11 @@ struct ActionCounts(BTreeMap<String, u64>);
 
 impl ActionCounts {
     fn add(&mut self, prepared: &Prepared) {
-        for action in &prepared.actions {
+        self.add_all(&prepared.actions);
+    }
+
+    fn add_all(&mut self, actions: &[Action]) {
+        for action in actions {
             *self.0.entry(action.kind.clone()).or_default() += 1;
         }
     }
@@ -159,6 +201,7 @@ impl Bench<'_> {
             Scenario::ReplayAppend => self.replay_append(),
             Scenario::SteadyAppend => self.steady_append(),
             Scenario::SteadyFull => self.steady_full(),
+            Scenario::SteadySections => self.steady_sections(),
             Scenario::SessionsRss => self.sessions_rss(),
         }
     }
@@ -306,6 +349,128 @@ impl Bench<'_> {
         Ok(out)
     }
 
+    /// One daemon, two sessions holding the same conversation: each step appends the next
+    /// message to `plain` and to `sections`, which also sends the same [`sections::COUNT`]
+    /// sections on every call (a client resending its memory, rules and git status). The two
+    /// calls of a step run back to back, in alternating order, so noise and the daemon's state
+    /// (caches, the disk) weigh on both alike. `added_p50_ms` = p50(sections) − p50(plain);
+    /// `added_p50_ratio` = that ÷ p50(plain). The sections total more than the default prompt
+    /// budget, so the daemon truncates on every call: `truncated_sections` is how many it cut
+    /// (null while the daemon returns no `prompt`). `initial_plain_ms` is the daemon's first
+    /// `context.prepare`, one-off set-up (the tokenizer's tables) included; `initial_sections_ms`
+    /// the first call that sends the sections.
+    fn steady_sections(&self) -> anyhow::Result<Map<String, Value>> {
+        const PLAIN: &str = "plain";
+        const SECTIONS: &str = "sections";
+        let messages = &self.conversation.messages;
+        let sections = sections::generate();
+        let first = self.steady_start();
+        let mut daemon = self.daemon()?;
+        let initial_plain = self.prepare(&mut daemon, PLAIN, Batch::Full(&messages[..first]))?;
+        let initial_sections: Timed<PreparedPrompt> = daemon.call(
+            "context.prepare",
+            &self.params_with_sections(SECTIONS, Batch::Full(&messages[..first]), &sections),
+        )?;
+        let (mut plain, mut with_sections) = (Vec::new(), Vec::new());
+        let (mut plain_actions, mut sections_actions) = (ActionCounts::default(), ActionCounts::default());
+        let (mut plain_bytes, mut sections_bytes) = (0, 0);
+        let mut last_plain = initial_plain.result;
+        let mut last_sections = initial_sections.result;
+        for i in first..messages.len() {
+            let batch = Batch::Append(&messages[i..=i]);
+            // Both requests are serialised before either is timed.
+            let plain_request = daemon.request("context.prepare", &self.params(PLAIN, batch))?;
+            let sections_request = daemon.request(
+                "context.prepare",
+                &self.params_with_sections(SECTIONS, batch, &sections),
+            )?;
+            let plain_first = (i - first).is_multiple_of(2);
+            let (plain_reply, sections_reply): (Timed<Prepared>, Timed<PreparedPrompt>) = if plain_first {
+                let p = daemon.send(&plain_request)?;
+                (p, daemon.send(&sections_request)?)
+            } else {
+                let s = daemon.send(&sections_request)?;
+                (daemon.send(&plain_request)?, s)
+            };
+            plain.push(plain_reply.latency);
+            with_sections.push(sections_reply.latency);
+            plain_actions.add(&plain_reply.result);
+            sections_actions.add_all(&sections_reply.result.actions);
+            plain_bytes = plain_request.wire_bytes();
+            sections_bytes = sections_request.wire_bytes();
+            last_plain = plain_reply.result;
+            last_sections = sections_reply.result;
+        }
+        daemon.close()?;
+
+        let (plain_p50, sections_p50) = (stats::median_ms(&plain), stats::median_ms(&with_sections));
+        let added = plain_p50.zip(sections_p50).map(|(p, s)| stats::round3(s - p));
+        let mut out = Map::new();
+        out.insert("first_messages".into(), json!(first));
+        out.insert("count".into(), json!(plain.len()));
+        out.insert("sections".into(), json!(sections.len()));
+        out.insert("sections_protected".into(), json!(sections::PROTECTED));
+        let section_chars: usize = sections
+            .iter()
+            .filter_map(|s| s["content"].as_str())
+            .map(|c| c.chars().count())
+            .sum();
+        out.insert("sections_chars".into(), json!(section_chars));
+        out.insert("initial_plain_ms".into(), json!(stats::ms(initial_plain.latency)));
+        out.insert("initial_sections_ms".into(), json!(stats::ms(initial_sections.latency)));
+        for (name, samples) in [("plain", &plain), ("sections", &with_sections)] {
+            out.insert(format!("{name}_p50_ms"), json!(stats::quantile_ms(samples, 0.5)));
+            out.insert(format!("{name}_p90_ms"), json!(stats::quantile_ms(samples, 0.9)));
+            out.insert(format!("{name}_max_ms"), json!(stats::quantile_ms(samples, 1.0)));
+        }
+        out.insert("added_p50_ms".into(), json!(added));
+        out.insert(
+            "added_p50_ratio".into(),
+            json!(
+                added
+                    .zip(plain_p50)
+                    .filter(|&(_, p)| p > 0.0)
+                    .map(|(a, p)| stats::round3(a / p))
+            ),
+        );
+        out.insert("request_bytes_plain_last".into(), json!(plain_bytes));
+        out.insert("request_bytes_sections_last".into(), json!(sections_bytes));
+        out.insert("tokens_total_plain".into(), json!(last_plain.tokens.total));
+        out.insert("tokens_total_sections".into(), json!(last_sections.tokens.total));
+        out.insert("actions_plain".into(), json!(plain_actions.0));
+        out.insert("actions_sections".into(), json!(sections_actions.0));
+        let system_chars = last_sections
+            .system
+            .as_ref()
+            .and_then(Value::as_str)
+            .map(|s| s.chars().count());
+        out.insert("system_chars".into(), json!(system_chars));
+        let prompt = last_sections.prompt;
+        out.insert("prompt_returned".into(), json!(prompt.is_some()));
+        if let Some(prompt) = &prompt {
+            out.insert("prompt_total_chars".into(), json!(prompt.total_chars));
+            out.insert("prompt_sections".into(), json!(prompt.sections.len()));
+            out.insert(
+                "prompt_budget_chars".into(),
+                json!(prompt.budget.as_ref().map(|b| b.max_total_chars)),
+            );
+            out.insert("over_budget".into(), json!(prompt.over_budget.is_some()));
+            if prompt.truncated_section_keys.is_empty() {
+                // The sections are sized to be over the default budget: a daemon that cut none
+                // did not run the truncation this scenario is meant to time.
+                eprintln!(
+                    "steady_sections: the daemon truncated no section of {section_chars} characters; \
+                     is the prompt budget larger than the default?"
+                );
+            }
+        }
+        out.insert(
+            "truncated_sections".into(),
+            json!(prompt.map(|p| p.truncated_section_keys.len())),
+        );
+        Ok(out)
+    }
+
     fn sessions_rss(&self) -> anyhow::Result<Map<String, Value>> {
         let mut daemon = self.daemon()?;
         let idle = daemon.memory()?;
@@ -357,7 +522,20 @@ impl Bench<'_> {
             append,
             format: self.conversation.format.wire_name(),
             system: self.conversation.system.as_ref(),
+            sections: None,
             config: &self.config,
+        }
+    }
+
+    fn params_with_sections<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch: Batch<'a>,
+        sections: &'a [Value],
+    ) -> PrepareParams<'a> {
+        PrepareParams {
+            sections: Some(sections),
+            ..self.params(session_id, batch)
         }
     }
 

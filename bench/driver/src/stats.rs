@@ -41,6 +41,12 @@ pub fn median_ms(samples: &[Duration]) -> Option<f64> {
     quantile(&values, 0.5).map(round3)
 }
 
+/// The `q` quantile in milliseconds, rounded; `None` without samples.
+pub fn quantile_ms(samples: &[Duration], q: f64) -> Option<f64> {
+    let values: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    quantile(&values, q).map(round3)
+}
+
 /// `{count, p50_ms, p95_ms, max_ms}` of per-call latencies (the steady and replay scenarios).
 pub fn percentiles(samples: &[Duration]) -> Map<String, Value> {
     let values: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();

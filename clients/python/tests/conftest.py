@@ -148,3 +148,30 @@ MODEL_SUMMARY = """## Goal
 
 #: Makes compaction happen on `long_conversation` and asks the client for the summary.
 CLIENT_SUMMARIZER_CONFIG = {"summarizer": "client", "max_input_length": 4096, "summary_max_tokens": 800}
+
+
+#: Three system-prompt sections as an AceClaw-style client sends them with every prepare.
+PROMPT_SECTIONS = [
+    {
+        "key": "memory:soul",
+        "content": "You are a careful engineer. Never push to main without review.",
+        "priority": 100,
+        "protected": True,
+        "source_type": "memory",
+        "reason": "identity",
+    },
+    {
+        "key": "rules:python",
+        "content": "Python rules: format with black, type every function, keep tests under tests/.",
+        "priority": 88,
+        "source_type": "rules",
+        "paths": ["src/**/*.py", "tests/**/*.py"],
+    },
+    {
+        "key": "git:status",
+        "content": "On branch main. Modified: src/parser.py (ParseError handling).",
+        "priority": 40,
+        "source_type": "git",
+        "scope": "task-local",
+    },
+]

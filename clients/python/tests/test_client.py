@@ -15,6 +15,7 @@ import pytest
 from conftest import (
     CLIENT_SUMMARIZER_CONFIG,
     MODEL_SUMMARY,
+    PROMPT_SECTIONS,
     README,
     anthropic_conversation,
     long_conversation,
@@ -121,6 +122,62 @@ def test_append_with_expect_messages_never_appends_twice(client: Client) -> None
     held = stale.value.data["details"]["session_messages"]
     third = client.prepare("counted", append=[{"role": "user", "content": "Bye."}], expect_messages=held)
     assert third["reconciliation"]["session_messages"] == 3
+
+
+def test_prepare_assembles_sections_and_takes_usage(client: Client) -> None:
+    """Sections and the provider's usage on prepare, usage as a notification in between."""
+    keys = [section["key"] for section in PROMPT_SECTIONS]
+    messages = [{"role": "user", "content": "Fix the ParseError in src/parser.py and run the tests."}]
+    first = client.prepare("assembly", messages=messages, sections=PROMPT_SECTIONS)
+    assert isinstance(first.get("system"), str), f"no assembled system prompt: {sorted(first)}"
+    for section in PROMPT_SECTIONS:  # all three fit the default budget whole
+        assert section["content"] in first["system"]
+    assert "prompt" in first, f"no prompt report: {sorted(first)}"
+    prompt = first["prompt"]
+    assert prompt["sessionId"] == "assembly"
+    reported = [s["key"] for s in prompt["sections"]]
+    assert [k for k in reported if k in keys] == keys, reported  # in the order sent
+    soul = next(s for s in prompt["sections"] if s["key"] == "memory:soul")
+    assert soul["protected"] and soul["included"] and not soul["truncated"]
+    assert prompt["truncatedSectionKeys"] == []
+
+    # The model call's usage, as clients usually report it: a notification, no reply.
+    client.report_usage("assembly", first["tokens"]["total"] + 50)
+    second = client.prepare(
+        "assembly",
+        append=[{"role": "assistant", "content": "Done: ParseError is raised for empty input."}],
+        sections=PROMPT_SECTIONS,
+        usage={"input_tokens": first["tokens"]["total"] + 80},
+        expect_messages=1,
+    )
+    assert second["reconciliation"]["session_messages"] == 2
+    assert isinstance(second.get("system"), str), f"no assembled system prompt: {sorted(second)}"
+    assert "prompt" in second, f"no prompt report: {sorted(second)}"
+    assert [s["key"] for s in second["prompt"]["sections"] if s["key"] in keys] == keys
+
+    inspected = client.inspect("assembly", detail_key="rules:python")
+    assert inspected["calibration"]["samples"] >= 1
+    assert inspected["monitor"]["current_tokens"] > 0
+    assert "sections" in inspected, f"no prompt in inspect: {sorted(inspected)}"
+    assert inspected["sessionId"] == "assembly"
+    assert inspected["detail"]["key"] == "rules:python"
+    assert inspected["detail"]["original_content"] == PROMPT_SECTIONS[1]["content"]
+
+
+def test_usage_notification_and_request_calibrate(client: Client) -> None:
+    result = client.prepare("usage", messages=[{"role": "user", "content": "Hello there, how are you?"}])
+    counted = result["tokens"]["total"]
+    before = client.inspect("usage")["calibration"]
+    assert before["factor"] == 1.0 and before["samples"] == 0
+    assert client.report_usage("usage", counted + 3) is None  # a notification: nothing to wait for
+    # Calls on a session run in the order they were sent, so inspect sees the notification.
+    after = client.inspect("usage")["calibration"]
+    assert after["samples"] >= 1 and after["last"]["provider_tokens"] == counted + 3
+    calibration = client.usage("usage", counted + 5)
+    assert calibration["last"]["provider_tokens"] == counted + 5
+    assert 0.5 <= calibration["factor"] <= 2.0
+    with pytest.raises(UnknownSession):
+        client.usage("no-such-session", 10)
 
 
 def test_request_over_the_size_limit_raises_payload_too_large(satchel_bin: str, workspace: Path, log_file: Path) -> None:

@@ -22,6 +22,7 @@ METHODS = {
     "context.inspect": "inspect",
     "context.sessions": "sessions",
     "context.watch": "watch",
+    "context.usage": "usage",
 }
 
 #: TypedDicts of server->client traffic, which openrpc.json does not describe.

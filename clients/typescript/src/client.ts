@@ -9,6 +9,7 @@ import type { Readable, Writable } from 'node:stream';
 
 import { ConnectionClosed, SatchelError, errorFromResponse } from './errors.js';
 import type {
+  Calibration,
   ChatMessage,
   CompactParams,
   CompactResult,
@@ -25,6 +26,7 @@ import type {
   SessionsResult,
   SummarizerCompleteParams,
   SummarizerCompleteResult,
+  UsageParams,
   WatchParams,
   WatchResult,
 } from './types.js';
@@ -142,7 +144,9 @@ export class SatchelClient {
   /**
    * `context.prepare` with `messages` (the full list, idempotent to resend) or `append` (only the
    * new ones; pass `expect_messages`, the last `reconciliation.session_messages`, to make a retry
-   * safe: a stale count rejects with `StaleSession` and appends nothing).
+   * safe: a stale count rejects with `StaleSession` and appends nothing). With `sections`, the
+   * result's `system` is the prompt assembled from them under the budget and `prompt` says how;
+   * `usage` reports the provider's input tokens of the session's previous request.
    */
   prepare(params: PrepareParams): Promise<PrepareResult> {
     return this.call('context.prepare', params);
@@ -156,8 +160,27 @@ export class SatchelClient {
     return this.call('context.read', params);
   }
 
+  /**
+   * `context.inspect`: tokens, pressure, summary, offloads, the monitor and calibration, and how
+   * the last request's system prompt was assembled (`query_hint` recomputes the focus from that
+   * text; `detail_key` adds one section's full text as `detail`).
+   */
   inspect(params: InspectParams): Promise<InspectResult> {
     return this.call('context.inspect', params);
+  }
+
+  /**
+   * Reports the provider's input tokens for the session's last `prepare` as a `context.usage`
+   * notification (no reply), as clients do right after the model call; satchel corrects its
+   * counts from the next call on.
+   */
+  reportUsage(sessionId: string, inputTokens: number): void {
+    this.notify('context.usage', { session_id: sessionId, input_tokens: inputTokens } satisfies UsageParams);
+  }
+
+  /** `context.usage` as a request: reports the provider's input tokens and resolves with the calibration. */
+  usage(params: UsageParams): Promise<Calibration> {
+    return this.call('context.usage', params);
   }
 
   /** Lists the workspace's sessions, with live numbers for those this daemon drives. */

@@ -21,14 +21,33 @@ export type RepairKind =
   | 'moved_results_first'
   | 'inserted_leading_user';
 export type EventKind = 'prepare' | 'compact';
-export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated';
+export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated' | 'pruned';
+/** How a request over its threshold is made smaller: compact at once, or AceClaw's prune-first pipeline. */
+export type ContextMode = 'qwenpaw' | 'aceclaw';
 
 /** Configuration keys; in a request every key is an optional override. */
 export interface Config {
   max_input_length?: number;
+  /** Tokens kept for the answer: every limit applies to `max_input_length - max_output_tokens`. */
+  max_output_tokens?: number;
+  context_mode?: ContextMode;
+  /** `aceclaw`: prune (then compact if needed) over this share of the effective window. */
+  prune_trigger_ratio?: number;
+  /** `aceclaw`: pruning stubs old tool results until the request is under this share. */
+  prune_target_ratio?: number;
+  /** `aceclaw`: newest user turns pruning never touches. */
+  prune_protected_turns?: number;
+  /** `aceclaw`: characters of a pruned tool result kept before its marker. */
+  prune_stub_chars?: number;
+  /** Largest system-prompt section, in characters. */
+  prompt_max_section_chars?: number;
+  /** Largest assembled system prompt, in characters. */
+  prompt_max_total_chars?: number;
   compact_enabled?: boolean;
   compact_threshold_ratio?: number;
   reserve_threshold_ratio?: number;
+  /** Newest messages a compaction always keeps, whatever their tokens (0: the reserve alone decides). */
+  compact_keep_recent_messages?: number;
   summary_max_tokens?: number;
   demonstration_prefixes?: string[];
   summarizer?: SummarizerKind;
@@ -83,6 +102,29 @@ export interface InitializeResult {
   methods: string[];
 }
 
+/**
+ * One section of the system prompt, sent in `prepare`'s `sections`. Sections are assembled in
+ * the order sent; over the budget the lowest `priority` (0–100) is cut first, `protected` ones
+ * never. `source_type` (`memory`, `rules`, `git`, `journal`, `markdown-memory`, …) chooses the
+ * focus boost; `paths` are the globs a `rules` section applies to.
+ */
+export interface PromptSection {
+  key: string;
+  content: string;
+  priority: number;
+  protected?: boolean;
+  source_type?: string | null;
+  /** `always-on` (default) or `task-local`. */
+  scope?: string | null;
+  reason?: string | null;
+  paths?: string[];
+}
+
+/** The provider's real usage of a request, as read from the API response. */
+export interface ProviderUsage {
+  input_tokens: number;
+}
+
 export interface PrepareParams {
   session_id: string;
   messages?: Message[] | null;
@@ -95,6 +137,10 @@ export interface PrepareParams {
   expect_messages?: number | null;
   format?: FormatHint;
   system?: unknown;
+  /** System-prompt sections, assembled after `system` under the budget into the result's `system`. */
+  sections?: PromptSection[] | null;
+  /** The provider's usage of the session's previous request: corrects satchel's counts. */
+  usage?: ProviderUsage | null;
   tools?: unknown[] | null;
   config?: Config | null;
 }
@@ -219,7 +265,104 @@ export interface TruncatedAction {
   kept_bytes: number;
   total_bytes: number;
 }
-export type Action = OffloadedAction | CompactedAction | CompactionFailedAction | RepairedAction | TruncatedAction;
+/** What transient pruning (`context_mode: 'aceclaw'`) did to one request; the session keeps everything. */
+export interface PruneReport {
+  stubbed_results: number;
+  removed_reasoning: number;
+  tokens_before: number;
+  tokens_after: number;
+}
+export interface PrunedAction extends PruneReport {
+  kind: 'pruned';
+}
+export type Action =
+  | OffloadedAction
+  | CompactedAction
+  | CompactionFailedAction
+  | RepairedAction
+  | TruncatedAction
+  | PrunedAction;
+
+// ---- request assembly: AceClaw's `context.inspect` shape, camelCase ----
+
+/** What the newest user message is about. */
+export interface RequestFocus {
+  querySummary: string;
+  activeFilePaths: string[];
+  activeSymbols: string[];
+  planSignals: string[];
+}
+
+/** The character budget of the system prompt. */
+export interface PromptBudget {
+  maxPerTierChars: number;
+  maxTotalChars: number;
+  budgetTokensEstimate: number;
+}
+
+/** One section of the assembled prompt. */
+export interface SectionReport {
+  key: string;
+  sourceType: string;
+  scopeType: string;
+  inclusionReason: string;
+  /** After the focus boost: the one truncation used. */
+  priority: number;
+  basePriority: number;
+  protected: boolean;
+  originalChars: number;
+  finalChars: number;
+  estimatedTokens: number;
+  included: boolean;
+  truncated: boolean;
+  evidence: string[];
+}
+
+/** `inspect({ detail_key })`: a section's report with its text as assembled and as sent. */
+export interface SectionDetail extends SectionReport {
+  content: string;
+  original_content: string;
+}
+
+/** How the system prompt of a request was assembled (`PrepareResult.prompt`). */
+export interface PromptAssembly {
+  sessionId: string;
+  totalChars: number;
+  estimatedTokens: number;
+  contextWindowTokens: number;
+  systemPromptSharePct: number;
+  requestFocus: RequestFocus;
+  budget: PromptBudget;
+  truncatedSectionKeys: string[];
+  sections: SectionReport[];
+  /** Set when the protected sections alone exceed the budget (they are sent whole anyway). */
+  overBudget?: string | null;
+}
+
+export interface CalibrationSample {
+  provider_tokens: number;
+  counted_tokens: number;
+}
+
+/** How satchel's counts are corrected by the provider's reported usage (`context.usage`). */
+export interface Calibration {
+  /** Every count is multiplied by this (1 until a usage is reported; kept in [0.5, 2]). */
+  factor: number;
+  samples: number;
+  last?: CalibrationSample | null;
+}
+
+/** Live numbers of a session, like AceClaw's `ContextMonitor`. */
+export interface ContextMonitor {
+  current_tokens: number;
+  pressure_level: string;
+  peak_tokens: number;
+  compaction_count: number;
+  pruned_only_count: number;
+  phases_reached: string[];
+  last_tokens_saved: number;
+  total_tokens_saved: number;
+}
 
 export interface PrepareResult {
   session_id: string;
@@ -230,6 +373,10 @@ export interface PrepareResult {
   reconciliation: Reconciliation;
   compact_summary?: CompactSummary | null;
   over_limit?: string | null;
+  /** The system prompt to send, assembled from `system` and `sections` (a string when only sections were sent). */
+  system?: unknown;
+  /** How `system` was assembled; absent when the request had neither `system` nor `sections`. */
+  prompt?: PromptAssembly | null;
 }
 
 export interface CompactParams {
@@ -268,6 +415,10 @@ export interface ReadResult {
 
 export interface InspectParams {
   session_id: string;
+  /** Compute the request focus from this text instead of the session's newest user message. */
+  query_hint?: string | null;
+  /** Add the full text of this section as `detail`. */
+  detail_key?: string | null;
 }
 
 export interface OffloadedResult {
@@ -290,6 +441,27 @@ export interface InspectResult {
   compactions: CompactionReport[];
   /** Largest request of this session since the daemon started. */
   peak_tokens: number;
+  monitor: ContextMonitor;
+  calibration: Calibration;
+  // The PromptAssembly of the last request, flattened (AceClaw's shape); absent before a prepare.
+  sessionId?: string;
+  totalChars?: number;
+  estimatedTokens?: number;
+  contextWindowTokens?: number;
+  systemPromptSharePct?: number;
+  requestFocus?: RequestFocus;
+  budget?: PromptBudget;
+  truncatedSectionKeys?: string[];
+  sections?: SectionReport[];
+  overBudget?: string | null;
+  /** The section named by `detail_key`. */
+  detail?: SectionDetail | null;
+}
+
+/** `context.usage`: the provider's input tokens for the session's last `context.prepare`. */
+export interface UsageParams {
+  session_id: string;
+  input_tokens: number;
 }
 
 /** `context.sessions` takes no params. */
@@ -339,6 +511,7 @@ export interface Methods {
   'context.inspect': [InspectParams, InspectResult];
   'context.sessions': [SessionsParams, SessionsResult];
   'context.watch': [WatchParams, WatchResult];
+  'context.usage': [UsageParams, Calibration];
 }
 
 /** `summarizer.complete`, a request satchel sends to the client (not in openrpc.json). */
@@ -368,7 +541,7 @@ const fields = <T>() => exact<FieldSpec<T>>();
 
 export const METHODS = exact<keyof Methods>()([
   'initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect',
-  'context.sessions', 'context.watch',
+  'context.sessions', 'context.watch', 'context.usage',
 ]);
 
 /** Fields of every object schema in openrpc.json (params, results and `$defs`), `?` = optional. */
@@ -377,8 +550,11 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ClientCapabilities: fields<ClientCapabilities>()(['summarizer_complete?']),
   InitializeResult: fields<InitializeResult>()(['server_name', 'server_version', 'protocol_version', 'workspace', 'config', 'methods']),
   Config: fields<Config>()([
-    'max_input_length?', 'compact_enabled?', 'compact_threshold_ratio?', 'reserve_threshold_ratio?', 'summary_max_tokens?',
-    'demonstration_prefixes?', 'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?', 'llm_api_key_env?', 'llm_timeout_secs?',
+    'max_input_length?', 'max_output_tokens?', 'context_mode?', 'prune_trigger_ratio?', 'prune_target_ratio?',
+    'prune_protected_turns?', 'prune_stub_chars?', 'prompt_max_section_chars?', 'prompt_max_total_chars?',
+    'compact_enabled?', 'compact_threshold_ratio?', 'reserve_threshold_ratio?', 'compact_keep_recent_messages?',
+    'summary_max_tokens?', 'demonstration_prefixes?', 'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?',
+    'llm_api_key_env?', 'llm_timeout_secs?',
     'llm_max_output_tokens?', 'llm_temperature?', 'llm_extra_headers?', 'llm_input_budget_tokens?', 'memory_enabled?',
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
@@ -386,11 +562,39 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'read_file_tool_names?', 'offload_retention_days?', 'max_live_sessions?', 'session_idle_secs?',
   ]),
   PrepareParams: fields<PrepareParams>()([
-    'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'tools?', 'config?',
+    'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'sections?', 'usage?', 'tools?',
+    'config?',
   ]),
+  PromptSection: fields<PromptSection>()([
+    'key', 'content', 'priority', 'protected?', 'source_type?', 'scope?', 'reason?', 'paths?',
+  ]),
+  ProviderUsage: fields<ProviderUsage>()(['input_tokens']),
   PrepareResult: fields<PrepareResult>()([
     'session_id', 'format', 'messages', 'tokens', 'actions', 'reconciliation', 'compact_summary?', 'over_limit?',
+    'system?', 'prompt?',
   ]),
+  PromptAssembly: fields<PromptAssembly>()([
+    'sessionId', 'totalChars', 'estimatedTokens', 'contextWindowTokens', 'systemPromptSharePct', 'requestFocus', 'budget',
+    'truncatedSectionKeys', 'sections', 'overBudget?',
+  ]),
+  RequestFocus: fields<RequestFocus>()(['querySummary', 'activeFilePaths', 'activeSymbols', 'planSignals']),
+  PromptBudget: fields<PromptBudget>()(['maxPerTierChars', 'maxTotalChars', 'budgetTokensEstimate']),
+  SectionReport: fields<SectionReport>()([
+    'key', 'sourceType', 'scopeType', 'inclusionReason', 'priority', 'basePriority', 'protected', 'originalChars',
+    'finalChars', 'estimatedTokens', 'included', 'truncated', 'evidence',
+  ]),
+  SectionDetail: fields<SectionDetail>()([
+    'key', 'sourceType', 'scopeType', 'inclusionReason', 'priority', 'basePriority', 'protected', 'originalChars',
+    'finalChars', 'estimatedTokens', 'included', 'truncated', 'evidence', 'content', 'original_content',
+  ]),
+  PruneReport: fields<PruneReport>()(['stubbed_results', 'removed_reasoning', 'tokens_before', 'tokens_after']),
+  Calibration: fields<Calibration>()(['factor', 'samples', 'last?']),
+  CalibrationSample: fields<CalibrationSample>()(['provider_tokens', 'counted_tokens']),
+  ContextMonitor: fields<ContextMonitor>()([
+    'current_tokens', 'pressure_level', 'peak_tokens', 'compaction_count', 'pruned_only_count', 'phases_reached',
+    'last_tokens_saved', 'total_tokens_saved',
+  ]),
+  UsageParams: fields<UsageParams>()(['session_id', 'input_tokens']),
   TokenUsage: fields<TokenUsage>()([
     'system', 'tools', 'summary', 'compactable', 'reserved', 'messages', 'total', 'limit', 'threshold', 'tokenizer',
   ]),
@@ -415,10 +619,11 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'path', 'content', 'byte_offset', 'start_line', 'end_line', 'next_line?', 'next_byte_offset?', 'eof', 'total_lines',
     'total_bytes',
   ]),
-  InspectParams: fields<InspectParams>()(['session_id']),
+  InspectParams: fields<InspectParams>()(['session_id', 'query_hint?', 'detail_key?']),
   InspectResult: fields<InspectResult>()([
     'session_id', 'format?', 'tokens', 'pressure', 'messages', 'archived_messages', 'summary?', 'offloaded', 'compactions',
-    'peak_tokens',
+    'peak_tokens', 'monitor', 'calibration', 'sessionId?', 'totalChars?', 'estimatedTokens?', 'contextWindowTokens?',
+    'systemPromptSharePct?', 'requestFocus?', 'budget?', 'truncatedSectionKeys?', 'sections?', 'overBudget?', 'detail?',
   ]),
   OffloadedResult: fields<OffloadedResult>()(['index', 'pointer', 'file', 'total_bytes', 'total_lines']),
   SessionsParams: fields<SessionsParams>()([]),
@@ -438,6 +643,7 @@ export const ACTION_FIELDS: Record<Action['kind'], readonly string[]> = {
   compaction_failed: fields<CompactionFailedAction>()(['kind', 'reason']),
   repaired: fields<RepairedAction>()(['kind', 'index', 'repair', 'call_id?']),
   truncated: fields<TruncatedAction>()(['kind', 'index', 'pointer', 'phase', 'file', 'kept_bytes', 'total_bytes']),
+  pruned: fields<PrunedAction>()(['kind', 'stubbed_results', 'removed_reasoning', 'tokens_before', 'tokens_after']),
 };
 
 /** Values of every string enum in openrpc.json. */
@@ -454,5 +660,6 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
     'synthetic_result', 'dropped_orphan_result', 'merged_same_role', 'moved_results_first', 'inserted_leading_user',
   ]),
   EventKind: exact<EventKind>()(['prepare', 'compact']),
-  ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated']),
+  ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated', 'pruned']),
+  ContextMode: exact<ContextMode>()(['qwenpaw', 'aceclaw']),
 };

@@ -15,7 +15,7 @@ import {
   StaleSession,
   UnknownSession,
 } from '../dist/index.js';
-import { anthropicConversation, bigLog, longChat, openaiConversation, spawnClient } from './helpers.mjs';
+import { PROMPT_SECTIONS, anthropicConversation, bigLog, longChat, openaiConversation, spawnClient } from './helpers.mjs';
 
 /** Reads a whole offloaded file back through `context.read`, slice by slice. */
 async function readAll(client, path) {
@@ -121,6 +121,62 @@ test('append with expect_messages: a stale count rejects with StaleSession and a
   const third = await client.prepare({ session_id: 'counted', append: [{ role: 'user', content: 'Bye.' }], expect_messages: 2 });
   assert.equal(third.reconciliation.session_messages, 3);
   await client.close();
+});
+
+test('reportUsage sends a context.usage notification; usage() answers the calibration', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const res = await client.prepare({ session_id: 'usage', messages: [{ role: 'user', content: 'Hello there, how are you?' }] });
+  const counted = res.tokens.total;
+  const before = await client.inspect({ session_id: 'usage' });
+  assert.deepEqual([before.calibration.factor, before.calibration.samples], [1, 0]);
+  assert.equal(client.reportUsage('usage', counted + 3), undefined, 'a notification: nothing to wait for');
+  // Calls on a session run in the order they were sent, so inspect sees the notification.
+  const after = (await client.inspect({ session_id: 'usage' })).calibration;
+  assert.ok(after.samples >= 1, JSON.stringify(after));
+  assert.equal(after.last.provider_tokens, counted + 3);
+  const calibration = await client.usage({ session_id: 'usage', input_tokens: counted + 5 });
+  assert.equal(calibration.last.provider_tokens, counted + 5);
+  assert.ok(calibration.factor >= 0.5 && calibration.factor <= 2, String(calibration.factor));
+  await assert.rejects(client.usage({ session_id: 'nobody', input_tokens: 10 }), UnknownSession);
+  await client.close();
+});
+
+test('prepare with sections returns the assembled system prompt and its report', async () => {
+  const client = spawnClient();
+  await client.initialize();
+  const keys = PROMPT_SECTIONS.map((s) => s.key);
+  const messages = [{ role: 'user', content: 'Fix the ParseError in src/parser.rs and run the tests.' }];
+  try {
+    const first = await client.prepare({ session_id: 'assembly', messages, sections: PROMPT_SECTIONS });
+    client.reportUsage('assembly', first.tokens.total + 50);
+    const second = await client.prepare({
+      session_id: 'assembly',
+      append: [{ role: 'assistant', content: 'Done: ParseError is raised for empty input.' }],
+      expect_messages: 1,
+      sections: PROMPT_SECTIONS,
+      usage: { input_tokens: first.tokens.total + 80 },
+    });
+    assert.equal(second.reconciliation.session_messages, 2);
+    for (const res of [first, second]) {
+      assert.equal(typeof res.system, 'string', `no assembled system prompt: ${Object.keys(res)}`);
+      for (const section of PROMPT_SECTIONS) assert.ok(res.system.includes(section.content), section.key);
+      assert.ok(res.prompt, `no prompt report: ${Object.keys(res)}`);
+      assert.equal(res.prompt.sessionId, 'assembly');
+      const reported = res.prompt.sections.map((s) => s.key).filter((k) => keys.includes(k));
+      assert.deepEqual(reported, keys, 'every section, in the order sent');
+      assert.deepEqual(res.prompt.truncatedSectionKeys, []);
+    }
+    const inspected = await client.inspect({ session_id: 'assembly', detail_key: 'rules:rust' });
+    assert.ok(inspected.calibration.samples >= 1);
+    assert.ok(inspected.monitor.current_tokens > 0);
+    assert.equal(inspected.sessionId, 'assembly');
+    assert.ok(Array.isArray(inspected.sections), `no prompt in inspect: ${Object.keys(inspected)}`);
+    assert.equal(inspected.detail?.key, 'rules:rust');
+    assert.equal(inspected.detail.original_content, PROMPT_SECTIONS[1].content);
+  } finally {
+    await client.close();
+  }
 });
 
 test('concurrent calls with Promise.all are matched to their replies', async () => {

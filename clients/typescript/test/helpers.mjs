@@ -63,3 +63,29 @@ export function longChat() {
   }
   return messages;
 }
+
+/** Three system-prompt sections, as an AceClaw-style client sends them with every prepare. */
+export const PROMPT_SECTIONS = [
+  {
+    key: 'memory:soul',
+    content: 'You are a careful engineer. Never push to main without review.',
+    priority: 100,
+    protected: true,
+    source_type: 'memory',
+    reason: 'identity',
+  },
+  {
+    key: 'rules:rust',
+    content: 'Rust rules: run cargo fmt and clippy, no unwrap in library code, tests under tests/.',
+    priority: 88,
+    source_type: 'rules',
+    paths: ['src/**/*.rs', 'tests/**/*.rs'],
+  },
+  {
+    key: 'git:status',
+    content: 'On branch main. Modified: src/parser.rs (ParseError handling).',
+    priority: 40,
+    source_type: 'git',
+    scope: 'task-local',
+  },
+];

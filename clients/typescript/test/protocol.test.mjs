@@ -11,7 +11,11 @@ import { REPO_DIR } from './helpers.mjs';
 
 const openrpc = JSON.parse(readFileSync(join(REPO_DIR, 'protocol/openrpc.json'), 'utf8'));
 
-/** Every titled or `$defs` schema in the document, by name (the same name always means the same schema). */
+/**
+ * Every titled or `$defs` schema in the document, by name (the same name always means the same
+ * schema). Top-level descriptions are left out: a root schema's is its method's params or
+ * result (e.g. `Calibration`, `context.usage`'s result and a field of `InspectResult`).
+ */
 function schemas() {
   const found = new Map();
   const visit = (name, schema) => {
@@ -24,7 +28,7 @@ function schemas() {
   for (const root of roots) {
     const { $defs = {}, $schema, title, description, ...body } = root;
     visit(title, body);
-    for (const [name, def] of Object.entries($defs)) visit(name, def);
+    for (const [name, { description: _, ...def }] of Object.entries($defs)) visit(name, def);
   }
   return found;
 }

@@ -110,6 +110,8 @@ def prepare_params(
     tools: Optional[List[Any]],
     config: Optional[Dict[str, Any]],
     expect_messages: Optional[int] = None,
+    sections: Optional[List[Any]] = None,
+    usage: Any = None,
 ) -> Dict[str, Any]:
     return without_none(
         session_id=session_id,
@@ -118,9 +120,27 @@ def prepare_params(
         expect_messages=expect_messages,
         format=format,
         system=system,
+        sections=sections,
+        usage=provider_usage(usage),
         tools=tools,
         config=config,
     )
+
+
+def provider_usage(usage: Any) -> Any:
+    """``prepare``'s ``usage``: ``{"input_tokens": n}``, or just ``n`` for short."""
+    if isinstance(usage, int) and not isinstance(usage, bool):
+        return {"input_tokens": usage}
+    return usage
+
+
+def usage_params(session_id: str, input_tokens: int) -> Dict[str, Any]:
+    """``context.usage`` params: the provider's input tokens for the session's last request."""
+    return {"session_id": session_id, "input_tokens": input_tokens}
+
+
+def inspect_params(session_id: str, query_hint: Optional[str], detail_key: Optional[str]) -> Dict[str, Any]:
+    return without_none(session_id=session_id, query_hint=query_hint, detail_key=detail_key)
 
 
 def timeout_message(method: str, timeout: Optional[float], cancelled: bool) -> str:

@@ -15,10 +15,13 @@ from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Se
 from . import _protocol as P
 from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
+    Calibration,
     CompactResult,
     InitializeResult,
     InspectResult,
     PrepareResult,
+    PromptSection,
+    ProviderUsage,
     ReadResult,
     SessionsResult,
     WatchResult,
@@ -160,12 +163,17 @@ class AsyncClient(P.Handlers):
         config: Optional[Dict[str, Any]] = None,
         *,
         expect_messages: Optional[int] = None,
+        sections: Optional[List[PromptSection]] = None,
+        usage: Union[ProviderUsage, int, None] = None,
     ) -> PrepareResult:
         """``context.prepare`` with ``messages`` (full list) or ``append`` (new ones only);
-        ``expect_messages`` guards an ``append`` as in ``Client.prepare``."""
+        ``expect_messages`` guards an ``append``, ``sections`` and ``usage`` are as in
+        ``Client.prepare``."""
         return await self.call(
             "context.prepare",
-            P.prepare_params(session_id, messages, append, format, system, tools, config, expect_messages),
+            P.prepare_params(
+                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage
+            ),
         )
 
     async def compact(
@@ -189,9 +197,19 @@ class AsyncClient(P.Handlers):
             P.without_none(path=path, start_line=start_line, byte_offset=byte_offset, max_bytes=max_bytes),
         )
 
-    async def inspect(self, session_id: str) -> InspectResult:
-        """``context.inspect``: tokens per zone, pressure, summary, offloads, compactions."""
-        return await self.call("context.inspect", {"session_id": session_id})
+    async def inspect(
+        self, session_id: str, query_hint: Optional[str] = None, detail_key: Optional[str] = None
+    ) -> InspectResult:
+        """``context.inspect``; ``query_hint`` and ``detail_key`` as in ``Client.inspect``."""
+        return await self.call("context.inspect", P.inspect_params(session_id, query_hint, detail_key))
+
+    async def usage(self, session_id: str, input_tokens: int) -> Calibration:
+        """``context.usage`` as a request, returning the calibration (see ``Client.usage``)."""
+        return await self.call("context.usage", P.usage_params(session_id, input_tokens))
+
+    async def report_usage(self, session_id: str, input_tokens: int) -> None:
+        """``context.usage`` as a notification (no reply), as in ``Client.report_usage``."""
+        await self.notify("context.usage", P.usage_params(session_id, input_tokens))
 
     async def sessions(self) -> SessionsResult:
         """``context.sessions``: every stored session, with live numbers for those in use."""

@@ -19,10 +19,13 @@ from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Union
 from . import _protocol as P
 from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
+    Calibration,
     CompactResult,
     InitializeResult,
     InspectResult,
     PrepareResult,
+    PromptSection,
+    ProviderUsage,
     ReadResult,
     SessionsResult,
     WatchResult,
@@ -143,6 +146,8 @@ class Client(P.Handlers):
         config: Optional[Dict[str, Any]] = None,
         *,
         expect_messages: Optional[int] = None,
+        sections: Optional[List[PromptSection]] = None,
+        usage: Union[ProviderUsage, int, None] = None,
     ) -> PrepareResult:
         """``context.prepare``: send ``messages`` (the full list) or ``append`` (only new ones);
         get back the request-ready conversation, tokens per zone and what was done.
@@ -151,10 +156,20 @@ class Client(P.Handlers):
         the last reply: if the session holds another count (a lost reply, another client),
         the call raises :class:`~satchel_client.StaleSession` and appends nothing, so
         retrying an ``append`` never adds the same messages twice.
+
+        ``sections`` (:class:`~satchel_client.types.PromptSection` dicts: ``key``,
+        ``content``, ``priority``, optionally ``protected``, ``source_type``, ``scope``,
+        ``reason``, ``paths``) are assembled after ``system`` under the prompt budget: the
+        result's ``system`` is the prompt to send and ``prompt`` says how it was assembled.
+        ``usage`` is the provider's usage of the session's previous request
+        (``{"input_tokens": n}``, or ``n``), which corrects satchel's counts; see also
+        :meth:`report_usage`.
         """
         return self.call(
             "context.prepare",
-            P.prepare_params(session_id, messages, append, format, system, tools, config, expect_messages),
+            P.prepare_params(
+                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage
+            ),
         )
 
     def compact(
@@ -178,9 +193,28 @@ class Client(P.Handlers):
             P.without_none(path=path, start_line=start_line, byte_offset=byte_offset, max_bytes=max_bytes),
         )
 
-    def inspect(self, session_id: str) -> InspectResult:
-        """``context.inspect``: tokens per zone, pressure, summary, offloads, compactions."""
-        return self.call("context.inspect", {"session_id": session_id})
+    def inspect(
+        self, session_id: str, query_hint: Optional[str] = None, detail_key: Optional[str] = None
+    ) -> InspectResult:
+        """``context.inspect``: tokens per zone, pressure, summary, offloads, compactions, the
+        monitor and calibration, and how the last request's system prompt was assembled.
+
+        ``query_hint`` computes the request focus from that text instead of the newest user
+        message; ``detail_key`` adds the full text of that section as ``detail``.
+        """
+        return self.call("context.inspect", P.inspect_params(session_id, query_hint, detail_key))
+
+    def usage(self, session_id: str, input_tokens: int) -> Calibration:
+        """``context.usage`` as a request: reports the provider's input tokens for the
+        session's last ``prepare`` and returns the resulting calibration. Clients usually
+        send it as a notification instead: :meth:`report_usage`."""
+        return self.call("context.usage", P.usage_params(session_id, input_tokens))
+
+    def report_usage(self, session_id: str, input_tokens: int) -> None:
+        """``context.usage`` as a notification (no reply), right after the model call: the
+        provider's input tokens for the session's last ``prepare``, which corrects satchel's
+        counts from the next call on."""
+        self.notify("context.usage", P.usage_params(session_id, input_tokens))
 
     def sessions(self) -> SessionsResult:
         """``context.sessions``: every stored session, with live numbers for those in use."""

@@ -26,7 +26,8 @@ RepairKind = Literal[
     "synthetic_result", "dropped_orphan_result", "merged_same_role", "moved_results_first", "inserted_leading_user"
 ]
 EventKind = Literal["prepare", "compact"]
-ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated"]
+ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned"]
+ContextMode = Literal["qwenpaw", "aceclaw"]
 
 # --- params (the keyword arguments of the client's methods) ----------------------------------
 
@@ -38,6 +39,34 @@ class ClientCapabilities(TypedDict, total=False):
 class InitializeParams(TypedDict, total=False):
     client_info: Any
     capabilities: ClientCapabilities
+
+
+class _PromptSectionRequired(TypedDict):
+    key: str
+    content: str
+    priority: int
+
+
+class PromptSection(_PromptSectionRequired, total=False):
+    """One section of the system prompt, sent in ``prepare(sections=[...])``.
+
+    Assembled in the order sent; under budget pressure the lowest ``priority`` (0–100) is cut
+    first and ``protected`` sections never. ``source_type`` (``memory``, ``rules``, ``git``,
+    ``journal``, ``markdown-memory``, …) chooses the focus boost; ``paths`` are the globs a
+    ``rules`` section applies to.
+    """
+
+    protected: bool
+    source_type: Optional[str]
+    scope: Optional[str]
+    reason: Optional[str]
+    paths: List[str]
+
+
+class ProviderUsage(TypedDict):
+    """The provider's real usage of a request: ``prepare(usage=...)``."""
+
+    input_tokens: int
 
 
 class _PrepareParamsRequired(TypedDict):
@@ -52,6 +81,11 @@ class PrepareParams(_PrepareParamsRequired, total=False):
     expect_messages: Optional[int]
     format: FormatHint
     system: Any
+    #: System-prompt sections, assembled after ``system`` under the prompt budget; the
+    #: result's ``system`` is the assembled prompt and ``prompt`` says how it was built.
+    sections: Optional[List[PromptSection]]
+    #: The provider's usage of the session's previous request: corrects satchel's counts.
+    usage: Optional[ProviderUsage]
     tools: Optional[List[Any]]
     config: Optional[Dict[str, Any]]
 
@@ -75,8 +109,20 @@ class ReadParams(_ReadParamsRequired, total=False):
     max_bytes: Optional[int]
 
 
-class InspectParams(TypedDict):
+class _InspectParamsRequired(TypedDict):
     session_id: str
+
+
+class InspectParams(_InspectParamsRequired, total=False):
+    #: A user message to compute the request focus from, instead of the session's newest.
+    query_hint: Optional[str]
+    #: A section whose full text (``detail``) the result should carry.
+    detail_key: Optional[str]
+
+
+class UsageParams(TypedDict):
+    session_id: str
+    input_tokens: int
 
 
 class SessionsParams(TypedDict):
@@ -92,9 +138,18 @@ class WatchParams(TypedDict):
 
 class Config(TypedDict, total=False):
     max_input_length: int
+    max_output_tokens: int
+    context_mode: ContextMode
+    prune_trigger_ratio: float
+    prune_target_ratio: float
+    prune_protected_turns: int
+    prune_stub_chars: int
+    prompt_max_section_chars: int
+    prompt_max_total_chars: int
     compact_enabled: bool
     compact_threshold_ratio: float
     reserve_threshold_ratio: float
+    compact_keep_recent_messages: int
     summary_max_tokens: int
     demonstration_prefixes: List[str]
     summarizer: SummarizerKind
@@ -275,8 +330,112 @@ class TruncatedAction(TypedDict):
     total_bytes: int
 
 
+class PruneReport(TypedDict):
+    """What transient pruning (``context_mode: aceclaw``) did to one request; the session keeps everything."""
+
+    stubbed_results: int
+    removed_reasoning: int
+    tokens_before: int
+    tokens_after: int
+
+
+class PrunedAction(PruneReport):
+    kind: Literal["pruned"]
+
+
 #: One thing ``context.prepare`` did; tell them apart by ``action["kind"]``.
-Action = Union[OffloadedAction, CompactedAction, CompactionFailedAction, RepairedAction, TruncatedAction]
+Action = Union[OffloadedAction, CompactedAction, CompactionFailedAction, RepairedAction, TruncatedAction, PrunedAction]
+
+# --- request assembly (AceClaw's shape: camelCase keys) --------------------------------------
+
+
+class RequestFocus(TypedDict):
+    """What the newest user message is about."""
+
+    querySummary: str
+    activeFilePaths: List[str]
+    activeSymbols: List[str]
+    planSignals: List[str]
+
+
+class PromptBudget(TypedDict):
+    """The character budget the sections were cut to."""
+
+    maxPerTierChars: int
+    maxTotalChars: int
+    budgetTokensEstimate: int
+
+
+class SectionReport(TypedDict):
+    """One section of the assembled prompt."""
+
+    key: str
+    sourceType: str
+    scopeType: str
+    inclusionReason: str
+    priority: int
+    basePriority: int
+    protected: bool
+    originalChars: int
+    finalChars: int
+    estimatedTokens: int
+    included: bool
+    truncated: bool
+    evidence: List[str]
+
+
+class SectionDetail(SectionReport):
+    """``inspect(detail_key=...)``: a section's report with its text as sent and as assembled."""
+
+    content: str
+    original_content: str
+
+
+class _PromptAssemblyRequired(TypedDict):
+    sessionId: str
+    totalChars: int
+    estimatedTokens: int
+    contextWindowTokens: int
+    systemPromptSharePct: float
+    requestFocus: RequestFocus
+    budget: PromptBudget
+    truncatedSectionKeys: List[str]
+    sections: List[SectionReport]
+
+
+class PromptAssembly(_PromptAssemblyRequired, total=False):
+    """How the system prompt of a request was assembled (``PrepareResult["prompt"]``)."""
+
+    overBudget: Optional[str]
+
+
+class CalibrationSample(TypedDict):
+    provider_tokens: int
+    counted_tokens: int
+
+
+class _CalibrationRequired(TypedDict):
+    factor: float
+    samples: int
+
+
+class Calibration(_CalibrationRequired, total=False):
+    """How satchel's counts are corrected by the provider's reported usage (``context.usage``)."""
+
+    last: Optional[CalibrationSample]
+
+
+class ContextMonitor(TypedDict):
+    """Live numbers of a session, like AceClaw's ``ContextMonitor``."""
+
+    current_tokens: int
+    pressure_level: str
+    peak_tokens: int
+    compaction_count: int
+    pruned_only_count: int
+    phases_reached: List[str]
+    last_tokens_saved: int
+    total_tokens_saved: int
 
 
 class _PrepareResultRequired(TypedDict):
@@ -291,6 +450,10 @@ class _PrepareResultRequired(TypedDict):
 class PrepareResult(_PrepareResultRequired, total=False):
     compact_summary: Optional[CompactSummary]
     over_limit: Optional[str]
+    #: The assembled system prompt to send (a string when only sections were sent); absent
+    #: when the request had neither ``system`` nor ``sections``.
+    system: Any
+    prompt: Optional[PromptAssembly]
 
 
 class _CompactResultRequired(TypedDict):
@@ -337,11 +500,27 @@ class _InspectResultRequired(TypedDict):
     offloaded: List[OffloadedResult]
     compactions: List[CompactionReport]
     peak_tokens: int
+    monitor: ContextMonitor
+    calibration: Calibration
 
 
 class InspectResult(_InspectResultRequired, total=False):
+    """``context.inspect``; after a ``prepare``, also the :class:`PromptAssembly` of its last
+    request, flattened in AceClaw's shape (``sessionId``, ``totalChars``, ``sections``, …)."""
+
     format: Optional[MessageFormat]
     summary: Optional[CompactSummary]
+    sessionId: str
+    totalChars: int
+    estimatedTokens: int
+    contextWindowTokens: int
+    systemPromptSharePct: float
+    requestFocus: RequestFocus
+    budget: PromptBudget
+    truncatedSectionKeys: List[str]
+    sections: List[SectionReport]
+    overBudget: Optional[str]
+    detail: Optional[SectionDetail]
 
 
 class _SessionSummaryRequired(TypedDict):
