@@ -374,6 +374,7 @@ impl Bench<'_> {
         let (mut plain, mut with_sections) = (Vec::new(), Vec::new());
         let (mut plain_actions, mut sections_actions) = (ActionCounts::default(), ActionCounts::default());
         let (mut plain_bytes, mut sections_bytes) = (0, 0);
+        let (mut plain_json, mut sections_json) = (String::new(), String::new());
         let mut last_plain = initial_plain.result;
         let mut last_sections = initial_sections.result;
         for i in first..messages.len() {
@@ -398,6 +399,8 @@ impl Bench<'_> {
             sections_actions.add_all(&sections_reply.result.actions);
             plain_bytes = plain_request.wire_bytes();
             sections_bytes = sections_request.wire_bytes();
+            plain_json = plain_request.json().to_owned();
+            sections_json = sections_request.json().to_owned();
             last_plain = plain_reply.result;
             last_sections = sections_reply.result;
         }
@@ -432,6 +435,18 @@ impl Bench<'_> {
                     .filter(|&(_, p)| p > 0.0)
                     .map(|(a, p)| stats::round3(a / p))
             ),
+        );
+        // What the extra bytes cost any JSON-RPC pair, whatever the daemon does with them: the
+        // serde floor (parse + write) of the larger request and of the returned `system`.
+        // What is left of `added_p50_ms` above it is the daemon's own work.
+        let floor = |json: &str| serde_floor(json).map(|(p, w)| p + w);
+        let reply_extra = serde_json::to_string(&json!({"system": last_sections.system}))?;
+        let wire = floor(&sections_json)?.saturating_sub(floor(&plain_json)?) + floor(&reply_extra)?;
+        let wire_ms = stats::round3(wire.as_secs_f64() * 1000.0);
+        out.insert("wire_floor_added_ms".into(), json!(wire_ms));
+        out.insert(
+            "assembly_added_p50_ms".into(),
+            json!(added.map(|a| stats::round3(a - wire_ms))),
         );
         out.insert("request_bytes_plain_last".into(), json!(plain_bytes));
         out.insert("request_bytes_sections_last".into(), json!(sections_bytes));

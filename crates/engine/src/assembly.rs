@@ -5,7 +5,7 @@
 //! what it was made from (the sections' JSON texts, `system`, the query, the budget) and
 //! reused while that hash holds: a steady step hashes its sections and parses nothing.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use satchel_core::calibration::corrected;
 use satchel_core::hash::{MessageHash, text_hash};
@@ -32,6 +32,21 @@ pub struct PromptState {
     budget: SystemPromptBudget,
     /// The prompt.
     pub built: BuiltPrompt<'static>,
+    /// Hash of `built.system`, for its token count.
+    system_hash: Option<MessageHash>,
+    /// `built.system` as JSON text, shared into every reply.
+    system_raw: Option<Arc<RawValue>>,
+    /// The last report as JSON text, and what it was made for: a steady step sends the same.
+    report_raw: Mutex<Option<(ReportKey, Arc<RawValue>)>>,
+}
+
+/// What a report depends on besides the prompt itself.
+#[derive(Debug, Clone, PartialEq)]
+struct ReportKey {
+    session_id: String,
+    tokens: u64,
+    factor: f64,
+    window: u64,
 }
 
 /// The request's prompt inputs, as the call received them.
@@ -64,12 +79,17 @@ pub(crate) fn assemble(
     let sections = parse_sections(request.sections.unwrap_or_default())?;
     let system = request.system.cloned();
     let built = build_owned(system.as_ref(), &sections, query.as_deref(), budget)?;
+    let system_hash = built.system.as_ref().map(MessageHash::of_value);
+    let system_raw = built.system.as_ref().map(to_raw);
     Ok(Some(Arc::new(PromptState {
         key,
         system,
         sections,
         budget,
         built,
+        system_hash,
+        system_raw,
+        report_raw: Mutex::new(None),
     })))
 }
 
@@ -82,6 +102,16 @@ impl PromptState {
     /// The `system` to send.
     pub(crate) fn system(&self) -> Option<Value> {
         self.built.system.clone()
+    }
+
+    /// The `system` to send, as JSON text.
+    pub(crate) fn system_raw(&self) -> Option<Arc<RawValue>> {
+        self.system_raw.clone()
+    }
+
+    /// The hash of the `system` to send.
+    pub(crate) fn system_hash(&self) -> Option<MessageHash> {
+        self.system_hash
     }
 }
 
@@ -113,29 +143,38 @@ pub(crate) fn report(
 }
 
 impl PromptState {
-    /// The report of this prompt for session `id`.
-    pub(crate) fn report(
+    /// The report of this prompt for session `id`, as JSON text (made again only when the
+    /// prompt's token count, the calibration or the window changed), and its over-budget notice.
+    pub(crate) fn report_raw(
         &self,
         id: &str,
         session: &mut Session,
         counter: &TokenCounter,
         config: &Config,
-    ) -> PromptAssembly {
-        let tokens = self.tokens(session, counter, config);
-        report(
-            id,
-            &self.built,
-            self.budget,
-            tokens,
-            session.requests.calibration.factor,
-            config,
-        )
+    ) -> (Arc<RawValue>, Option<String>) {
+        let over_budget = self.built.assembled.over_budget.clone();
+        let key = ReportKey {
+            session_id: id.to_owned(),
+            tokens: self.tokens(session, counter, config),
+            factor: session.requests.calibration.factor,
+            window: config.effective_window(),
+        };
+        let mut cached = self.report_raw.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((made_for, raw)) = cached.as_ref()
+            && *made_for == key
+        {
+            return (Arc::clone(raw), over_budget);
+        }
+        let report = report(id, &self.built, self.budget, key.tokens, key.factor, config);
+        let raw = to_raw(&report);
+        *cached = Some((key, Arc::clone(&raw)));
+        (raw, over_budget)
     }
 
     /// Tokens of the assembled `system` (cached by the session per distinct prompt).
     fn tokens(&self, session: &mut Session, counter: &TokenCounter, config: &Config) -> u64 {
         session
-            .extras_tokens(self.built.system.as_ref(), None, counter, config)
+            .extras_tokens(self.built.system.as_ref(), self.system_hash, None, counter, config)
             .0
     }
 
@@ -225,4 +264,9 @@ fn input_key(request: &PromptRequest<'_>, query: Option<&str>, budget: SystemPro
     hasher.update(&budget.max_per_section_chars.to_le_bytes());
     hasher.update(&budget.max_total_chars.to_le_bytes());
     hasher.digest128()
+}
+
+/// The JSON text of `value`.
+fn to_raw(value: &impl serde::Serialize) -> Arc<RawValue> {
+    Arc::from(serde_json::value::to_raw_value(value).expect("a prompt always serialises"))
 }

@@ -93,6 +93,7 @@ impl Engine {
             let extras = RequestExtras {
                 system: session.last_system.clone(),
                 tools: session.last_tools.clone(),
+                system_hash: None,
                 sections: None,
             };
             let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());

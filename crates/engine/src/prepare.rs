@@ -27,7 +27,7 @@ use crate::usage::{RequestExtras, usage};
 use crate::{Outcome, event_of, repair_action, result_size};
 
 /// What `prepare` returns: the request with its messages as shared JSON texts.
-pub type Prepared = PrepareResult<Vec<Arc<RawValue>>>;
+pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;
 
 impl Engine {
     /// `context.prepare` on the session of `ticket`, under the call's effective `config`.
@@ -54,6 +54,7 @@ impl Engine {
         let extras = RequestExtras {
             system: params.system,
             tools: params.tools,
+            system_hash: None,
             sections: params.sections,
         };
         let reported_usage = params.usage;
@@ -115,6 +116,7 @@ impl Engine {
         let prompt = assembly::assemble(session, prompt_request, config)?;
         if let Some(prompt) = &prompt {
             extras.system = prompt.system();
+            extras.system_hash = prompt.system_hash();
         }
         let request = Request {
             config,
@@ -162,8 +164,13 @@ impl Engine {
         let saved = counted_usage.total.saturating_sub(usage_now.total);
         let fits = usage_now.total < config.compact_threshold_tokens();
         session.requests.record_phases(phases, saved, fits);
-        let prompt_report = prompt.as_ref().map(|p| p.report(id, session, &request.counter, config));
-        let over_budget = prompt_report.as_ref().and_then(|p| p.over_budget.clone());
+        let (prompt_report, over_budget) = match &prompt {
+            Some(p) => {
+                let (report, over_budget) = p.report_raw(id, session, &request.counter, config);
+                (Some(report), over_budget)
+            }
+            None => (None, None),
+        };
         let over_limit = match (over_limit_message(&usage_now, compaction.reason.as_ref()), over_budget) {
             (Some(window), Some(budget)) => Some(format!("{window}; {budget}")),
             (window, budget) => window.or(budget),
@@ -177,7 +184,7 @@ impl Engine {
             reconciliation: ingested.report,
             compact_summary: session.summary().cloned(),
             over_limit,
-            system: prompt.as_ref().and_then(|p| p.system()),
+            system: prompt.as_ref().and_then(|p| p.system_raw()),
             prompt: prompt_report,
         };
         result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;

@@ -95,7 +95,7 @@ impl Engine {
         let hinted = params.query_hint.as_deref().map(|q| state.with_query(q)).transpose()?;
         let built = hinted.as_ref().unwrap_or(&state.built);
         let tokens = session
-            .extras_tokens(built.system.as_ref(), None, &counter, &self.config)
+            .extras_tokens(built.system.as_ref(), None, None, &counter, &self.config)
             .0;
         let factor = session.requests.calibration.factor;
         let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, &self.config);

@@ -717,10 +717,12 @@ impl Session {
     }
 
     /// Tokens of the system prompt and of the tool definitions sent beside the messages,
-    /// counted once per distinct prompt or definition.
+    /// counted once per distinct prompt or definition; `system_hash` is the prompt's hash when
+    /// the caller knows it (an assembled prompt of 100 KB is not hashed again on every call).
     pub fn extras_tokens(
         &mut self,
         system: Option<&Value>,
+        system_hash: Option<MessageHash>,
         tools: Option<&[Value]>,
         counter: &TokenCounter,
         config: &Config,
@@ -732,15 +734,15 @@ impl Session {
         }
         // A tool definition costs its framing overhead in the estimate mode, a message its own:
         // the same value is cached under a different tag for each.
-        let mut count = |value: &Value, tool: bool| {
-            let hash = MessageHash::of_value(value);
+        let mut count = |value: &Value, known: Option<MessageHash>, tool: bool| {
+            let hash = known.unwrap_or_else(|| MessageHash::of_value(value));
             *self.extras_tokens.entry((hash, tool)).or_insert_with(|| match tool {
                 true => counter.count_tool_definition(value),
                 false => counter.count_message(value),
             })
         };
-        let system = system.map_or(0, |s| count(s, false));
-        let tools = tools.map_or(0, |t| t.iter().map(|d| count(d, true)).sum());
+        let system = system.map_or(0, |s| count(s, system_hash, false));
+        let tools = tools.map_or(0, |t| t.iter().map(|d| count(d, None, true)).sum());
         (system, tools)
     }
 

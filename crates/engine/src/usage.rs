@@ -15,6 +15,8 @@ pub(crate) struct RequestExtras {
     pub system: Option<Value>,
     /// The tool definitions.
     pub tools: Option<Vec<Value>>,
+    /// The hash of `system` when it is known (an assembled prompt's).
+    pub system_hash: Option<satchel_core::hash::MessageHash>,
     /// The system-prompt sections, as JSON texts; assembled into `system` before counting.
     pub sections: Option<Vec<Box<serde_json::value::RawValue>>>,
 }
@@ -32,7 +34,13 @@ pub(crate) fn usage(
 ) -> TokenUsage {
     let factor = session.requests.calibration.factor;
     let per_message = session.count_tokens(counter, config, squeeze);
-    let (system, tools) = session.extras_tokens(extras.system.as_ref(), extras.tools.as_deref(), counter, config);
+    let (system, tools) = session.extras_tokens(
+        extras.system.as_ref(),
+        extras.system_hash,
+        extras.tools.as_deref(),
+        counter,
+        config,
+    );
     let summary = session.summary_tokens(counter, config);
     let messages: Vec<MessageTokens> = session
         .entries

@@ -562,8 +562,12 @@ pub struct PrepareParams<M = Value> {
 // from the JSON text it keeps for each rendered message (`Box<RawValue>`), without encoding
 // unchanged messages again on every call.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+//
+// `S` and `P` hold `system` and `prompt` the same way: the daemon keeps the JSON text of an
+// assembled prompt (often 100 KB) and of its report, and writes them into every reply
+// without encoding them again while the sections stay the same.
 #[schemars(rename = "PrepareResult", bound = "")]
-pub struct PrepareResult<L = Vec<Value>> {
+pub struct PrepareResult<L = Vec<Value>, S = Value, P = PromptAssembly> {
     /// Echo of the session id.
     pub session_id: String,
     /// The format of `messages` (as received).
@@ -587,11 +591,13 @@ pub struct PrepareResult<L = Vec<Value>> {
     /// The system prompt to send, assembled from `system` and `sections` under the budget,
     /// in the shape `system` was sent in (a string when only sections were sent). Absent
     /// when the request had neither.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Value>")]
+    pub system: Option<S>,
     /// How `system` was assembled (absent when the request had neither `system` nor `sections`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<PromptAssembly>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<PromptAssembly>")]
+    pub prompt: Option<P>,
 }
 
 /// Tokens per zone of the request, counted with the configured tokenizer.
