@@ -11,6 +11,7 @@ pub mod aliases;
 pub mod assembly;
 pub mod config;
 pub mod errors;
+pub mod inspect;
 pub mod methods;
 pub mod openrpc;
 pub mod summary;

@@ -1,0 +1,119 @@
+//! `context.inspect`: what satchel holds for a session and what it did, with AceClaw's view of
+//! the last system prompt and its `ContextMonitor` numbers.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::assembly::{Calibration, PromptAssembly, SectionReport};
+use crate::{CompactSummary, CompactionReport, MessageFormat, Method, Pressure, TokenUsage};
+
+/// `context.inspect`: what satchel holds for a session and what it did.
+pub enum ContextInspect {}
+
+impl Method for ContextInspect {
+    const NAME: &'static str = "context.inspect";
+    const SUMMARY: &'static str =
+        "Tokens per zone, pressure, summary, offloaded results and compaction history of a session.";
+    type Params = InspectParams;
+    type Result = InspectResult;
+}
+
+/// Params of `context.inspect`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InspectParams {
+    /// The session.
+    pub session_id: String,
+    /// Assemble the last request's sections again as if the newest user message were this
+    /// text (what would a question about `X` keep?). The session is not changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_hint: Option<String>,
+    /// Also return this section of the last request in full (`detail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail_key: Option<String>,
+}
+
+/// One section in full, for `context.inspect {detail_key}`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SectionDetail {
+    /// Its line of the section table.
+    #[serde(flatten)]
+    pub report: SectionReport,
+    /// The text as it went into the prompt (empty when dropped).
+    pub content: String,
+    /// The text as the client sent it.
+    pub original_content: String,
+}
+
+/// The session's request pressure over time, like AceClaw's `ContextMonitor`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ContextMonitor {
+    /// Tokens of the last request.
+    pub current_tokens: u64,
+    /// AceClaw's level of the last request: `normal` under 70 % of the window, `watch` from
+    /// 70 %, `compact` from 85 %, `critical` from 95 %.
+    pub pressure_level: String,
+    /// Largest request since the daemon started.
+    pub peak_tokens: u64,
+    /// Compactions so far.
+    pub compaction_count: usize,
+    /// Requests that pruning alone brought under the trigger (`aceclaw` mode).
+    pub pruned_only_count: usize,
+    /// Phases the last request reached: `prune`, `summarize` (empty when it was under its threshold).
+    pub phases_reached: Vec<String>,
+    /// Tokens pruning and compaction took off the last request.
+    pub last_tokens_saved: u64,
+    /// Tokens pruning and compaction took off requests since the daemon started.
+    pub total_tokens_saved: u64,
+}
+
+/// An offloaded tool result of a live message.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OffloadedResult {
+    /// Original index of the message.
+    pub index: usize,
+    /// JSON pointer of the text.
+    pub pointer: String,
+    /// Workspace-relative file with the full text.
+    pub file: String,
+    /// Size of the full text.
+    pub total_bytes: usize,
+    /// Lines of the full text.
+    pub total_lines: usize,
+}
+
+/// Result of `context.inspect`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct InspectResult {
+    /// Echo of the session id.
+    pub session_id: String,
+    /// Format of the session, once known.
+    pub format: Option<MessageFormat>,
+    /// Tokens per zone as of the last `context.prepare` of this daemon (zeros before one).
+    pub tokens: TokenUsage,
+    /// How full the window is.
+    pub pressure: Pressure,
+    /// Messages in the session now.
+    pub messages: usize,
+    /// Messages compacted away (archived).
+    pub archived_messages: usize,
+    /// The summary in force.
+    pub summary: Option<CompactSummary>,
+    /// Offloaded results of live messages.
+    pub offloaded: Vec<OffloadedResult>,
+    /// Every compaction, oldest first.
+    pub compactions: Vec<CompactionReport>,
+    /// Largest request of this session since the daemon started.
+    pub peak_tokens: u64,
+    /// Live numbers like AceClaw's `ContextMonitor`.
+    pub monitor: ContextMonitor,
+    /// How counts are corrected by the provider's reported usage.
+    pub calibration: Calibration,
+    /// The system prompt of the last request, in AceClaw's `context.inspect` shape
+    /// (`sessionId`, `totalChars`, `sections`, …); absent before a `context.prepare`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptAssembly>,
+    /// The section named by `detail_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<SectionDetail>,
+}
