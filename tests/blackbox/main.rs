@@ -18,6 +18,7 @@ mod hardening_storage;
 mod limits;
 mod llm;
 mod protocol_examples;
+mod pruning;
 mod replay;
 mod replay_compaction;
 mod secrets;

@@ -9,8 +9,11 @@
 //! * every offloaded file holds the exact original bytes, and the excerpt's head followed by
 //!   `context.read` from where it stops gives back the original text.
 //!
-//! Each folder is replayed twice: with the default configuration, and with per-request limits
-//! small enough that most tool results are cut (the data's outputs are mostly below 50 KB).
+//! Each folder is replayed under several passes: the default configuration; `aceclaw` mode,
+//! where every tool result over 400 bytes must also be offloaded as it enters (so that a stub
+//! can name its file; the default window is far from the prune trigger); and per-request
+//! limits small enough that most tool results are cut (the data's outputs are mostly below
+//! 50 KB), down to the smallest the config accepts.
 //!
 //! The data is not part of the repository; without it the test prints why and passes.
 //! `SATCHEL_SHARED_DATA` points at another copy.
@@ -36,6 +39,9 @@ const MAX_FAILURES: usize = 20;
 struct Pass {
     label: &'static str,
     config: Option<Value>,
+    /// Every tool-result text longer than this many bytes must be offloaded when it enters
+    /// (`aceclaw` mode: `2 × prune_stub_chars`, so that a stub can always name a file).
+    offload_over: Option<usize>,
 }
 
 #[derive(Default)]
@@ -295,6 +301,7 @@ fn check_actions(
     returned: &[Value],
     workspace: &Path,
     files: &mut HashSet<String>,
+    offloaded: &mut HashSet<(usize, String)>,
     stats: &mut Stats,
 ) -> Result<HashSet<(usize, String)>, String> {
     let mut truncated = HashSet::new();
@@ -325,6 +332,7 @@ fn check_actions(
                     return Err(format!("offloaded action states the wrong line count: {action}"));
                 }
                 files.insert(file);
+                offloaded.insert((index, pointer));
                 stats.offload_actions += 1;
             }
             Some("truncated") => {
@@ -355,6 +363,8 @@ fn replay(
     let mut previous: Vec<Value> = Vec::new();
     // Excerpts already verified, per (message index, pointer).
     let mut verified: HashMap<(usize, String), String> = HashMap::new();
+    // Texts an offloaded action announced, per (message index, pointer).
+    let mut offloaded: HashSet<(usize, String)> = HashSet::new();
     let mut saw_call = false;
     for i in 0..t.messages.len() {
         let sent = &t.messages[..=i];
@@ -403,7 +413,7 @@ fn replay(
         let actions = result["actions"]
             .as_array()
             .ok_or_else(|| at("no `actions` list".into()))?;
-        let announced = check_actions(actions, sent, returned, workspace, files, stats).map_err(at)?;
+        let announced = check_actions(actions, sent, returned, workspace, files, &mut offloaded, stats).map_err(at)?;
 
         // Every excerpt the first time it is returned, and again whenever it changes (it leaves
         // the recent window); a changed excerpt must be announced by a `truncated` action.
@@ -431,6 +441,20 @@ fn replay(
             verified.insert(key, cut.excerpt.to_owned());
         }
         previous = returned.clone();
+    }
+
+    // Every text the pass requires offloaded was, when it entered.
+    if let Some(limit) = pass.offload_over {
+        for (index, message) in t.messages.iter().enumerate() {
+            for pointer in result_text_pointers(message, t.format) {
+                let bytes = message.pointer(&pointer).and_then(Value::as_str).map_or(0, str::len);
+                if bytes > limit && !offloaded.contains(&(index, pointer.clone())) {
+                    return Err(format!(
+                        "message {index} {pointer}: a {bytes}-byte tool result was not offloaded (over {limit})"
+                    ));
+                }
+            }
+        }
     }
 
     // The final list, where most results are old: every excerpt once more.
@@ -496,6 +520,14 @@ fn replaying_the_shared_trajectories_keeps_pairs_and_loses_no_byte() {
         Pass {
             label: "default",
             config: None,
+            offload_over: None,
+        },
+        // AceClaw's mode: every result over 2 × prune_stub_chars (400 bytes) is offloaded as it
+        // enters; the default window is far from the prune trigger, so nothing else changes.
+        Pass {
+            label: "aceclaw",
+            config: Some(json!({"context_mode": "aceclaw"})),
+            offload_over: Some(400),
         },
         Pass {
             label: "forced-offload",
@@ -505,6 +537,7 @@ fn replaying_the_shared_trajectories_keeps_pairs_and_loses_no_byte() {
                 "markdown_recent_msg_max_bytes": 4000,
                 "markdown_old_msg_max_bytes": 1000,
             })),
+            offload_over: None,
         },
         // The smallest limits the config accepts, no slack and the largest tail: nearly every
         // result is cut, mostly mid-line, with tails inside CRLF and non-ASCII text.
@@ -518,6 +551,7 @@ fn replaying_the_shared_trajectories_keeps_pairs_and_loses_no_byte() {
                 "pruning_slack_bytes": 0,
                 "pruning_tail_ratio": 0.5,
             })),
+            offload_over: None,
         },
     ];
 

@@ -18,13 +18,24 @@
 //!   read back from the dialog archive (`<workspace>/dialog/*.jsonl`), where each index is at
 //!   most once and never while it is also live.
 //!
+//! The replay runs in both context modes (issue 15): `qwenpaw`, and `aceclaw`, where a request
+//! over its trigger is pruned for that call first and compacted only when that is not enough.
+//! In `aceclaw` mode the summary must open with `[COMPACTED]`, the monitor must show the prune
+//! phase before every compaction, a tool-result text may also come back as a stub (counted by
+//! the call's `pruned` action, keeping the original's head, naming a file that gives the
+//! original back through `context.read`), and every other check is the same. The recorded
+//! trajectories have their user messages at the start, all within the protected turns, so a
+//! third replay adds a user turn after every round of tool results to have real outputs
+//! stubbed. Each replay takes seconds, so all three run in CI.
+//!
 //! It also measures identifier retention on the same replay: for each compaction, the file
 //! paths named in the compacted span's tool-call arguments and user texts, the commands run
 //! (first line, at most 200 chars) and the first error line of each failing tool result, and
 //! which of them the summary text in force right after it contains; and the largest summary
 //! (`tokens.summary`). The table goes to stderr and, as JSON, to `target/retention.json` (or
-//! `$SATCHEL_RETENTION_OUT`). The targets (paths ≥ 95 %, commands ≥ 80 %, error lines ≥ 90 %,
-//! summary < 3000 tokens) are asserted overall (`SATCHEL_ASSERT_RETENTION=0` only reports);
+//! `$SATCHEL_RETENTION_OUT`; the `aceclaw` replays write `retention_aceclaw*.json` beside it).
+//! The targets (paths ≥ 95 %, commands ≥ 80 %, error lines ≥ 90 %, summary < 3000 tokens) are
+//! asserted overall in every replay (`SATCHEL_ASSERT_RETENTION=0` only reports);
 //! `SATCHEL_SHOW_MISSES=1` lists what was missed.
 //!
 //! The data is not part of the repository; without it the test prints why and passes.
@@ -36,20 +47,76 @@ use std::time::{Duration, Instant};
 
 use satchel_core::summary::extract::paths::{is_junk, prose_path_tokens};
 use satchel_core::summary::extract::prose::{DEMONSTRATION_PREFIXES, is_demonstration};
-use satchel_core::summary::render::summary_message_text;
+use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
-use satchel_protocol::CompactSummary;
 use satchel_protocol::config::Tokenizer;
+use satchel_protocol::{CompactSummary, ContextMode};
 use serde_json::{Value, json};
 
 use crate::support::trajectories::{
     Format, NOTICE_START, Trajectory, block_type, blocks, check_request_shape, content_texts, diff_strings, env_flag,
-    has_tool_call, load_shared_data, parse_notice, report_path, result_text_pointers, role, str_field,
+    has_tool_call, load_shared_data, parse_notice, parse_stub, report_path, result_ids, result_text_pointers, role,
+    str_field,
 };
 use crate::support::{Daemon, MARKER, SUMMARY_HEADING, read_from};
 
 /// `max_input_length` of the replay.
 const LIMIT: u64 = 16_384;
+/// How the summary message opens in `aceclaw` mode, before the heading.
+const COMPACTED_OPENING: &str = "[COMPACTED]\n\n";
+/// Characters a stub keeps of its text (`prune_stub_chars` at its default).
+const STUB_CHARS: usize = 200;
+
+/// Which user turns a replay sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turns {
+    /// The trajectories as recorded: their one or two user messages come first, so `aceclaw`
+    /// pruning, which never touches the newest `prune_protected_turns` (5) user turns, has
+    /// nothing it may prune.
+    Recorded,
+    /// A short user message after every round of tool results ([`every_round_a_turn`]), so
+    /// that old rounds fall outside the protected turns and real outputs are pruned.
+    EveryRound,
+}
+
+/// What the user says after a round of tool results in [`Turns::EveryRound`].
+const NUDGE: &str = "Go on.";
+
+/// `t` with a user turn after every round of tool results that the assistant answers: an
+/// OpenAI user message after the round's `tool` messages, an Anthropic text block at the end of
+/// the user message carrying the round's results (as clients add reminders there).
+fn every_round_a_turn(t: &Trajectory) -> Trajectory {
+    let mut messages = Vec::with_capacity(t.messages.len() * 3 / 2);
+    for (i, message) in t.messages.iter().enumerate() {
+        let answered = t.messages.get(i + 1).is_some_and(|next| role(next) == "assistant");
+        let mut message = message.clone();
+        let results = !result_ids(&message, t.format).is_empty();
+        if answered
+            && results
+            && t.format == Format::Anthropic
+            && let Some(content) = message["content"].as_array_mut()
+        {
+            content.push(json!({"type": "text", "text": NUDGE}));
+        }
+        messages.push(message);
+        if answered && results && t.format == Format::Openai {
+            messages.push(json!({"role": "user", "content": NUDGE}));
+        }
+    }
+    Trajectory {
+        name: t.name.clone(),
+        session_id: t.session_id.clone(),
+        format: t.format,
+        system: t.system.clone(),
+        messages,
+    }
+}
+
+/// The per-request configuration of the replay in `mode`: [`LIMIT`], every other key at its
+/// default.
+fn config(mode: ContextMode) -> Value {
+    json!({"max_input_length": LIMIT, "context_mode": mode})
+}
 /// Failures kept with their details per replay job (all are counted).
 const MAX_SAMPLES: usize = 40;
 /// A command is retained when its first line, cut to this many chars, is in the summary.
@@ -199,12 +266,18 @@ struct Split {
 }
 
 /// `text` starts with the summary's heading line.
-fn starts_with_heading_line(text: &str) -> bool {
-    text.strip_prefix(SUMMARY_HEADING)
+/// `text` starts with the summary's heading line, after [`COMPACTED_OPENING`] in `aceclaw`
+/// mode (and only then).
+fn starts_with_heading_line(text: &str, mode: ContextMode) -> bool {
+    let text = match mode {
+        ContextMode::Qwenpaw => Some(text),
+        ContextMode::Aceclaw => text.strip_prefix(COMPACTED_OPENING),
+    };
+    text.and_then(|t| t.strip_prefix(SUMMARY_HEADING))
         .is_some_and(|rest| rest.starts_with('\n'))
 }
 
-fn split_summary(returned: &[Value]) -> Split {
+fn split_summary(returned: &[Value], mode: ContextMode) -> Split {
     let mut live = returned.to_vec();
     let at = live.iter().take_while(|m| role(m) == "system").count();
     let Some(first) = live.get_mut(at) else {
@@ -222,7 +295,7 @@ fn split_summary(returned: &[Value]) -> Split {
         };
     }
     if let Some(text) = first.get("content").and_then(Value::as_str)
-        && starts_with_heading_line(text)
+        && starts_with_heading_line(text, mode)
     {
         let summary = text.to_owned();
         live.remove(at);
@@ -236,7 +309,7 @@ fn split_summary(returned: &[Value]) -> Split {
         && let Some(block) = content.first()
         && block_type(block) == "text"
         && let Some(text) = block.get("text").and_then(Value::as_str)
-        && starts_with_heading_line(text)
+        && starts_with_heading_line(text, mode)
     {
         let summary = text.to_owned();
         content.remove(0);
@@ -253,15 +326,26 @@ fn split_summary(returned: &[Value]) -> Split {
     }
 }
 
-/// A tool-result text returned as an excerpt.
+/// How a tool-result text was returned when it was not returned whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CutKind {
+    /// An excerpt with a truncation notice.
+    Excerpt,
+    /// A stub of a text pruned for this request (`aceclaw` mode).
+    Stub,
+}
+
+/// A tool-result text returned as an excerpt or a stub.
 struct Cut {
     pointer: String,
     original: String,
     excerpt: String,
+    kind: CutKind,
 }
 
-/// The excerpts of `returned` if it is `sent` with only tool-result texts cut (with a notice).
-fn excerpts_of(sent: &Value, returned: &Value, format: Format) -> Result<Vec<Cut>, String> {
+/// The excerpts of `returned` if it is `sent` with only tool-result texts cut (with a notice),
+/// or in `aceclaw` mode also sent as stubs.
+fn excerpts_of(sent: &Value, returned: &Value, format: Format, mode: ContextMode) -> Result<Vec<Cut>, String> {
     if sent == returned {
         return Ok(Vec::new());
     }
@@ -273,13 +357,18 @@ fn excerpts_of(sent: &Value, returned: &Value, format: Format) -> Result<Vec<Cut
         if !allowed.contains(&pointer) {
             return Err(format!("{pointer} is not a tool-result text but was changed"));
         }
-        if !excerpt.contains(MARKER) {
+        let kind = if mode == ContextMode::Aceclaw && parse_stub(excerpt).is_some() {
+            CutKind::Stub
+        } else if excerpt.contains(MARKER) {
+            CutKind::Excerpt
+        } else {
             return Err(format!("{pointer} was changed without a truncation notice"));
-        }
+        };
         cuts.push(Cut {
             pointer,
             original: original.to_owned(),
             excerpt: excerpt.to_owned(),
+            kind,
         });
     }
     Ok(cuts)
@@ -304,6 +393,7 @@ fn match_live(
     sent: &[Value],
     expected: &[usize],
     format: Format,
+    mode: ContextMode,
 ) -> Result<Vec<(usize, Vec<Cut>)>, String> {
     if let (Some(position), Some(&index)) = (split.carrier, expected.first()) {
         restore_carrier(&mut split.live[position], &sent[index]);
@@ -318,7 +408,7 @@ fn match_live(
                 expected.len()
             ));
         };
-        let cuts = excerpts_of(&sent[index], got, format)
+        let cuts = excerpts_of(&sent[index], got, format, mode)
             .map_err(|e| format!("live message {index} (request position {position}) is not the message sent: {e}"))?;
         out.push((index, cuts));
     }
@@ -346,11 +436,24 @@ fn short(value: &Value) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rebuilding a truncated text from its excerpt.
+// Rebuilding a truncated text from its excerpt or its stub.
 
 /// Rebuilds the original from the excerpt alone: its head, then the file through `context.read`;
-/// also compares the file with the original.
+/// also compares the file with the original. A stub: [`check_stub`], then the whole file
+/// through `context.read`.
 fn rebuild(daemon: &mut Daemon, workspace: &Path, cut: &Cut) -> Result<(), String> {
+    if cut.kind == CutKind::Stub {
+        let path = check_stub(workspace, cut)?;
+        let read = read_from(daemon, "", &path);
+        if read != cut.original {
+            return Err(format!(
+                "context.read of {path} gives {} bytes that differ from the {}-byte original",
+                read.len(),
+                cut.original.len()
+            ));
+        }
+        return Ok(());
+    }
     let notice = parse_notice(&cut.excerpt, &cut.original).ok_or("no notice that follows a head of the original")?;
     let on_disk = std::fs::read(workspace.join(&notice.path)).map_err(|e| format!("read {}: {e}", notice.path))?;
     if on_disk != cut.original.as_bytes() {
@@ -370,6 +473,39 @@ fn rebuild(daemon: &mut Daemon, workspace: &Path, cut: &Cut) -> Result<(), Strin
         ));
     }
     Ok(())
+}
+
+/// Checks a stub against its original without the daemon: it keeps the first
+/// [`STUB_CHARS`] characters, states the original's size, and names a file holding the
+/// original byte for byte. Returns the file.
+fn check_stub(workspace: &Path, cut: &Cut) -> Result<String, String> {
+    let stub = parse_stub(&cut.excerpt).ok_or("not a stub")?;
+    let head: String = cut.original.chars().take(STUB_CHARS).collect();
+    if stub.head != head {
+        return Err(format!(
+            "the stub does not keep the first {STUB_CHARS} characters of the original: {}",
+            short(&Value::String(cut.excerpt.clone()))
+        ));
+    }
+    if stub.total_bytes != cut.original.len() || stub.total_lines != cut.original.lines().count() {
+        return Err(format!(
+            "the stub says {} bytes, {} lines; the original has {}, {}",
+            stub.total_bytes,
+            stub.total_lines,
+            cut.original.len(),
+            cut.original.lines().count()
+        ));
+    }
+    let on_disk = std::fs::read(workspace.join(stub.path)).map_err(|e| format!("read {}: {e}", stub.path))?;
+    if on_disk != cut.original.as_bytes() {
+        return Err(format!(
+            "{} holds {} bytes that differ from the {}-byte original",
+            stub.path,
+            on_disk.len(),
+            cut.original.len()
+        ));
+    }
+    Ok(stub.path.to_owned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -633,6 +769,10 @@ struct Report {
     live_unchanged: usize,
     live_rebuilt: usize,
     from_archive: usize,
+    /// Calls whose request was pruned (`aceclaw` mode).
+    pruned: usize,
+    /// Distinct stubs checked against their original and their file.
+    stubs: usize,
     prepare_time: Duration,
     misses: Vec<String>,
     /// Violations of the acceptance criterion, counted by kind.
@@ -669,6 +809,8 @@ impl Report {
         self.live_unchanged += other.live_unchanged;
         self.live_rebuilt += other.live_rebuilt;
         self.from_archive += other.from_archive;
+        self.pruned += other.pruned;
+        self.stubs += other.stubs;
         self.prepare_time += other.prepare_time;
         for (kind, n) in &other.violations {
             *self.violations.entry(kind).or_default() += n;
@@ -714,6 +856,8 @@ impl Report {
                 "rebuilt_from_excerpt": self.live_rebuilt,
                 "from_archive": self.from_archive,
             },
+            "pruned_requests": self.pruned,
+            "stubs_checked": self.stubs,
             "violations": self.violations,
         })
     }
@@ -756,6 +900,9 @@ struct Replay<'a> {
     show_misses: bool,
     /// Outcome labels by trajectory and call id.
     labels: &'a HashMap<String, HashMap<String, String>>,
+    mode: ContextMode,
+    /// Stubs already checked, by their text: each is checked once, through `context.read`.
+    stubs: HashSet<String>,
 }
 
 impl Replay<'_> {
@@ -764,7 +911,7 @@ impl Replay<'_> {
         let mut last: Vec<Value> = Vec::new();
         let mut saw_call = false;
         for i in 0..t.messages.len() {
-            let mut params = json!({"session_id": t.session_id, "config": {"max_input_length": LIMIT}});
+            let mut params = json!({"session_id": t.session_id, "config": config(self.mode)});
             params[if i == 0 { "messages" } else { "append" }] = json!([t.messages[i]]);
             if let Some(system) = &t.system {
                 params["system"] = system.clone();
@@ -853,7 +1000,7 @@ impl Replay<'_> {
         }
 
         // The summary, and the compactions of this call.
-        let mut split = split_summary(returned);
+        let mut split = split_summary(returned, self.mode);
         let compactions: Vec<&Value> = result["actions"]
             .as_array()
             .into_iter()
@@ -867,9 +1014,69 @@ impl Replay<'_> {
 
         // Exactly the live messages, in order.
         let expected: Vec<usize> = (0..=i).filter(|k| !self.archived.contains_key(k)).collect();
-        if let Err(why) = match_live(&mut split, &t.messages, &expected, t.format) {
-            self.report
-                .violate("lost_or_altered", format!("after message {i}: {why}"));
+        match match_live(&mut split, &t.messages, &expected, t.format, self.mode) {
+            Ok(matched) => self.check_stubs(i, result, &matched),
+            Err(why) => self
+                .report
+                .violate("lost_or_altered", format!("after message {i}: {why}")),
+        }
+    }
+
+    /// The stubs of a request (`aceclaw` mode) are those its `pruned` action counts, and each
+    /// gives its original back: its file on disk, and through `context.read` the first time it
+    /// is seen.
+    fn check_stubs(&mut self, i: usize, result: &Value, matched: &[(usize, Vec<Cut>)]) {
+        let pruned: Vec<&Value> = result["actions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["kind"] == "pruned")
+            .collect();
+        let stubs: Vec<(usize, &Cut)> = matched
+            .iter()
+            .flat_map(|(index, cuts)| cuts.iter().map(move |c| (*index, c)))
+            .filter(|(_, c)| c.kind == CutKind::Stub)
+            .collect();
+        self.report.pruned += pruned.len();
+        let stubbed = pruned
+            .iter()
+            .map(|a| a["stubbed_results"].as_u64().unwrap_or(0) as usize)
+            .sum::<usize>();
+        if pruned.len() > 1 || stubbed != stubs.len() {
+            self.report.violate(
+                "pruning",
+                format!(
+                    "after message {i}: {} pruned actions stubbing {stubbed} results, the request holds {} stubs",
+                    pruned.len(),
+                    stubs.len()
+                ),
+            );
+        }
+        if let Some(action) = pruned.first()
+            && action["tokens_after"] != result["tokens"]["total"]
+        {
+            self.report.violate(
+                "pruning",
+                format!(
+                    "after message {i}: pruned to {}, tokens {}",
+                    action["tokens_after"], result["tokens"]
+                ),
+            );
+        }
+        for (index, cut) in stubs {
+            if self.stubs.contains(&cut.excerpt) {
+                continue;
+            }
+            match rebuild(self.daemon, self.workspace, cut) {
+                Ok(()) => {
+                    self.stubs.insert(cut.excerpt.clone());
+                    self.report.stubs += 1;
+                }
+                Err(e) => self.report.violate(
+                    "unrecoverable",
+                    format!("after message {i}, stub of message {index} {}: {e}", cut.pointer),
+                ),
+            }
         }
     }
 
@@ -881,7 +1088,7 @@ impl Replay<'_> {
             (false, None, None) => {}
             (true, Some(text), Some(structured)) => {
                 match serde_json::from_value::<CompactSummary>(structured.clone()) {
-                    Ok(summary) if summary_message_text(&summary) == text => {}
+                    Ok(summary) if summary_message_text_for(&summary, self.mode) == text => {}
                     Ok(_) => self.report.violate(
                         "summary",
                         format!("after message {i}: the summary message is not the rendered compact_summary"),
@@ -910,6 +1117,19 @@ impl Replay<'_> {
         let id = str_field(action, "id");
         let range = &action["archive"];
         let at = |why: String| format!("after message {i}, compaction {id}: {why}");
+        // The monitor shows the phases the request went through: in `aceclaw` mode it was
+        // pruned first, and compacted because that was not enough.
+        let expected_phases = match self.mode {
+            ContextMode::Qwenpaw => json!(["summarize"]),
+            ContextMode::Aceclaw => json!(["prune", "summarize"]),
+        };
+        let inspect = self.daemon.call("context.inspect", json!({"session_id": t.session_id}));
+        if inspect["monitor"]["phases_reached"] != expected_phases {
+            self.report.violate(
+                "phases",
+                at(format!("monitor {}, {expected_phases} expected", inspect["monitor"])),
+            );
+        }
         let (Some(file), Some(start), Some(end)) = (
             range["file"].as_str(),
             range["start_line"].as_u64(),
@@ -1014,9 +1234,9 @@ impl Replay<'_> {
         let t = self.t;
         let n = t.messages.len();
         let mut live: HashSet<usize> = HashSet::new();
-        let mut split = split_summary(last);
+        let mut split = split_summary(last, self.mode);
         let expected: Vec<usize> = (0..n).filter(|k| !self.archived.contains_key(k)).collect();
-        match match_live(&mut split, &t.messages, &expected, t.format) {
+        match match_live(&mut split, &t.messages, &expected, t.format, self.mode) {
             Ok(matched) => {
                 for (index, cuts) in matched {
                     live.insert(index);
@@ -1107,7 +1327,7 @@ impl Replay<'_> {
 }
 
 /// Replays one folder on a daemon of its own, one session per file.
-fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>, Duration) {
+fn replay_folder(trajectories: &[Trajectory], show_misses: bool, mode: ContextMode) -> (Vec<Report>, Duration) {
     let started = Instant::now();
     let workspace = tempfile::tempdir().expect("temp workspace");
     let mut daemon = Daemon::start(workspace.path(), &[]);
@@ -1126,6 +1346,8 @@ fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>
             recount: Recount::new(),
             show_misses,
             labels: &labels,
+            mode,
+            stubs: HashSet::new(),
         };
         reports.push(replay.run());
     }
@@ -1135,18 +1357,54 @@ fn replay_folder(trajectories: &[Trajectory], show_misses: bool) -> (Vec<Report>
 
 #[test]
 fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_recoverable() {
+    compaction_replay(ContextMode::Qwenpaw, Turns::Recorded);
+}
+
+/// The same acceptance in `aceclaw` mode: a request over the trigger is pruned first and
+/// compacted only when that is not enough (on the recorded trajectories pruning never has
+/// anything outside the protected turns), and the summary opens with `[COMPACTED]`. Every
+/// invariant of the `qwenpaw` replay holds, and the retention targets apply to its summaries
+/// too. The whole data is replayed: it takes seconds, as the `qwenpaw` replay does.
+#[test]
+fn compaction_replay_in_aceclaw_mode_keeps_every_guarantee() {
+    compaction_replay(ContextMode::Aceclaw, Turns::Recorded);
+}
+
+/// `aceclaw` mode on the trajectories with a user turn after every round of tool results:
+/// old rounds leave the protected turns, so real outputs (CRLF, non-ASCII, notice-like text)
+/// are sent as stubs. Each stub must keep the original's head, state its size and name a file
+/// that gives it back byte for byte through `context.read`, and every other guarantee holds.
+#[test]
+fn compaction_replay_in_aceclaw_mode_stubs_real_outputs_when_every_round_is_a_turn() {
+    compaction_replay(ContextMode::Aceclaw, Turns::EveryRound);
+}
+
+/// Replays the shared data in `mode` with `turns` and checks the acceptance criterion (see
+/// the module documentation). The report goes to `retention.json` in the target directory (or
+/// `$SATCHEL_RETENTION_OUT`) for the recorded turns in `qwenpaw` mode, and beside it, named
+/// after the mode and the turns, for the others.
+fn compaction_replay(mode: ContextMode, turns: Turns) {
     let started = Instant::now();
     let Some((dir, folders)) = load_shared_data() else {
         return;
     };
     let show_misses = env_flag("SATCHEL_SHOW_MISSES");
+    let folders = folders.map(|(folder, trajectories)| match turns {
+        Turns::Recorded => (folder, trajectories),
+        Turns::EveryRound => (folder, trajectories.iter().map(every_round_a_turn).collect()),
+    });
 
     // One daemon per folder, in parallel.
     let results: Vec<(&str, Vec<Report>, Duration)> = std::thread::scope(|scope| {
         let handles: Vec<_> = folders
             .iter()
             .filter(|(_, trajectories)| !trajectories.is_empty())
-            .map(|(folder, trajectories)| (*folder, scope.spawn(move || replay_folder(trajectories, show_misses))))
+            .map(|(folder, trajectories)| {
+                (
+                    *folder,
+                    scope.spawn(move || replay_folder(trajectories, show_misses, mode)),
+                )
+            })
             .collect();
         handles
             .into_iter()
@@ -1161,7 +1419,11 @@ fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_rec
         "{:<72} {:>5} {:>4} {:>17} {:>15} {:>15} {:>7} {:>7} {:>5}",
         "trajectory", "msgs", "cmp", "paths", "commands", "errors", "max sum", "max tot", "viol"
     );
-    eprintln!("\ncompaction replay, max_input_length {LIMIT}, one message per call (summary tokens = tokens.summary)");
+    let mode_name = config(mode)["context_mode"].as_str().unwrap_or_default().to_owned();
+    eprintln!(
+        "\ncompaction replay in {mode_name} mode, {turns:?} turns, max_input_length {LIMIT}, one message per call \
+         (summary tokens = tokens.summary)"
+    );
     eprintln!("{header}");
     let mut overall = Report {
         name: "overall".into(),
@@ -1190,9 +1452,15 @@ fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_rec
     }
     eprintln!("{}", overall.row());
     eprintln!(
-        "recovered: {} returned unchanged, {} rebuilt from excerpt + context.read, {} from the dialog archive \
-         ({} archived by {} compactions)",
-        overall.live_unchanged, overall.live_rebuilt, overall.from_archive, overall.archived, overall.compactions,
+        "recovered: {} returned unchanged, {} rebuilt from excerpt or stub + context.read, {} from the dialog \
+         archive ({} archived by {} compactions); {} requests pruned, {} distinct stubs read back",
+        overall.live_unchanged,
+        overall.live_rebuilt,
+        overall.from_archive,
+        overall.archived,
+        overall.compactions,
+        overall.pruned,
+        overall.stubs,
     );
     eprintln!(
         "violations: {:?}; total time {:.1?}",
@@ -1208,10 +1476,16 @@ fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_rec
     }
 
     let out = report_path("SATCHEL_RETENTION_OUT", "retention.json");
+    let out = match (mode, turns) {
+        (ContextMode::Qwenpaw, Turns::Recorded) => out,
+        (_, Turns::Recorded) => out.with_file_name(format!("retention_{mode_name}.json")),
+        (_, Turns::EveryRound) => out.with_file_name(format!("retention_{mode_name}_every_round.json")),
+    };
     let doc = json!({
         "data": dir.display().to_string(),
-        "config": {"max_input_length": LIMIT},
+        "config": config(mode),
         "mode": "one message per context.prepare call",
+        "turns": format!("{turns:?}"),
         "targets": {
             "paths_pct": TARGET_PATHS,
             "commands_pct": TARGET_COMMANDS,
@@ -1243,6 +1517,17 @@ fn compaction_replay_keeps_requests_valid_within_the_limit_and_every_message_rec
         "the replay never compacted: nothing was checked"
     );
     assert!(overall.from_archive > 0, "no message was read back from the archive");
+    match (mode, turns) {
+        (ContextMode::Qwenpaw, _) => assert_eq!(overall.pruned, 0, "a request was pruned in qwenpaw mode"),
+        (ContextMode::Aceclaw, Turns::EveryRound) => {
+            assert!(
+                overall.pruned > 0,
+                "no request was pruned: the replay checked no pruning"
+            );
+            assert!(overall.stubs > 0, "no stub was read back");
+        }
+        (ContextMode::Aceclaw, Turns::Recorded) => {}
+    }
 
     if std::env::var("SATCHEL_ASSERT_RETENTION").as_deref() != Ok("0") {
         let mut misses = Vec::new();
@@ -1329,44 +1614,155 @@ fn the_checkers_reject_what_they_must() {
         .as_array_mut()
         .unwrap()
         .insert(0, json!({"type": "text", "text": summary}));
-    let mut split = split_summary(&with_summary);
+    let mut split = split_summary(&with_summary, ContextMode::Qwenpaw);
     assert_eq!(split.summary.as_deref(), Some(summary.as_str()));
     assert_eq!(
-        match_live(&mut split, &anthropic, &[0, 1, 2], Format::Anthropic).map(|m| m.len()),
+        match_live(
+            &mut split,
+            &anthropic,
+            &[0, 1, 2],
+            Format::Anthropic,
+            ContextMode::Qwenpaw
+        )
+        .map(|m| m.len()),
         Ok(3)
     );
-    let mut split = split_summary(&with_summary);
+    let mut split = split_summary(&with_summary, ContextMode::Qwenpaw);
     assert!(
-        match_live(&mut split, &anthropic, &[0, 2], Format::Anthropic).is_err(),
+        match_live(&mut split, &anthropic, &[0, 2], Format::Anthropic, ContextMode::Qwenpaw).is_err(),
         "an extra message"
     );
-    let mut split = split_summary(&with_summary[..2]);
+    let mut split = split_summary(&with_summary[..2], ContextMode::Qwenpaw);
     assert!(
-        match_live(&mut split, &anthropic, &[0, 1, 2], Format::Anthropic).is_err(),
+        match_live(
+            &mut split,
+            &anthropic,
+            &[0, 1, 2],
+            Format::Anthropic,
+            ContextMode::Qwenpaw
+        )
+        .is_err(),
         "a lost message"
     );
     let mut string_user = vec![json!({"role": "user", "content": "go"})];
     let carried = vec![json!({"role": "user", "content": [
         {"type": "text", "text": summary}, {"type": "text", "text": "go"}]})];
-    let mut split = split_summary(&carried);
+    let mut split = split_summary(&carried, ContextMode::Qwenpaw);
     assert_eq!(
-        match_live(&mut split, &string_user, &[0], Format::Anthropic).map(|m| m.len()),
+        match_live(&mut split, &string_user, &[0], Format::Anthropic, ContextMode::Qwenpaw).map(|m| m.len()),
         Ok(1)
     );
     string_user[0]["content"] = json!("went");
-    let mut split = split_summary(&carried);
-    assert!(match_live(&mut split, &string_user, &[0], Format::Anthropic).is_err());
+    let mut split = split_summary(&carried, ContextMode::Qwenpaw);
+    assert!(match_live(&mut split, &string_user, &[0], Format::Anthropic, ContextMode::Qwenpaw).is_err());
     let mut cut = openai.clone();
     cut[3]["content"] = json!(format!("a\n{MARKER}\n..."));
-    let mut split = split_summary(&cut);
-    let matched = match_live(&mut split, &openai, &[0, 1, 2, 3, 4], Format::Openai).unwrap();
+    let mut split = split_summary(&cut, ContextMode::Qwenpaw);
+    let matched = match_live(
+        &mut split,
+        &openai,
+        &[0, 1, 2, 3, 4],
+        Format::Openai,
+        ContextMode::Qwenpaw,
+    )
+    .unwrap();
     assert_eq!((matched[3].1.len(), matched[3].1[0].pointer.as_str()), (1, "/content"));
     let mut silent = openai.clone();
     silent[3]["content"] = json!("a");
-    assert!(match_live(&mut split_summary(&silent), &openai, &[0, 1, 2, 3, 4], Format::Openai).is_err());
+    assert!(
+        match_live(
+            &mut split_summary(&silent, ContextMode::Qwenpaw),
+            &openai,
+            &[0, 1, 2, 3, 4],
+            Format::Openai,
+            ContextMode::Qwenpaw
+        )
+        .is_err()
+    );
     let mut renamed = openai.clone();
     renamed[2]["tool_calls"][0]["function"]["name"] = json!("sh");
-    assert!(match_live(&mut split_summary(&renamed), &openai, &[0, 1, 2, 3, 4], Format::Openai).is_err());
+    assert!(
+        match_live(
+            &mut split_summary(&renamed, ContextMode::Qwenpaw),
+            &openai,
+            &[0, 1, 2, 3, 4],
+            Format::Openai,
+            ContextMode::Qwenpaw
+        )
+        .is_err()
+    );
+
+    // Aceclaw mode: the summary opens with `[COMPACTED]` (and only there), and a tool-result
+    // text may be a stub, which must keep the original's head and name a file holding it.
+    let marked = format!("[COMPACTED]\n\n{summary}");
+    let mut with_marked = anthropic.clone();
+    with_marked[0]["content"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"type": "text", "text": marked}));
+    assert_eq!(
+        split_summary(&with_marked, ContextMode::Aceclaw).summary.as_deref(),
+        Some(marked.as_str())
+    );
+    assert_eq!(split_summary(&with_marked, ContextMode::Qwenpaw).summary, None);
+    assert_eq!(split_summary(&with_summary, ContextMode::Aceclaw).summary, None);
+    let workspace = tempfile::tempdir().unwrap();
+    let original = "x".repeat(250) + "\nend\n";
+    std::fs::create_dir(workspace.path().join("tool_result")).unwrap();
+    std::fs::write(workspace.path().join("tool_result/r.txt"), &original).unwrap();
+    let stub = |head: &str, file: &str| {
+        format!(
+            "{head}\n[content pruned for this request — the full output ({} bytes, 2 lines) is in {file}; read it \
+             with context.read]",
+            original.len()
+        )
+    };
+    let mut sent = openai.clone();
+    sent[3]["content"] = json!(original);
+    let mut stubbed = sent.clone();
+    stubbed[3]["content"] = json!(stub(&original[..200], "tool_result/r.txt"));
+    let matched = match_live(
+        &mut split_summary(&stubbed, ContextMode::Aceclaw),
+        &sent,
+        &[0, 1, 2, 3, 4],
+        Format::Openai,
+        ContextMode::Aceclaw,
+    )
+    .unwrap();
+    assert_eq!(matched[3].1[0].kind, CutKind::Stub);
+    assert_eq!(
+        check_stub(workspace.path(), &matched[3].1[0]),
+        Ok("tool_result/r.txt".to_owned())
+    );
+    assert!(
+        match_live(
+            &mut split_summary(&stubbed, ContextMode::Qwenpaw),
+            &sent,
+            &[0, 1, 2, 3, 4],
+            Format::Openai,
+            ContextMode::Qwenpaw
+        )
+        .is_err(),
+        "no stub in qwenpaw mode"
+    );
+    for (head, file) in [
+        (&original[..150], "tool_result/r.txt"),
+        (&original[..200], "tool_result/other.txt"),
+    ] {
+        stubbed[3]["content"] = json!(stub(head, file));
+        let matched = match_live(
+            &mut split_summary(&stubbed, ContextMode::Aceclaw),
+            &sent,
+            &[0, 1, 2, 3, 4],
+            Format::Openai,
+            ContextMode::Aceclaw,
+        )
+        .unwrap();
+        assert!(
+            check_stub(workspace.path(), &matched[3].1[0]).is_err(),
+            "{head:?} {file}"
+        );
+    }
 
     // Identifiers.
     assert_eq!(

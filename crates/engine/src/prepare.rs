@@ -157,7 +157,9 @@ impl Engine {
         let prune = over_trigger(&usage_now);
         let (messages, output_hashes, pruned) =
             request.render(session, squeeze, prune.then_some(&usage_now), &ingested, &mut actions);
-        if let Some(report) = pruned {
+        // A request over its trigger with nothing to prune (every message in the protected
+        // turns, or no offloaded result nor reasoning before them) is sent whole: no action.
+        if let Some(report) = pruned.filter(|r| r.stubbed_results + r.removed_reasoning > 0) {
             usage_now = usage_after(&usage_now, &report);
             actions.push(Action::Pruned(report));
         }

@@ -420,3 +420,45 @@ pub fn parse_notice(excerpt: &str, original: &str) -> Option<Notice> {
         })
     })
 }
+
+// ---------------------------------------------------------------------------------------------
+// Reading the stub of a text pruned for one request (`aceclaw` mode).
+
+/// How the notice of a stub starts, right after the head of the text it keeps.
+pub const STUB_NOTICE: &str = "\n[content pruned for this request — the full output (";
+/// How a stub ends.
+const STUB_END: &str = "; read it with context.read]";
+
+/// A tool-result text sent as a stub: the head it keeps and what its notice says.
+pub struct Stub<'a> {
+    pub head: &'a str,
+    pub total_bytes: usize,
+    pub total_lines: usize,
+    /// Workspace-relative file holding the full text.
+    pub path: &'a str,
+}
+
+/// The parts of a stub, `head` + `\n[content pruned for this request — the full output
+/// (N bytes, L lines) is in FILE; read it with context.read]`; `None` when `text` is not one.
+pub fn parse_stub(text: &str) -> Option<Stub<'_>> {
+    let at = text.rfind(STUB_NOTICE)?;
+    let notice = text[at + STUB_NOTICE.len()..].strip_suffix(STUB_END)?;
+    let (sizes, path) = notice.split_once(") is in ")?;
+    let (bytes, lines) = sizes.split_once(", ")?;
+    let count = |text: &str, unit: &str| -> Option<usize> {
+        let (number, word) = text.split_once(' ')?;
+        let number: usize = number.parse().ok()?;
+        let expected = if number == 1 {
+            unit.to_owned()
+        } else {
+            format!("{unit}s")
+        };
+        (word == expected).then_some(number)
+    };
+    Some(Stub {
+        head: &text[..at],
+        total_bytes: count(bytes, "byte")?,
+        total_lines: count(lines, "line")?,
+        path,
+    })
+}
