@@ -170,7 +170,7 @@ fn huge_inputs_get_short_errors() {
     // The message lists every config key beside the quote: longer, but still quoting little.
     assert_eq!(error_code(&error), -32602, "{error}");
     assert!(
-        message(&error).len() <= 2 * SHORT_ERROR,
+        message(&error).len() <= 3 * SHORT_ERROR,
         "{} bytes",
         message(&error).len()
     );

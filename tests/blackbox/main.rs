@@ -17,6 +17,7 @@ mod continuity;
 mod hardening_storage;
 mod limits;
 mod llm;
+mod memory;
 mod protocol_examples;
 mod pruning;
 mod replay;

@@ -163,6 +163,7 @@ mod tests {
             system: None,
             tools: None,
             sections: None,
+            memory: None,
             usage: None,
             config: None,
         }

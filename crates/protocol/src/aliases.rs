@@ -3,7 +3,7 @@
 //!
 //! CoPaw keeps its context settings flat under `agents.running` (`memory_compact_ratio`, …);
 //! QwenPaw nests them under `running.light_context_config` (`context_compact_config.enabled`,
-//! …); CoPaw's daemon also reads three `COPAW_MEMORY_COMPACT_*` environment variables. A
+//! …); CoPaw's daemon also reads `COPAW_MEMORY_COMPACT_*` and its memory variables (`FTS_ENABLED`, `EMBEDDING_*`, …). A
 //! configuration written for either is accepted as it is: [`resolve`] turns one layer (the
 //! workspace `config.json`, or a request's `config`) into flat keys, and [`ENV_ALIASES`] lists
 //! the variables, which the daemon reads (this crate does no I/O).
@@ -121,7 +121,7 @@ pub const FILE_ALIASES: &[FileAlias] = &[
         path: "memory_manager_backend",
         target: Target::Describes {
             accepts: "remelight",
-            otherwise: "satchel's memory is ReMe-Light's (notes in memory/YYYY-MM-DD.md after a compaction, \
+            otherwise: "satchel's memory is ReMe-Light's (MEMORY.md and memory/YYYY-MM-DD.md, indexed and searched, \
                         `memory_enabled`); it has no other memory manager",
         },
         origin: "QwenPaw: descriptive, only `remelight` (what satchel implements) is accepted",
@@ -201,7 +201,9 @@ pub struct EnvAlias {
     pub note: &'static str,
 }
 
-/// CoPaw's compaction variables (`05-copaw-memory-and-compaction`). They are a layer with the
+/// CoPaw's compaction and memory variables (`05-copaw-memory-and-compaction`; the API key,
+/// `EMBEDDING_API_KEY`, is read where `embedding_api_key_env` says and is never a key of the
+/// configuration). They are a layer with the
 /// `SATCHEL_<KEY>` variables: over the file, under a request; a `COPAW_` and a `SATCHEL_`
 /// variable that set one key differently are an error.
 pub const ENV_ALIASES: &[EnvAlias] = &[
@@ -223,6 +225,60 @@ pub const ENV_ALIASES: &[EnvAlias] = &[
         key: "compact_keep_recent_messages",
         unit: EnvUnit::Same,
         note: "newest messages a compaction always keeps",
+    },
+    EnvAlias {
+        var: "FTS_ENABLED",
+        key: "fts_enabled",
+        unit: EnvUnit::Same,
+        note: "BM25 full-text search of the memory files (`true`/`false`)",
+    },
+    EnvAlias {
+        var: "MEMORY_STORE_BACKEND",
+        key: "memory_store_backend",
+        unit: EnvUnit::Same,
+        note: "`auto`, `sqlite` or `local` (all the one SQLite index); `chroma` is refused",
+    },
+    EnvAlias {
+        var: "EMBEDDING_BASE_URL",
+        key: "embedding_base_url",
+        unit: EnvUnit::Same,
+        note: "OpenAI-compatible embeddings endpoint",
+    },
+    EnvAlias {
+        var: "EMBEDDING_MODEL_NAME",
+        key: "embedding_model_name",
+        unit: EnvUnit::Same,
+        note: "embedding model name",
+    },
+    EnvAlias {
+        var: "EMBEDDING_DIMENSIONS",
+        key: "embedding_dimensions",
+        unit: EnvUnit::Same,
+        note: "vector dimensions",
+    },
+    EnvAlias {
+        var: "EMBEDDING_CACHE_ENABLED",
+        key: "embedding_cache_enabled",
+        unit: EnvUnit::Same,
+        note: "cache embeddings of texts already seen",
+    },
+    EnvAlias {
+        var: "EMBEDDING_MAX_CACHE_SIZE",
+        key: "embedding_max_cache_size",
+        unit: EnvUnit::Same,
+        note: "texts the embedding cache holds",
+    },
+    EnvAlias {
+        var: "EMBEDDING_MAX_INPUT_LENGTH",
+        key: "embedding_max_input_length",
+        unit: EnvUnit::Same,
+        note: "characters of one text sent to the endpoint",
+    },
+    EnvAlias {
+        var: "EMBEDDING_MAX_BATCH_SIZE",
+        key: "embedding_max_batch_size",
+        unit: EnvUnit::Same,
+        note: "texts per embeddings request",
     },
 ];
 

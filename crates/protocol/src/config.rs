@@ -178,6 +178,72 @@ pub struct Config {
     /// Daemon-only: set in `<workspace>/config.json` or `SATCHEL_SESSION_IDLE_SECS`, never per
     /// request.
     pub session_idle_secs: f64,
+    /// Index `MEMORY.md` and `memory/**/*.md` and serve `memory.search` (the files and
+    /// `memory.write`/`append`/`get` work either way). Daemon-only.
+    pub memory_index_enabled: bool,
+    /// BM25 full-text search over the memory files (SQLite FTS5); CoPaw's `FTS_ENABLED`.
+    /// Daemon-only.
+    pub fts_enabled: bool,
+    /// Where the memory index lives: `auto`, `sqlite` and `local` are all satchel's one
+    /// SQLite file (`<workspace>/index/memory.sqlite`); CoPaw's `MEMORY_STORE_BACKEND`.
+    /// `chroma` is refused. Daemon-only.
+    pub memory_store_backend: String,
+    /// More files or directories of Markdown to index beside `MEMORY.md` and `memory/`
+    /// (workspace-relative or absolute). Daemon-only.
+    pub memory_extra_paths: Vec<String>,
+    /// Watch the memory files and re-index what changes (an edit is searchable within a
+    /// second). Daemon-only.
+    pub memory_watch_enabled: bool,
+    /// Milliseconds of quiet before a burst of file events is re-indexed. Daemon-only.
+    pub memory_watch_debounce_ms: u64,
+    /// The polling fallback: the memory files are also checked this often (milliseconds) for
+    /// file systems whose events do not arrive (NFS, some containers); 0 turns it off.
+    /// Daemon-only.
+    pub memory_watch_poll_ms: u64,
+    /// `memory.search`'s default number of results.
+    pub memory_max_results: usize,
+    /// `memory.search`'s default minimum score.
+    pub memory_min_score: f64,
+    /// Weight of the vector score in hybrid search (BM25 gets the rest).
+    pub memory_vector_weight: f64,
+    /// Hybrid search asks each side for `max_results` times this many candidates (at most 200).
+    pub memory_candidate_multiplier: f64,
+    /// Fold the recent daily logs into `MEMORY.md` once a day. Daemon-only.
+    pub memory_merge_enabled: bool,
+    /// When the daily merge runs, `HH:MM` local time. Daemon-only.
+    pub memory_merge_time: String,
+    /// How many days of daily logs a merge reads. Daemon-only.
+    pub memory_merge_days: u32,
+    /// Which embedding backend makes vectors: `auto` (a local model when
+    /// `embedding_model_path` is set, else the endpoint when its API key is set, else none),
+    /// `openai` (the endpoint, even without a key: a local server), `local`, or `none`.
+    /// Daemon-only.
+    pub embedding_backend: String,
+    /// OpenAI-compatible embeddings endpoint (the part before `/embeddings`); CoPaw's
+    /// `EMBEDDING_BASE_URL`. Daemon-only (the key is sent there).
+    pub embedding_base_url: String,
+    /// Name of the environment variable holding the embeddings API key (CoPaw's
+    /// `EMBEDDING_API_KEY` by default). Daemon-only.
+    pub embedding_api_key_env: String,
+    /// Embedding model name; CoPaw's `EMBEDDING_MODEL_NAME`. Daemon-only.
+    pub embedding_model_name: String,
+    /// Vector dimensions; CoPaw's `EMBEDDING_DIMENSIONS`. Daemon-only.
+    pub embedding_dimensions: usize,
+    /// Cache embeddings of texts already seen; CoPaw's `EMBEDDING_CACHE_ENABLED`. Daemon-only.
+    pub embedding_cache_enabled: bool,
+    /// Texts the embedding cache holds; CoPaw's `EMBEDDING_MAX_CACHE_SIZE`. Daemon-only.
+    pub embedding_max_cache_size: usize,
+    /// Characters of one text sent to the endpoint (longer ones are cut); CoPaw's
+    /// `EMBEDDING_MAX_INPUT_LENGTH`. Daemon-only.
+    pub embedding_max_input_length: usize,
+    /// Texts per embeddings request; CoPaw's `EMBEDDING_MAX_BATCH_SIZE`. Daemon-only.
+    pub embedding_max_batch_size: usize,
+    /// Seconds before an embeddings request is abandoned. Daemon-only.
+    pub embedding_timeout_secs: f64,
+    /// Directory of a local BERT-family sentence model (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`, e.g. all-MiniLM-L6-v2; `scripts/fetch-embedding-model` unpacks
+    /// one). Needs a build with the `local-embeddings` feature. Daemon-only.
+    pub embedding_model_path: String,
 }
 
 impl Default for Config {
@@ -226,6 +292,31 @@ impl Default for Config {
             offload_retention_days: 5.0,
             max_live_sessions: 256,
             session_idle_secs: 1800.0,
+            memory_index_enabled: true,
+            fts_enabled: true,
+            memory_store_backend: "auto".into(),
+            memory_extra_paths: Vec::new(),
+            memory_watch_enabled: true,
+            memory_watch_debounce_ms: 200,
+            memory_watch_poll_ms: 500,
+            memory_max_results: 5,
+            memory_min_score: 0.1,
+            memory_vector_weight: 0.7,
+            memory_candidate_multiplier: 3.0,
+            memory_merge_enabled: true,
+            memory_merge_time: "00:00".into(),
+            memory_merge_days: 7,
+            embedding_backend: "auto".into(),
+            embedding_base_url: "https://dashscope.aliyuncs.com/compatible-mode/v1".into(),
+            embedding_api_key_env: "EMBEDDING_API_KEY".into(),
+            embedding_model_name: "text-embedding-v4".into(),
+            embedding_dimensions: 1024,
+            embedding_cache_enabled: true,
+            embedding_max_cache_size: 2000,
+            embedding_max_input_length: 8192,
+            embedding_max_batch_size: 10,
+            embedding_timeout_secs: 30.0,
+            embedding_model_path: String::new(),
         }
     }
 }
@@ -259,6 +350,27 @@ impl Config {
         "dialog_path",
         "max_live_sessions",
         "session_idle_secs",
+        "memory_index_enabled",
+        "fts_enabled",
+        "memory_store_backend",
+        "memory_extra_paths",
+        "memory_watch_enabled",
+        "memory_watch_debounce_ms",
+        "memory_watch_poll_ms",
+        "memory_merge_enabled",
+        "memory_merge_time",
+        "memory_merge_days",
+        "embedding_backend",
+        "embedding_base_url",
+        "embedding_api_key_env",
+        "embedding_model_name",
+        "embedding_dimensions",
+        "embedding_cache_enabled",
+        "embedding_max_cache_size",
+        "embedding_max_input_length",
+        "embedding_max_batch_size",
+        "embedding_timeout_secs",
+        "embedding_model_path",
     ];
 
     /// Whether `key` is one of the [`Config::DAEMON_ONLY_KEYS`].
@@ -276,6 +388,7 @@ impl Config {
             *value = REDACTED.to_owned();
         }
         shown.llm_base_url = url_without_credentials(&self.llm_base_url);
+        shown.embedding_base_url = url_without_credentials(&self.embedding_base_url);
         shown
     }
 
@@ -385,7 +498,7 @@ impl Config {
         if self.dialog_path.is_empty() || self.dialog_path.contains("..") || self.dialog_path.starts_with('/') {
             return Err(("dialog_path", "must be a relative path inside the workspace".into()));
         }
-        Ok(())
+        self.validate_memory()
     }
 
     /// The window the request must fit: `max_input_length` less the room kept for the answer.

@@ -38,11 +38,14 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// -32008: the reply would exceed the size limit (jsonrpsee's own code, kept as is).
     ResponseTooLarge,
+    /// -32010: memory search is not available: the index is turned off
+    /// (`memory_index_enabled`), or the daemon was built without the `memory` feature.
+    MemoryUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, in table order (used to generate the documentation).
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::ParseError,
         ErrorCode::InvalidRequest,
         ErrorCode::MethodNotFound,
@@ -57,6 +60,7 @@ impl ErrorCode {
         ErrorCode::StaleSession,
         ErrorCode::PayloadTooLarge,
         ErrorCode::ResponseTooLarge,
+        ErrorCode::MemoryUnavailable,
     ];
 
     /// The numeric code sent on the wire.
@@ -76,6 +80,7 @@ impl ErrorCode {
             ErrorCode::StaleSession => -32009,
             ErrorCode::PayloadTooLarge => -32007,
             ErrorCode::ResponseTooLarge => -32008,
+            ErrorCode::MemoryUnavailable => -32010,
         }
     }
 
@@ -96,6 +101,7 @@ impl ErrorCode {
             ErrorCode::StaleSession => "StaleSession",
             ErrorCode::PayloadTooLarge => "PayloadTooLarge",
             ErrorCode::ResponseTooLarge => "ResponseTooLarge",
+            ErrorCode::MemoryUnavailable => "MemoryUnavailable",
         }
     }
 
@@ -127,6 +133,9 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "The request is larger than the transport's size limit.",
             ErrorCode::ResponseTooLarge => {
                 "The reply would be larger than the transport's size limit (`--max-message-bytes`)."
+            }
+            ErrorCode::MemoryUnavailable => {
+                "Memory search is off (`memory_index_enabled` is false) or not built in (the `memory` feature); the memory files still work."
             }
         }
     }

@@ -12,6 +12,8 @@ pub mod assembly;
 pub mod config;
 pub mod errors;
 pub mod inspect;
+pub mod memory;
+pub mod memory_config;
 pub mod methods;
 pub mod openrpc;
 pub mod summary;

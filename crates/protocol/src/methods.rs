@@ -10,6 +10,7 @@ use crate::assembly::{PromptAssembly, PromptSection, ProviderUsage, PruneReport}
 pub use crate::inspect::{
     ContextInspect, ContextMonitor, InspectParams, InspectResult, OffloadedResult, SectionDetail,
 };
+pub use crate::memory::{MemoryAppend, MemoryGet, MemoryMerge, MemoryRecall, MemorySearch, MemoryStatus, MemoryWrite};
 use crate::{CompactSummary, Config, Method, openrpc::schema_of, summary::ArchiveRange};
 
 /// What a method's calls wait for before they run. Declared per method in the method table
@@ -26,11 +27,20 @@ pub enum LockScope {
     /// capabilities, its subscriptions) and does not queue on any session; calls the
     /// connection sends after it see its effect.
     Connection,
+    /// The call changes the memory files and waits its turn on them: memory writes run one
+    /// at a time, in the order they arrived, and a search sent after one's reply finds what
+    /// it wrote.
+    Memory,
 }
 
 impl LockScope {
     /// Every scope.
-    pub const ALL: [LockScope; 3] = [LockScope::Session, LockScope::Workspace, LockScope::Connection];
+    pub const ALL: [LockScope; 4] = [
+        LockScope::Session,
+        LockScope::Workspace,
+        LockScope::Connection,
+        LockScope::Memory,
+    ];
 
     /// The wire name, the value of `x-lock-scope` in `openrpc.json`.
     pub const fn name(self) -> &'static str {
@@ -38,6 +48,7 @@ impl LockScope {
             LockScope::Session => "session",
             LockScope::Workspace => "workspace",
             LockScope::Connection => "connection",
+            LockScope::Memory => "memory",
         }
     }
 
@@ -52,6 +63,9 @@ impl LockScope {
             }
             LockScope::Connection => {
                 "Changes only the calling connection's state and queues on no session; calls the connection sends after it see its effect."
+            }
+            LockScope::Memory => {
+                "Changes the memory files: memory writes run one at a time, in the order they arrived; a search sent after the reply finds what was written."
             }
         }
     }
@@ -125,6 +139,12 @@ method_table! {
     ContextSessions: Workspace,
     ContextWatch: Connection,
     ContextUsage: Session,
+    MemoryWrite: Memory,
+    MemoryAppend: Memory,
+    MemoryGet: Workspace,
+    MemorySearch: Workspace,
+    MemoryMerge: Memory,
+    MemoryStatus: Workspace,
 }
 
 impl MethodKind {
@@ -436,6 +456,11 @@ pub struct PrepareParams<M = Value> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Vec<PromptSection>>")]
     pub sections: Option<Vec<M>>,
+    /// Put the top `memory.search` hits for the newest user message into the prompt as one
+    /// more section (key `memory:recall`, source type `memory`, the hits' files and lines as
+    /// its reason). Needs the daemon's memory index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryRecall>,
     /// The provider's real usage of the previous request of this session: corrects counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ProviderUsage>,
@@ -755,6 +780,12 @@ mod tests {
             ("context.sessions", LockScope::Workspace),
             ("context.watch", LockScope::Connection),
             ("context.usage", LockScope::Session),
+            ("memory.write", LockScope::Memory),
+            ("memory.append", LockScope::Memory),
+            ("memory.get", LockScope::Workspace),
+            ("memory.search", LockScope::Workspace),
+            ("memory.merge", LockScope::Memory),
+            ("memory.status", LockScope::Workspace),
         ];
         let table: Vec<(&str, LockScope)> = MethodKind::ALL.iter().map(|k| (k.name(), k.lock_scope())).collect();
         assert_eq!(table, intended);

@@ -20,6 +20,12 @@ pub enum RpcError {
     /// The engine refused or failed the call; it had no effect.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// Memory search is off or not built in.
+    #[error("memory search is not available: {0}")]
+    MemoryUnavailable(String),
+    /// The memory index could not be read or written.
+    #[error("memory index: {0}")]
+    MemoryIndex(String),
 }
 
 impl RpcError {
@@ -34,6 +40,8 @@ impl RpcError {
     fn code(&self) -> ErrorCode {
         let engine = match self {
             RpcError::InvalidParams { .. } => return ErrorCode::InvalidParams,
+            RpcError::MemoryUnavailable(_) => return ErrorCode::MemoryUnavailable,
+            RpcError::MemoryIndex(_) => return ErrorCode::StorageFailure,
             RpcError::Engine(e) => e,
         };
         match engine {
@@ -45,9 +53,9 @@ impl RpcError {
             EngineError::ResultTooLarge { .. } => ErrorCode::ResponseTooLarge,
             EngineError::Storage(StorageError::OutsideWorkspace(_)) => ErrorCode::PathOutsideWorkspace,
             EngineError::Storage(StorageError::NotFound(_)) => ErrorCode::FileNotFound,
-            EngineError::Storage(StorageError::InvalidSessionId(_) | StorageError::NotText(_)) => {
-                ErrorCode::InvalidParams
-            }
+            EngineError::Storage(
+                StorageError::InvalidSessionId(_) | StorageError::NotText(_) | StorageError::NotMemoryFile(_),
+            ) => ErrorCode::InvalidParams,
             EngineError::Storage(StorageError::Io { .. } | StorageError::Corrupt { .. }) => ErrorCode::StorageFailure,
         }
     }

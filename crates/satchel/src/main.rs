@@ -9,6 +9,8 @@ mod error;
 mod handlers;
 mod inspect;
 mod llm;
+#[cfg(feature = "memory")]
+mod memory;
 mod rpc;
 mod socket;
 mod transport;
@@ -157,13 +159,29 @@ fn serve(
         }
         counter.count_text("warm up")
     });
+    #[cfg(feature = "memory")]
+    let (workspace_copy, config_copy) = (workspace.clone(), config.clone());
     let engine = satchel_engine::Engine::new(workspace, config).context("opening the dialog archive")?;
-    let daemon = Arc::new(handlers::Daemon::new(engine));
+    let daemon = handlers::Daemon::new(engine);
+    #[cfg(feature = "memory")]
+    let daemon = {
+        let memory = if config_copy.memory_index_enabled {
+            Some(memory::MemoryService::open(&workspace_copy, &config_copy, |name| {
+                std::env::var(name).ok()
+            })?)
+        } else {
+            None
+        };
+        daemon.with_memory(memory)
+    };
+    let daemon = Arc::new(daemon);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
         let evicter = tokio::spawn(evict_periodically(daemon.clone()));
+        #[cfg(feature = "memory")]
+        let merger = tokio::spawn(merge_daily(daemon.clone()));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
@@ -202,6 +220,8 @@ fn serve(
         };
         sweeper.abort();
         evicter.abort();
+        #[cfg(feature = "memory")]
+        merger.abort();
         drop(bound);
         outcome
     })?;
@@ -244,6 +264,23 @@ async fn evict_periodically(daemon: Arc<handlers::Daemon>) {
         let daemon = daemon.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || daemon.engine().evict_idle()).await {
             tracing::warn!("dropping idle sessions panicked: {e}");
+        }
+    }
+}
+
+/// Runs the daily memory merge at `memory_merge_time` (local), until the daemon stops.
+#[cfg(feature = "memory")]
+async fn merge_daily(daemon: Arc<handlers::Daemon>) {
+    loop {
+        let now = chrono::Local::now();
+        let Some(at) = handlers::next_merge(daemon.engine().config(), now) else {
+            return;
+        };
+        let wait = (at - now).to_std().unwrap_or_default();
+        tokio::time::sleep(wait).await;
+        let daemon = daemon.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || daemon.scheduled_merge(chrono::Local::now())).await {
+            tracing::warn!("the daily memory merge panicked: {e}");
         }
     }
 }

@@ -10,7 +10,7 @@ use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
     ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextUsage, ContextWatch,
-    Initialize, LockScope, Method, MethodKind, SessionsParams,
+    Initialize, LockScope, MemoryAppend, MemoryGet, MemoryWrite, Method, MethodKind, SessionsParams,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -165,9 +165,50 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
             MethodKind::ContextUsage => {
                 register::<ContextUsage, _, _, _>(&mut module, |daemon, params, scope| daemon.usage(params, scope))
             }
+            MethodKind::MemoryWrite => register::<MemoryWrite, _, _, _>(&mut module, |daemon, params, scope| {
+                daemon.memory_write(params, scope)
+            }),
+            MethodKind::MemoryAppend => register::<MemoryAppend, _, _, _>(&mut module, |daemon, params, scope| {
+                daemon.memory_append(params, scope)
+            }),
+            MethodKind::MemoryGet => {
+                register::<MemoryGet, _, _, _>(&mut module, |daemon, params, _| daemon.memory_get(params))
+            }
+            MethodKind::MemorySearch | MethodKind::MemoryMerge | MethodKind::MemoryStatus => {
+                register_memory_index(&mut module, kind)
+            }
         }?;
     }
     Ok(module)
+}
+
+/// Registers the methods that need the memory index (the `memory` feature).
+#[cfg(feature = "memory")]
+fn register_memory_index(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
+    use satchel_protocol::{MemoryMerge, MemorySearch, MemoryStatus};
+    match kind {
+        MethodKind::MemorySearch => {
+            register::<MemorySearch, _, _, _>(module, |daemon, params, _| daemon.memory_search(params))
+        }
+        MethodKind::MemoryMerge => {
+            register::<MemoryMerge, _, _, _>(module, |daemon, params, scope| daemon.memory_merge(params, scope))
+        }
+        MethodKind::MemoryStatus => {
+            register::<MemoryStatus, _, _, _>(module, |daemon, params, _| daemon.memory_status(params))
+        }
+        other => unreachable!("{} does not need the memory index", other.name()),
+    }
+}
+
+/// Without the `memory` feature, the methods that need the index answer that it is not built in.
+#[cfg(not(feature = "memory"))]
+fn register_memory_index(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
+    module.register_method(kind.name(), |_, _, _| {
+        Err::<(), _>(ErrorObjectOwned::from(RpcError::MemoryUnavailable(
+            "this satchel was built without the `memory` feature".into(),
+        )))
+    })?;
+    Ok(())
 }
 
 /// Wire names of the methods served, for `initialize`: the method table's, in its order.

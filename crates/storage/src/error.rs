@@ -18,6 +18,9 @@ pub enum StorageError {
     /// symlink loop, a file where the path needs a directory).
     #[error("no file {} in the workspace", quoted(.0))]
     NotFound(String),
+    /// A client path that is not a memory file (`MEMORY.md` or `memory/**/*.md`).
+    #[error("path {} is not a memory file: use MEMORY.md or a .md file under memory/", quoted(.0))]
+    NotMemoryFile(String),
     /// A file is not valid UTF-8 text.
     #[error("file {} is not UTF-8 text", quoted(.0))]
     NotText(String),

@@ -14,6 +14,10 @@ const DEFAULT_DIALOG_DIR: &str = "dialog";
 const MEMORY_DIR: &str = "memory";
 /// Directory of the run-time files of the daemon that owns the workspace.
 const RUN_DIR: &str = "run";
+/// The derived indexes (rebuilt from the files when deleted).
+const INDEX_DIR: &str = "index";
+/// The memory search index.
+const MEMORY_INDEX_FILE: &str = "memory.sqlite";
 /// The lock a daemon holds for its lifetime.
 const LOCK_FILE: &str = "satchel.lock";
 /// The socket a daemon serves on unless told another path.
@@ -32,7 +36,9 @@ const CONFIG_FILE: &str = "config.json";
 /// ├── tool_result/<hash>.txt   full texts of offloaded tool results
 /// ├── sessions/<id>.jsonl      one append-only log per session
 /// ├── dialog/<date>.jsonl      archive of compacted messages (`dialog_path` moves it)
-/// ├── memory/<date>.md         daily memory logs
+/// ├── MEMORY.md                long-lived memory (decisions, preferences, facts)
+/// ├── memory/<date>.md         daily memory logs (and any other memory/**/*.md)
+/// ├── index/memory.sqlite      the memory search index, derived from the memory files
 /// └── run/                     the running daemon's files
 ///     ├── satchel.lock         held by the daemon that owns the workspace
 ///     ├── satchel.sock         its socket, unless `--socket PATH`
@@ -127,6 +133,21 @@ impl Layout {
         format!("{MEMORY_DIR}/{date}.md")
     }
 
+    /// `index/`: indexes derived from the files, which rebuild them when deleted.
+    pub fn index_dir(&self) -> PathBuf {
+        self.root.join(INDEX_DIR)
+    }
+
+    /// `index/memory.sqlite`: the memory search index.
+    pub fn memory_index(&self) -> PathBuf {
+        self.index_dir().join(MEMORY_INDEX_FILE)
+    }
+
+    /// `index/memory.sqlite`, workspace-relative.
+    pub fn memory_index_rel() -> String {
+        format!("{INDEX_DIR}/{MEMORY_INDEX_FILE}")
+    }
+
     /// `run/`: the running daemon's files.
     pub fn run_dir(&self) -> PathBuf {
         self.root.join(RUN_DIR)
@@ -169,6 +190,8 @@ mod tests {
             ),
             ("memory dir", layout.memory_dir()),
             ("memory daily", layout.memory_daily("2026-11-22")),
+            ("index dir", layout.index_dir()),
+            ("memory index", layout.memory_index()),
             ("run dir", layout.run_dir()),
             ("lock", layout.lock_file()),
             ("socket", layout.socket()),
@@ -187,6 +210,8 @@ mod tests {
             ("dialog file", "dialog/2026-11-22.jsonl"),
             ("memory dir", "memory"),
             ("memory daily", "memory/2026-11-22.md"),
+            ("index dir", "index"),
+            ("memory index", "index/memory.sqlite"),
             ("run dir", "run"),
             ("lock", "run/satchel.lock"),
             ("socket", "run/satchel.sock"),

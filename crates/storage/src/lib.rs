@@ -34,7 +34,7 @@ pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload, Encode
 pub use durable::{PendingSync, append_durable, write_atomic};
 pub use error::StorageError;
 pub use layout::Layout;
-pub use memory::MemoryFiles;
+pub use memory::{MEMORY_FILE, MemoryFileInfo, MemoryFiles, MemoryLines, memory_lines};
 pub use offload::{OffloadStore, SavedText, SweepReport};
 pub use sessions::{
     CompactionBegun, CompactionInfo, LogMark, SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload,

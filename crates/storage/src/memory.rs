@@ -1,13 +1,44 @@
-//! Long-term memory files (F17): `MEMORY.md` and the daily logs `memory/YYYY-MM-DD.md`.
+//! Long-term memory files (F17): `MEMORY.md` and the daily logs `memory/YYYY-MM-DD.md`, and
+//! any other Markdown file under `memory/`.
 //!
-//! Compaction appends what it learned to the day's log; the memory issue builds search on these
-//! files. Appends are fsync'd like every other write.
+//! Compaction appends what it learned to the day's log; clients write, append and read
+//! through `memory.write`, `memory.append` and `memory.get`, which may name only these files.
+//! Writes replace the file atomically and appends are fsync'd like every other write, so a
+//! reply means the text is on disk.
 
-use crate::durable::{Steps, append_durable_at};
-use crate::error::StorageError;
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+use crate::durable::{Steps, append_durable_at, write_atomic};
+use crate::error::{StorageError, io};
 use crate::layout::Layout;
 use crate::perms::create_private_dir_all;
 use crate::workspace::Workspace;
+
+/// The long-lived memory file, at the workspace root.
+pub const MEMORY_FILE: &str = "MEMORY.md";
+
+/// Size and line count of a memory file after a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryFileInfo {
+    /// Bytes.
+    pub bytes: u64,
+    /// Lines (a last line without a newline counts).
+    pub lines: u32,
+}
+
+/// Some lines of a memory file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryLines {
+    /// First line returned, 1-based.
+    pub start_line: u32,
+    /// Last line returned; below `start_line` when none was.
+    pub end_line: u32,
+    /// Lines in the whole file.
+    pub total_lines: u32,
+    /// The lines, each with its newline.
+    pub text: String,
+}
 
 /// The memory files of a workspace.
 #[derive(Debug, Clone)]
@@ -28,6 +59,167 @@ impl MemoryFiles {
         create_private_dir_all(&self.layout.memory_dir())?;
         append_durable_at(&self.layout.memory_daily(date), text.as_bytes(), Steps::MEMORY)?;
         Ok(Layout::memory_daily_rel(date))
+    }
+
+    /// Whether `rel` names a memory file: `MEMORY.md`, or a `.md` file under `memory/` whose
+    /// path has no `..`, no hidden part and no empty part.
+    pub fn is_memory_path(rel: &str) -> bool {
+        if rel == MEMORY_FILE {
+            return true;
+        }
+        let Some(rest) = rel.strip_prefix("memory/") else {
+            return false;
+        };
+        let parts_ok = rest
+            .split('/')
+            .all(|part| !part.is_empty() && !part.starts_with('.') && !part.contains('\\') && !part.contains('\0'));
+        let markdown = Path::new(rest)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("md"));
+        parts_ok && markdown && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))
+    }
+
+    /// The absolute path of the memory file `rel`, checked: a memory path ([`Self::is_memory_path`])
+    /// whose existing directories are real ones inside the workspace (no symbolic link out).
+    pub fn resolve(&self, rel: &str) -> Result<PathBuf, StorageError> {
+        if !Self::is_memory_path(rel) {
+            return Err(StorageError::NotMemoryFile(rel.to_owned()));
+        }
+        let path = self.layout.root().join(rel);
+        // Each existing ancestor below the root must be a plain directory: a symbolic link
+        // could lead the write out of the workspace.
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| *d != self.layout.root()) {
+            if let Ok(meta) = fs::symlink_metadata(d)
+                && !meta.is_dir()
+            {
+                return Err(StorageError::OutsideWorkspace(rel.to_owned()));
+            }
+            dir = d.parent();
+        }
+        if fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+            return Err(StorageError::OutsideWorkspace(rel.to_owned()));
+        }
+        Ok(path)
+    }
+
+    /// Replaces the memory file `rel` with `content` atomically (created 0600, its directories
+    /// 0700).
+    pub fn write(&self, rel: &str, content: &str) -> Result<MemoryFileInfo, StorageError> {
+        let path = self.resolve(rel)?;
+        if let Some(dir) = path.parent() {
+            create_private_dir_all(dir)?;
+        }
+        write_atomic(&path, content.as_bytes())?;
+        Ok(info_of(content))
+    }
+
+    /// Appends `text` to the memory file `rel` (created if missing), durably; a newline goes
+    /// first when the file does not end with one, so the text starts on its own line.
+    pub fn append(&self, rel: &str, text: &str) -> Result<MemoryFileInfo, StorageError> {
+        let path = self.resolve(rel)?;
+        if let Some(dir) = path.parent() {
+            create_private_dir_all(dir)?;
+        }
+        let before = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        let mut added = String::with_capacity(text.len() + 1);
+        if before.last().is_some_and(|b| *b != b'\n') {
+            added.push('\n');
+        }
+        added.push_str(text);
+        append_durable_at(&path, added.as_bytes(), Steps::MEMORY)?;
+        let mut whole = String::from_utf8_lossy(&before).into_owned();
+        whole.push_str(&added);
+        Ok(info_of(&whole))
+    }
+
+    /// Lines `start_line..=end_line` (1-based; defaults the whole file) of the memory file `rel`.
+    pub fn get(&self, rel: &str, start_line: Option<u32>, end_line: Option<u32>) -> Result<MemoryLines, StorageError> {
+        let path = self.resolve(rel)?;
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StorageError::NotFound(rel.to_owned())),
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        let text = String::from_utf8(bytes).map_err(|_| StorageError::NotText(rel.to_owned()))?;
+        Ok(memory_lines(&text, start_line, end_line))
+    }
+}
+
+impl MemoryFiles {
+    /// The text of `MEMORY.md`; empty when it does not exist.
+    pub fn read_memory_file(&self) -> Result<String, StorageError> {
+        read_optional(&self.layout.root().join(MEMORY_FILE), MEMORY_FILE)
+    }
+
+    /// The daily log of `date`, `None` when there is none.
+    pub fn read_daily(&self, date: &str) -> Result<Option<String>, StorageError> {
+        let path = self.layout.memory_daily(date);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        read_optional(&path, &Layout::memory_daily_rel(date)).map(Some)
+    }
+
+    /// Replaces `MEMORY.md` with `content`, first keeping its previous content (if any) as
+    /// `memory/.backups/MEMORY-<stamp>.md` (hidden, so it is neither indexed nor a memory
+    /// file a client names); returns the backup's workspace-relative path.
+    pub fn replace_memory_file(&self, content: &str, stamp: &str) -> Result<Option<String>, StorageError> {
+        let previous = self.read_memory_file()?;
+        let backup = if previous.is_empty() {
+            None
+        } else {
+            let rel = format!("memory/{BACKUP_DIR}/MEMORY-{stamp}.md");
+            let path = self.layout.root().join(&rel);
+            create_private_dir_all(&self.layout.memory_dir().join(BACKUP_DIR))?;
+            write_atomic(&path, previous.as_bytes())?;
+            Some(rel)
+        };
+        write_atomic(&self.resolve(MEMORY_FILE)?, content.as_bytes())?;
+        Ok(backup)
+    }
+}
+
+/// Where the daily merge keeps the copies of `MEMORY.md` it replaced, under `memory/`.
+const BACKUP_DIR: &str = ".backups";
+
+/// The text of `path` (`rel` in errors); empty when it does not exist.
+fn read_optional(path: &Path, rel: &str) -> Result<String, StorageError> {
+    match fs::read(path) {
+        Ok(bytes) => String::from_utf8(bytes).map_err(|_| StorageError::NotText(rel.to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(io("read", path)(e)),
+    }
+}
+
+/// Size and lines of `content`.
+fn info_of(content: &str) -> MemoryFileInfo {
+    MemoryFileInfo {
+        bytes: content.len() as u64,
+        lines: content.split_inclusive('\n').count() as u32,
+    }
+}
+
+/// Lines `start..=end` of `text` (1-based, clamped to the file).
+pub fn memory_lines(text: &str, start_line: Option<u32>, end_line: Option<u32>) -> MemoryLines {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let total_lines = lines.len() as u32;
+    let start_line = start_line.unwrap_or(1).max(1);
+    let end_line = end_line.unwrap_or(total_lines).min(total_lines);
+    let text = if start_line <= end_line {
+        lines[(start_line - 1) as usize..end_line as usize].concat()
+    } else {
+        String::new()
+    };
+    MemoryLines {
+        start_line,
+        end_line: end_line.max(start_line.saturating_sub(1)),
+        total_lines,
+        text,
     }
 }
 
@@ -51,6 +243,70 @@ mod tests {
             fs::read_to_string(ws.root().join("memory/2026-11-22.md")).unwrap(),
             "a\n"
         );
+    }
+
+    #[test]
+    fn only_memory_files_may_be_named() {
+        for ok in ["MEMORY.md", "memory/2026-11-24.md", "memory/projects/satchel.MD"] {
+            assert!(MemoryFiles::is_memory_path(ok), "{ok}");
+        }
+        for bad in [
+            "README.md",
+            "memory.md",
+            "memory/notes.txt",
+            "memory/../MEMORY.md",
+            "memory/.hidden.md",
+            "memory//a.md",
+            "/etc/MEMORY.md",
+            "./MEMORY.md",
+            "memory/",
+            "sessions/a.md",
+        ] {
+            assert!(!MemoryFiles::is_memory_path(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn write_append_and_get_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = MemoryFiles::new(&Workspace::open(dir.path()).unwrap());
+        let info = memory
+            .write("memory/topics/rust.md", "# Rust\n- uses 2024 edition")
+            .unwrap();
+        assert_eq!(info, MemoryFileInfo { bytes: 26, lines: 2 });
+        let info = memory.append("memory/topics/rust.md", "- prefers clippy\n").unwrap();
+        assert_eq!(info.lines, 3);
+        let all = memory.get("memory/topics/rust.md", None, None).unwrap();
+        assert_eq!(all.text, "# Rust\n- uses 2024 edition\n- prefers clippy\n");
+        let some = memory.get("memory/topics/rust.md", Some(2), Some(2)).unwrap();
+        assert_eq!((some.start_line, some.end_line, some.total_lines), (2, 2, 3));
+        assert_eq!(some.text, "- uses 2024 edition\n");
+        let past = memory.get("memory/topics/rust.md", Some(9), None).unwrap();
+        assert_eq!((past.text.as_str(), past.end_line), ("", 8));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(dir.path().join("memory/topics"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let mode = fs::metadata(dir.path().join("memory/topics/rust.md"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_symlinked_memory_directory_cannot_lead_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let memory = MemoryFiles::new(&Workspace::open(dir.path()).unwrap());
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("memory")).unwrap();
+        let error = memory.write("memory/a.md", "x").unwrap_err();
+        assert!(matches!(error, StorageError::OutsideWorkspace(_)), "{error}");
+        assert!(!outside.path().join("a.md").exists());
+        let error = memory.get("src/lib.rs", None, None).unwrap_err();
+        assert!(matches!(error, StorageError::NotMemoryFile(_)), "{error}");
     }
 
     #[test]

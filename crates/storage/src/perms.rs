@@ -49,12 +49,13 @@ pub(crate) fn make_private(file: &File, path: &Path) -> Result<(), StorageError>
 }
 
 /// The subdirectories of a workspace satchel writes into.
-fn own_dirs(layout: &Layout) -> [std::path::PathBuf; 5] {
+fn own_dirs(layout: &Layout) -> [std::path::PathBuf; 6] {
     [
         layout.sessions_dir(),
         layout.offload_dir(),
         layout.dialog_dir(Layout::default_dialog_path()),
         layout.memory_dir(),
+        layout.index_dir(),
         layout.run_dir(),
     ]
 }

@@ -155,6 +155,7 @@ fn params(messages: Option<&[Value]>, append: Option<&[Value]>) -> PrepareParams
         system: None,
         tools: None,
         sections: None,
+        memory: None,
         usage: None,
         config: None,
     }

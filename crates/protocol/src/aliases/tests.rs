@@ -102,7 +102,16 @@ fn the_table_is_exactly_the_specs_fields() {
         [
             "COPAW_MEMORY_COMPACT_THRESHOLD",
             "COPAW_MEMORY_COMPACT_RATIO",
-            "COPAW_MEMORY_COMPACT_KEEP_RECENT"
+            "COPAW_MEMORY_COMPACT_KEEP_RECENT",
+            "FTS_ENABLED",
+            "MEMORY_STORE_BACKEND",
+            "EMBEDDING_BASE_URL",
+            "EMBEDDING_MODEL_NAME",
+            "EMBEDDING_DIMENSIONS",
+            "EMBEDDING_CACHE_ENABLED",
+            "EMBEDDING_MAX_CACHE_SIZE",
+            "EMBEDDING_MAX_INPUT_LENGTH",
+            "EMBEDDING_MAX_BATCH_SIZE"
         ]
     );
 }

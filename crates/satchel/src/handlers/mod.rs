@@ -8,6 +8,9 @@
 mod compact;
 mod initialize;
 mod inspect;
+mod memory;
+#[cfg(feature = "memory")]
+mod memory_index;
 mod prepare;
 mod read;
 mod sessions;
@@ -24,6 +27,9 @@ use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::{Config, ContextEvent};
 use serde_json::{Map, Value};
 
+#[cfg(feature = "memory")]
+pub use memory_index::next_merge;
+
 use crate::config::apply_overrides;
 use crate::error::RpcError;
 use crate::llm::{ClientCompleter, OpenAiCompleter};
@@ -37,6 +43,12 @@ pub struct Daemon {
     completing_clients: Mutex<HashSet<u64>>,
     /// Connections following a session (`context.watch`), by session.
     watchers: Mutex<HashMap<String, Vec<ClientHandle>>>,
+    /// Held by the memory write in progress (`memory.write`, `memory.append`, a merge):
+    /// they run one at a time.
+    memory_writes: Mutex<()>,
+    /// The memory index; `None` when `memory_index_enabled` is false.
+    #[cfg(feature = "memory")]
+    memory: Option<Arc<crate::memory::MemoryService>>,
 }
 
 impl Daemon {
@@ -46,7 +58,17 @@ impl Daemon {
             engine,
             completing_clients: Mutex::default(),
             watchers: Mutex::default(),
+            memory_writes: Mutex::default(),
+            #[cfg(feature = "memory")]
+            memory: None,
         }
+    }
+
+    /// The daemon with the memory index `memory`.
+    #[cfg(feature = "memory")]
+    pub fn with_memory(mut self, memory: Option<Arc<crate::memory::MemoryService>>) -> Self {
+        self.memory = memory;
+        self
     }
 
     /// The engine.

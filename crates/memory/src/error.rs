@@ -1,0 +1,32 @@
+//! Errors of the memory index.
+
+use std::path::PathBuf;
+
+/// Why a memory operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The SQLite index could not be read or written.
+    #[error("memory index: {0}")]
+    Index(#[from] rusqlite::Error),
+    /// The index file or its directory could not be created, opened or moved aside.
+    #[error("memory index file {path}: {source}")]
+    IndexFile {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// A memory file could not be read.
+    #[error("memory file {path}: {source}")]
+    File {
+        /// Workspace-relative path.
+        path: String,
+        /// What the file system said.
+        source: std::io::Error,
+    },
+    /// The search mode asked for cannot run: `vector` or `hybrid` without an embedding
+    /// backend, `bm25` with full-text search disabled, or (`auto`) neither is on. The message
+    /// says which and what to configure.
+    #[error("{0}")]
+    ModeUnavailable(String),
+}

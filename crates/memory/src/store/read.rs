@@ -1,0 +1,224 @@
+//! What the index reads: file records, a file's chunks, BM25 candidates, chunk texts, vectors
+//! and the chunks still waiting for one.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{Store, from_sql_hash, to_sql_hash};
+use crate::fusion::ChunkKey;
+
+/// BM25 weight of a chunk's own words.
+const BM25_TEXT_WEIGHT: f64 = 1.0;
+/// BM25 weight of its context (date, headings, leads): half, because the context is shared by
+/// every chunk of a section. It should help pick the right session or day, not outrank the
+/// chunk that holds the words.
+const BM25_CONTEXT_WEIGHT: f64 = 0.5;
+
+/// What the index knows about a file, to tell whether it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileRecord {
+    /// Bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+    /// xxh3 of the content.
+    pub content_hash: u64,
+    /// When the content was read, nanoseconds since the Unix epoch.
+    pub read_at_ns: i64,
+}
+
+/// A stored chunk, as a sync compares it with the file's new chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredChunk {
+    pub id: i64,
+    pub hash: u64,
+    pub start_line: u32,
+    pub end_line: u32,
+}
+
+/// A chunk with its vector of one model.
+#[derive(Debug, Clone)]
+pub(crate) struct VectorRow {
+    pub id: i64,
+    pub key: ChunkKey,
+    pub vector: Vec<f32>,
+}
+
+/// A BM25 candidate, with its text for the snippet.
+#[derive(Debug, Clone)]
+pub(crate) struct Bm25Row {
+    pub id: i64,
+    pub key: ChunkKey,
+    /// Higher is better (FTS5's `bm25()` is negated).
+    pub score: f64,
+    pub text: String,
+}
+
+/// A distinct chunk (by hash) that has no vector of the model yet.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub hash: u64,
+    pub text: String,
+    pub context: String,
+}
+
+/// Which chunks' vectors to load.
+pub(crate) enum Which<'a> {
+    All,
+    Ids(&'a [i64]),
+    Hashes(&'a [u64]),
+}
+
+impl Store {
+    /// The record of every indexed file, by workspace-relative path.
+    pub fn files(&self) -> rusqlite::Result<HashMap<String, FileRecord>> {
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT path, size, mtime_ns, content_hash, read_at_ns FROM files")?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                FileRecord {
+                    size: row.get::<_, i64>(1)?.try_into().unwrap_or(0),
+                    mtime_ns: row.get(2)?,
+                    content_hash: from_sql_hash(row.get(3)?),
+                    read_at_ns: row.get(4)?,
+                },
+            ))
+        })?;
+        rows.collect()
+    }
+
+    /// BM25 candidates for an FTS5 `query`, best first.
+    pub fn bm25(&self, query: &str, limit: usize) -> rusqlite::Result<Vec<Bm25Row>> {
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT c.id, c.path, c.start_line, c.end_line, bm25(chunks_fts, {BM25_TEXT_WEIGHT:.2}, {BM25_CONTEXT_WEIGHT:.2}) AS rank, c.text
+             FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid
+             WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT ?2"
+        ))?;
+        let rows = statement.query_map(params![query, limit as i64], |row| {
+            Ok(Bm25Row {
+                id: row.get(0)?,
+                key: key(row, 1)?,
+                score: -row.get::<_, f64>(4)?,
+                text: row.get(5)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// The text of chunk `id`, if it still exists.
+    pub fn chunk_text(&self, id: i64) -> rusqlite::Result<Option<String>> {
+        self.conn
+            .prepare_cached("SELECT text FROM chunks WHERE id = ?1")?
+            .query_row([id], |row| row.get(0))
+            .optional()
+    }
+
+    /// The chunks that have a vector of `model`, with it.
+    pub fn vectors(&self, model: &str, which: Which<'_>) -> rusqlite::Result<Vec<VectorRow>> {
+        const SELECT: &str = "SELECT c.id, c.path, c.start_line, c.end_line, v.vector
+             FROM chunks c JOIN vectors v ON v.model_id = ?1 AND v.hash = c.hash";
+        let row = |row: &Row<'_>| {
+            Ok(VectorRow {
+                id: row.get(0)?,
+                key: key(row, 1)?,
+                vector: decode(&row.get::<_, Vec<u8>>(4)?),
+            })
+        };
+        let mut out = Vec::new();
+        match which {
+            Which::All => {
+                let mut statement = self.conn.prepare_cached(SELECT)?;
+                for found in statement.query_map([model], row)? {
+                    out.push(found?);
+                }
+            }
+            Which::Ids(ids) => {
+                let mut statement = self.conn.prepare_cached(&format!("{SELECT} WHERE c.id = ?2"))?;
+                for id in ids {
+                    out.extend(statement.query_row(params![model, id], row).optional()?);
+                }
+            }
+            Which::Hashes(hashes) => {
+                let mut statement = self.conn.prepare_cached(&format!("{SELECT} WHERE c.hash = ?2"))?;
+                for &hash in hashes {
+                    for found in statement.query_map(params![model, to_sql_hash(hash)], row)? {
+                        out.push(found?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` distinct chunks (by hash) without a vector of `model`.
+    pub fn pending_vectors(&self, model: &str, limit: usize) -> rusqlite::Result<Vec<Pending>> {
+        let mut statement = self.conn.prepare_cached(
+            "SELECT c.hash, min(c.text), min(c.context) FROM chunks c
+             WHERE NOT EXISTS (SELECT 1 FROM vectors v WHERE v.model_id = ?1 AND v.hash = c.hash)
+             GROUP BY c.hash LIMIT ?2",
+        )?;
+        let rows = statement.query_map(params![model, limit as i64], |row| {
+            Ok(Pending {
+                hash: from_sql_hash(row.get(0)?),
+                text: row.get(1)?,
+                context: row.get(2)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// Files and chunks in the index.
+    pub fn counts(&self) -> rusqlite::Result<(usize, usize)> {
+        let count = |table: &str| -> rusqlite::Result<usize> {
+            let n: i64 = self
+                .conn
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?;
+            Ok(usize::try_from(n).unwrap_or(0))
+        };
+        Ok((count("files")?, count("chunks")?))
+    }
+
+    /// When a file was last read into the index, nanoseconds since the Unix epoch.
+    pub fn last_read_at_ns(&self) -> rusqlite::Result<Option<i64>> {
+        self.conn
+            .query_row("SELECT max(read_at_ns) FROM files", [], |row| row.get(0))
+    }
+}
+
+/// The chunks of `path`, in line order.
+pub(super) fn chunks_of(conn: &Connection, path: &str) -> rusqlite::Result<Vec<StoredChunk>> {
+    let mut statement =
+        conn.prepare_cached("SELECT id, hash, start_line, end_line FROM chunks WHERE path = ?1 ORDER BY start_line")?;
+    let rows = statement.query_map([path], |row| {
+        Ok(StoredChunk {
+            id: row.get(0)?,
+            hash: from_sql_hash(row.get(1)?),
+            start_line: row.get(2)?,
+            end_line: row.get(3)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// The key in columns `at..at + 3` (path, start line, end line).
+fn key(row: &Row<'_>, at: usize) -> rusqlite::Result<ChunkKey> {
+    Ok(ChunkKey {
+        path: row.get(at)?,
+        start_line: row.get(at + 1)?,
+        end_line: row.get(at + 2)?,
+    })
+}
+
+/// A vector as stored: little-endian `f32`s.
+pub(super) fn encode(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode(blob: &[u8]) -> Vec<f32> {
+    blob.chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}

@@ -1,0 +1,158 @@
+//! What a sync writes: changed files' chunks (only those whose hash changed), removed files,
+//! and vectors.
+
+use std::collections::{HashMap, VecDeque};
+
+use rusqlite::{Connection, params};
+
+use super::read::{FileRecord, StoredChunk, chunks_of, encode};
+use super::{Store, to_sql_hash};
+use crate::analyze::terms;
+use crate::chunk::Chunk;
+
+/// A file to bring up to date.
+#[derive(Debug, Clone)]
+pub(crate) struct FileChange {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Its new record.
+    pub record: FileRecord,
+    /// Its chunks, when its content changed; `None` when only the record did (a touched file).
+    pub chunks: Option<Vec<Chunk>>,
+}
+
+/// What [`Store::apply`] did, for the report and for the in-memory vectors.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Applied {
+    /// Chunks removed: their files were removed, or their text or context changed.
+    pub removed_ids: Vec<i64>,
+    /// Chunks kept whose lines moved: (id, start line, end line).
+    pub moved: Vec<(i64, u32, u32)>,
+    /// Chunks inserted.
+    pub added_ids: Vec<i64>,
+}
+
+impl Store {
+    /// Applies `changes` and removes the files `removals`, in one transaction: a search never
+    /// sees a file half updated.
+    ///
+    /// A changed file's new chunks are matched with its stored ones by hash: a match keeps its
+    /// row, its terms and its vector (only its line numbers are updated), so an edit costs
+    /// the chunks it really changed.
+    pub fn apply(&mut self, changes: &[FileChange], removals: &[String]) -> rusqlite::Result<Applied> {
+        let tx = self.conn.transaction()?;
+        let mut applied = Applied::default();
+        for path in removals {
+            for old in chunks_of(&tx, path)? {
+                delete_chunk(&tx, old.id)?;
+                applied.removed_ids.push(old.id);
+            }
+            tx.prepare_cached("DELETE FROM files WHERE path = ?1")?
+                .execute([path])?;
+        }
+        for change in changes {
+            if let Some(chunks) = &change.chunks {
+                replace_chunks(&tx, &change.path, chunks, &mut applied)?;
+            }
+            let record = change.record;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO files (path, size, mtime_ns, content_hash, read_at_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                change.path,
+                i64::try_from(record.size).unwrap_or(i64::MAX),
+                record.mtime_ns,
+                to_sql_hash(record.content_hash),
+                record.read_at_ns
+            ])?;
+        }
+        tx.commit()?;
+        Ok(applied)
+    }
+
+    /// Stores vectors of `model` by chunk hash.
+    pub fn put_vectors(&mut self, model: &str, vectors: &[(u64, Vec<f32>)]) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut insert =
+                tx.prepare_cached("INSERT OR REPLACE INTO vectors (model_id, hash, vector) VALUES (?1, ?2, ?3)")?;
+            for (hash, vector) in vectors {
+                insert.execute(params![model, to_sql_hash(*hash), encode(vector)])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Deletes the vectors of chunks that are gone when they have come to outnumber the
+    /// chunks: until then they are a cache for edits that are undone or text that comes back.
+    /// Returns how many were deleted.
+    pub fn drop_orphan_vectors(&mut self) -> rusqlite::Result<usize> {
+        let (vectors, chunks): (i64, i64) = self.conn.query_row(
+            "SELECT (SELECT count(*) FROM vectors), (SELECT count(*) FROM chunks)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+        if vectors <= 2 * chunks + ORPHAN_VECTOR_SLACK {
+            return Ok(0);
+        }
+        self.conn
+            .execute("DELETE FROM vectors WHERE hash NOT IN (SELECT hash FROM chunks)", [])
+    }
+}
+
+/// Vectors beyond twice the chunks kept before orphans are deleted, so a small index does not
+/// churn its cache.
+const ORPHAN_VECTOR_SLACK: i64 = 1000;
+
+/// Brings the stored chunks of `path` to `chunks`.
+fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut Applied) -> rusqlite::Result<()> {
+    // Stored chunks by hash, in line order: identical chunks (two `- done` items) are matched
+    // first to first.
+    let mut stored: HashMap<u64, VecDeque<StoredChunk>> = HashMap::new();
+    for old in chunks_of(conn, path)? {
+        stored.entry(old.hash).or_default().push_back(old);
+    }
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO chunks (path, start_line, end_line, hash, text, context) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut insert_terms = conn.prepare_cached("INSERT INTO chunks_fts (rowid, text, context) VALUES (?1, ?2, ?3)")?;
+    let mut relocate = conn.prepare_cached("UPDATE chunks SET start_line = ?2, end_line = ?3 WHERE id = ?1")?;
+    for chunk in chunks {
+        match stored.get_mut(&chunk.hash).and_then(VecDeque::pop_front) {
+            Some(old) if (old.start_line, old.end_line) == (chunk.start_line, chunk.end_line) => {}
+            Some(old) => {
+                relocate.execute(params![old.id, chunk.start_line, chunk.end_line])?;
+                applied.moved.push((old.id, chunk.start_line, chunk.end_line));
+            }
+            None => {
+                insert.execute(params![
+                    path,
+                    chunk.start_line,
+                    chunk.end_line,
+                    to_sql_hash(chunk.hash),
+                    chunk.text,
+                    chunk.context
+                ])?;
+                let id = conn.last_insert_rowid();
+                insert_terms.execute(params![
+                    id,
+                    terms(&chunk.text).join(" "),
+                    terms(&chunk.context).join(" ")
+                ])?;
+                applied.added_ids.push(id);
+            }
+        }
+    }
+    for old in stored.into_values().flatten() {
+        delete_chunk(conn, old.id)?;
+        applied.removed_ids.push(old.id);
+    }
+    Ok(())
+}
+
+fn delete_chunk(conn: &Connection, id: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM chunks_fts WHERE rowid = ?1")?
+        .execute([id])?;
+    conn.prepare_cached("DELETE FROM chunks WHERE id = ?1")?.execute([id])?;
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! The glue to `satchel-memory` (the `memory` feature): the index of the workspace's memory
+//! files, its watcher and embedding backend, built from the configuration, and what the
+//! `memory.*` methods and `context.prepare`'s recall ask of them.
+//!
+//! The index is derived: it is opened (rebuilt when corrupt) and brought up to date in the
+//! background at start-up, kept up to date by the watcher, and synchronously for the file a
+//! `memory.write` or `memory.append` just changed, so that file is searchable on return.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use satchel_memory::embed::{CachedEmbedder, Embedder, EmbeddingCacheConfig, HttpEmbeddingConfig, OpenAiEmbedder};
+use satchel_memory::index::{Hit, IndexOptions, MemoryIndex, SearchMode as IndexMode, SearchOptions};
+use satchel_memory::watch::{MemoryWatcher, WatchOptions};
+use satchel_protocol::memory::{
+    HitSource, MemoryHit, MemoryRecall, MemorySearchParams, MemorySearchResult, MemoryStatusResult, SearchMode,
+};
+use satchel_protocol::memory_config::EmbeddingChoice;
+use satchel_protocol::{Config, PromptSection};
+use satchel_storage::{Layout, Workspace};
+
+use crate::error::RpcError;
+
+/// Hits `context.prepare` recalls when the client does not say.
+const RECALL_MAX_RESULTS: usize = 3;
+/// Lowest score of a recalled hit when the client does not say: higher than a search's,
+/// because nobody asked for these.
+const RECALL_MIN_SCORE: f64 = 0.3;
+/// Priority of the recall section when the client does not say.
+const RECALL_PRIORITY: i64 = 60;
+/// Sessions whose last recall is remembered (for the calls that bring no new user message).
+const RECALLS_KEPT: usize = 1024;
+
+/// The memory index of a workspace and what keeps it current.
+pub struct MemoryService {
+    index: Arc<MemoryIndex>,
+    /// Kept for its threads: dropping it stops the watching.
+    watcher: MemoryWatcher,
+    /// The embedding backend as built (with its cache), for `memory.status`.
+    embedding: Option<EmbeddingBackend>,
+    /// The last recall section of each session: an agent loop's later calls bring tool
+    /// results, not a user message, and the prompt should keep the same recall meanwhile.
+    recalls: Mutex<HashMap<String, PromptSection>>,
+    /// Warnings from opening the index (a corrupt file rebuilt), shown by `memory.status`.
+    open_warnings: Vec<String>,
+    defaults: SearchDefaults,
+}
+
+/// The search settings of the daemon's configuration.
+#[derive(Debug, Clone, Copy)]
+struct SearchDefaults {
+    max_results: usize,
+    min_score: f64,
+}
+
+/// An embedding backend and its cache.
+struct EmbeddingBackend {
+    kind: &'static str,
+    cached: Arc<CachedEmbedder<Arc<dyn Embedder>>>,
+}
+
+impl MemoryService {
+    /// Opens the index of `workspace` as `config` says and starts its background sync and
+    /// watcher; `env` is the daemon's environment (the embeddings API key is read there).
+    pub fn open(
+        workspace: &Workspace,
+        config: &Config,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Arc<MemoryService>> {
+        let embedding = embedding_backend(workspace.root(), config, &env)?;
+        if !config.fts_enabled && embedding.is_none() {
+            anyhow::bail!(
+                "memory: fts_enabled is false and no embedding backend is configured: at least one search mode must be on"
+            );
+        }
+        let layout = workspace.layout();
+        satchel_storage::perms::create_private_dir_all(&layout.index_dir())?;
+        let options = IndexOptions {
+            fts_enabled: config.fts_enabled,
+            vector_weight: config.memory_vector_weight,
+            candidate_multiplier: config.memory_candidate_multiplier,
+            extra_paths: config.memory_extra_paths.iter().map(PathBuf::from).collect(),
+        };
+        let embedder: Option<Arc<dyn Embedder>> = embedding.as_ref().map(|e| e.cached.clone() as Arc<dyn Embedder>);
+        let (index, open_warnings) = MemoryIndex::open(workspace.root(), &layout.memory_index(), embedder, options)?;
+        for warning in &open_warnings {
+            tracing::warn!("memory index: {warning}");
+        }
+        let index = Arc::new(index);
+        let watcher = if config.memory_watch_enabled {
+            let watched = index.clone();
+            let options = WatchOptions {
+                debounce: Duration::from_millis(config.memory_watch_debounce_ms),
+                poll_interval: (config.memory_watch_poll_ms > 0)
+                    .then(|| Duration::from_millis(config.memory_watch_poll_ms)),
+            };
+            MemoryWatcher::start(index.watch_roots(), options, move |paths| sync_logged(&watched, &paths))
+        } else {
+            MemoryWatcher::noop()
+        };
+        // Start-up stays quick: the files are compared with the index in the background
+        // (searches meanwhile see the index as it was left, which is persistent).
+        let syncing = index.clone();
+        std::thread::Builder::new()
+            .name("memory-sync".into())
+            .spawn(move || match syncing.sync_all() {
+                Ok(report) => tracing::info!(
+                    files = report.files_indexed,
+                    chunks = report.chunks_added,
+                    removed = report.files_removed,
+                    "memory index up to date"
+                ),
+                Err(e) => tracing::warn!("memory index sync failed: {e}"),
+            })?;
+        Ok(Arc::new(MemoryService {
+            index,
+            watcher,
+            embedding,
+            recalls: Mutex::default(),
+            open_warnings,
+            defaults: SearchDefaults {
+                max_results: config.memory_max_results,
+                min_score: config.memory_min_score,
+            },
+        }))
+    }
+
+    /// Re-indexes the memory file `rel` (just written); returns the chunks indexed and any
+    /// warnings (an embedding backend down).
+    pub fn reindex(&self, rel: &str) -> Result<(usize, Vec<String>), RpcError> {
+        let report = self.index.sync_paths(&[PathBuf::from(rel)]).map_err(index_error)?;
+        Ok((report.chunks_added, report.warnings))
+    }
+
+    /// `memory.search`.
+    pub fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+        let max_results = params.max_results.unwrap_or(self.defaults.max_results);
+        if !(1..=100).contains(&max_results) {
+            return Err(RpcError::invalid_params("max_results", "must be in [1, 100]"));
+        }
+        let min_score = params.min_score.unwrap_or(self.defaults.min_score);
+        if !(0.0..=1.0).contains(&min_score) {
+            return Err(RpcError::invalid_params("min_score", "must be in [0, 1]"));
+        }
+        if params.query.trim().is_empty() {
+            return Err(RpcError::invalid_params("query", "must not be empty"));
+        }
+        let options = SearchOptions {
+            max_results,
+            min_score,
+            mode: match params.mode.unwrap_or(SearchMode::Auto) {
+                SearchMode::Auto => IndexMode::Auto,
+                SearchMode::Bm25 => IndexMode::Bm25,
+                SearchMode::Vector => IndexMode::Vector,
+                SearchMode::Hybrid => IndexMode::Hybrid,
+            },
+        };
+        let outcome = self
+            .index
+            .search(&params.query, &options)
+            .map_err(|e| search_error(e, params.mode))?;
+        Ok(MemorySearchResult {
+            results: outcome.hits.into_iter().map(hit).collect(),
+            mode: match outcome.mode {
+                IndexMode::Auto => SearchMode::Auto,
+                IndexMode::Bm25 => SearchMode::Bm25,
+                IndexMode::Vector => SearchMode::Vector,
+                IndexMode::Hybrid => SearchMode::Hybrid,
+            },
+            warnings: outcome.warnings,
+        })
+    }
+
+    /// `memory.status`.
+    pub fn status(&self, next_merge: Option<String>) -> MemoryStatusResult {
+        let mut modes = Vec::new();
+        let stats = self.index.stats();
+        let index = serde_json::to_value(&stats).unwrap_or_default();
+        if index.get("fts_enabled").and_then(serde_json::Value::as_bool) != Some(false) {
+            modes.push(SearchMode::Bm25);
+        }
+        if self.embedding.is_some() {
+            modes.push(SearchMode::Vector);
+        }
+        let mut index = index;
+        if let Some(object) = index.as_object_mut().filter(|_| !self.open_warnings.is_empty()) {
+            object.insert("open_warnings".into(), serde_json::json!(self.open_warnings));
+        }
+        MemoryStatusResult {
+            index_path: Layout::memory_index_rel(),
+            modes,
+            index,
+            watcher: serde_json::to_value(self.watcher.state()).unwrap_or_default(),
+            embedding: self.embedding.as_ref().map_or(serde_json::Value::Null, |e| {
+                serde_json::json!({
+                    "backend": e.kind,
+                    "model": e.cached.model_id(),
+                    "cache": serde_json::to_value(e.cached.stats()).unwrap_or_default(),
+                })
+            }),
+            next_merge,
+        }
+    }
+
+    /// The recall section of `session_id` for `context.prepare`: the top hits for `query`
+    /// (the newest user message), or, when the call brought none, the session's last one.
+    pub fn recall(&self, session_id: &str, query: Option<&str>, recall: &MemoryRecall) -> Option<PromptSection> {
+        let mut recalls = self.recalls.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(query) = query.filter(|q| !q.trim().is_empty()) else {
+            return recalls.get(session_id).cloned();
+        };
+        let options = SearchOptions {
+            max_results: recall.max_results.unwrap_or(RECALL_MAX_RESULTS).clamp(1, 20),
+            min_score: recall.min_score.unwrap_or(RECALL_MIN_SCORE).clamp(0.0, 1.0),
+            mode: IndexMode::Auto,
+        };
+        let hits = match self.index.search(query, &options) {
+            Ok(outcome) => outcome.hits,
+            Err(e) => {
+                tracing::warn!("memory recall failed: {e}");
+                Vec::new()
+            }
+        };
+        let section = recall_section(&hits, recall.priority.unwrap_or(RECALL_PRIORITY));
+        if recalls.len() >= RECALLS_KEPT {
+            recalls.clear();
+        }
+        match &section {
+            Some(section) => recalls.insert(session_id.to_owned(), section.clone()),
+            None => recalls.remove(session_id),
+        };
+        section
+    }
+}
+
+/// The prompt section holding `hits`; `None` when there are none.
+fn recall_section(hits: &[Hit], priority: i64) -> Option<PromptSection> {
+    if hits.is_empty() {
+        return None;
+    }
+    let mut content = String::from("Relevant long-term memory (from the memory files; `memory.get` reads more):\n");
+    let mut evidence = Vec::new();
+    for hit in hits {
+        let lines = if hit.start_line == hit.end_line {
+            format!("{}:{}", hit.path, hit.start_line)
+        } else {
+            format!("{}:{}-{}", hit.path, hit.start_line, hit.end_line)
+        };
+        content.push_str(&format!("\n[{lines}]\n{}\n", hit.snippet.trim_end()));
+        evidence.push(format!("{lines} ({:.2})", hit.score));
+    }
+    Some(PromptSection {
+        key: "memory:recall".into(),
+        content,
+        priority: priority.clamp(0, 100),
+        protected: false,
+        source_type: Some("memory".into()),
+        scope: Some("task-local".into()),
+        reason: Some(format!(
+            "memory search for the newest user message: {}",
+            evidence.join(", ")
+        )),
+        paths: Vec::new(),
+    })
+}
+
+/// Re-indexes `paths` reported by the watcher; failures are logged (the next event or the
+/// next start-up tries again).
+fn sync_logged(index: &MemoryIndex, paths: &[PathBuf]) {
+    match index.sync_paths(paths) {
+        Ok(report) => {
+            for warning in report.warnings {
+                tracing::warn!("memory index: {warning}");
+            }
+        }
+        Err(e) => tracing::warn!("memory index: re-indexing {} changed files failed: {e}", paths.len()),
+    }
+}
+
+/// The embedding backend `config` asks for, with its cache; `None` for BM25 only.
+fn embedding_backend(
+    root: &Path,
+    config: &Config,
+    env: &impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<EmbeddingBackend>> {
+    let api_key = env(&config.embedding_api_key_env).filter(|k| !k.is_empty());
+    let (kind, embedder): (&'static str, Arc<dyn Embedder>) = match config.embedding_choice(api_key.is_some()) {
+        EmbeddingChoice::None => return Ok(None),
+        EmbeddingChoice::OpenAi => (
+            "openai",
+            Arc::new(OpenAiEmbedder::new(HttpEmbeddingConfig {
+                base_url: config.embedding_base_url.clone(),
+                api_key,
+                model: config.embedding_model_name.clone(),
+                dimensions: config.embedding_dimensions,
+                max_input_length: config.embedding_max_input_length,
+                max_batch_size: config.embedding_max_batch_size,
+                timeout: Duration::from_secs_f64(config.embedding_timeout_secs),
+                send_dimensions: true,
+            })),
+        ),
+        EmbeddingChoice::Local => ("local", local_model(&root.join(&config.embedding_model_path))?),
+    };
+    let cache = EmbeddingCacheConfig {
+        enabled: config.embedding_cache_enabled,
+        max_entries: config.embedding_max_cache_size,
+    };
+    Ok(Some(EmbeddingBackend {
+        kind,
+        cached: Arc::new(CachedEmbedder::new(embedder, cache)),
+    }))
+}
+
+/// The local model in `dir`.
+#[cfg(feature = "local-embeddings")]
+fn local_model(dir: &Path) -> anyhow::Result<Arc<dyn Embedder>> {
+    let model = satchel_memory::embed::local::LocalEmbedder::load(dir)
+        .map_err(|e| anyhow::anyhow!("memory: loading the embedding model in {}: {e}", dir.display()))?;
+    Ok(Arc::new(model))
+}
+
+/// Without the `local-embeddings` feature there is no local model to load.
+#[cfg(not(feature = "local-embeddings"))]
+fn local_model(dir: &Path) -> anyhow::Result<Arc<dyn Embedder>> {
+    anyhow::bail!(
+        "memory: embedding_model_path is {} but this satchel was built without the `local-embeddings` feature (cargo build --features local-embeddings)",
+        dir.display()
+    )
+}
+
+/// A hit on the wire.
+fn hit(hit: Hit) -> MemoryHit {
+    MemoryHit {
+        path: hit.path,
+        start_line: hit.start_line,
+        end_line: hit.end_line,
+        score: hit.score,
+        snippet: hit.snippet,
+        source: match hit.source {
+            satchel_memory::index::HitSource::Bm25 => HitSource::Bm25,
+            satchel_memory::index::HitSource::Vector => HitSource::Vector,
+            satchel_memory::index::HitSource::Hybrid => HitSource::Hybrid,
+        },
+    }
+}
+
+/// A failed index operation: the disk or SQLite refused.
+fn index_error(error: satchel_memory::MemoryError) -> RpcError {
+    RpcError::MemoryIndex(error.to_string())
+}
+
+/// A failed search: a mode that is not on is the caller's error; anything else the index's.
+fn search_error(error: satchel_memory::MemoryError, mode: Option<SearchMode>) -> RpcError {
+    match error {
+        satchel_memory::MemoryError::ModeUnavailable(why) if mode.is_some() => RpcError::invalid_params("mode", why),
+        other => index_error(other),
+    }
+}

@@ -1,0 +1,542 @@
+//! Long-term memory through the real binary: the memory files written by `memory.write` /
+//! `memory.append` and by hand (the agent's own file tools), the watcher, the SQLite index
+//! (deleted, corrupt), BM25 and hybrid search against a real embeddings endpoint on loopback
+//! (and its failure), CJK text, concurrent writes and searches, the recall section of
+//! `context.prepare`, and the daily merge.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::Daemon;
+use crate::support::builders::user;
+use crate::support::checks::error_code;
+
+/// How long a test waits for the watcher or the start-up sync (generous: shared machines).
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// `memory.search` of `query` (BM25 unless `mode` says) with a low score floor.
+fn search(d: &mut Daemon, query: &str, mode: &str) -> Value {
+    d.call("memory.search", json!({"query": query, "mode": mode, "min_score": 0.0}))
+}
+
+/// The (path, start_line) of each result.
+fn places(result: &Value) -> Vec<(String, u64)> {
+    result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| {
+            (
+                hit["path"].as_str().unwrap().to_owned(),
+                hit["start_line"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Searches until `found` holds or [`SETTLE`] passes; returns the last result.
+fn search_until(d: &mut Daemon, query: &str, found: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let result = search(d, query, "bm25");
+        if found(&result) || Instant::now() > deadline {
+            return result;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mentions(result: &Value, path: &str) -> bool {
+    places(result).iter().any(|(p, _)| p == path)
+}
+
+#[test]
+fn a_written_fact_is_searchable_on_return_and_read_back_by_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let written = d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "# Facts\n\n- The project stores sessions in PostgreSQL 16.\n- Deploys go through `make ship`.\n"}),
+    );
+    assert_eq!(
+        (written["path"].as_str(), written["lines"].as_u64()),
+        (Some("MEMORY.md"), Some(4))
+    );
+    assert!(written["chunks_indexed"].as_u64().unwrap() >= 1, "{written}");
+    let appended = d.call(
+        "memory.append",
+        json!({"path": "memory/2026-11-24.md", "text": "- Fixed the flaky login test by pinning the clock."}),
+    );
+    assert_eq!(appended["lines"], json!(1));
+
+    let found = search(&mut d, "which database stores sessions?", "bm25");
+    assert_eq!(found["mode"], "bm25");
+    let top = &found["results"][0];
+    assert_eq!(
+        (top["path"].as_str(), top["start_line"].as_u64()),
+        (Some("MEMORY.md"), Some(3)),
+        "{found}"
+    );
+    assert_eq!(top["source"], "bm25");
+    assert!(top["snippet"].as_str().unwrap().contains("PostgreSQL 16"));
+    let score = top["score"].as_f64().unwrap();
+    assert!(score > 0.0 && score <= 1.0, "{score}");
+    // Stemming: "pinned clocks" finds "pinning the clock".
+    assert!(mentions(
+        &search(&mut d, "pinned clocks", "bm25"),
+        "memory/2026-11-24.md"
+    ));
+
+    let lines = d.call(
+        "memory.get",
+        json!({"path": "MEMORY.md", "start_line": 3, "end_line": 3}),
+    );
+    assert_eq!(lines["text"], "- The project stores sessions in PostgreSQL 16.\n");
+    assert_eq!(lines["total_lines"], 4);
+    d.shutdown();
+}
+
+#[test]
+fn only_memory_files_can_be_written_or_read_and_the_daemon_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    for path in [
+        "../escape.md",
+        "/etc/passwd",
+        "src/main.md",
+        "memory/notes.txt",
+        "memory/../MEMORY.md",
+    ] {
+        let error = d.call_err("memory.write", json!({"path": path, "content": "x"}));
+        assert!([-32602, -32002].contains(&error_code(&error)), "{path}: {error}");
+        let error = d.call_err("memory.get", json!({"path": path}));
+        assert!(
+            [-32602, -32002, -32003].contains(&error_code(&error)),
+            "{path}: {error}"
+        );
+    }
+    assert!(!dir.path().join("../escape.md").exists());
+    let error = d.call_err("memory.get", json!({"path": "MEMORY.md"}));
+    assert_eq!(error_code(&error), -32003, "a memory file not written yet: {error}");
+    let error = d.call_err("memory.search", json!({"query": "x", "mode": "vector"}));
+    assert_eq!(error_code(&error), -32602, "no embedding backend: {error}");
+    assert!(error["message"].as_str().unwrap().contains("mode"), "{error}");
+    let error = d.call_err("memory.search", json!({"query": "x", "max_results": 0}));
+    assert_eq!(error_code(&error), -32602, "{error}");
+    d.call(
+        "memory.write",
+        json!({"path": "memory/topics/ok.md", "content": "fine"}),
+    );
+    d.shutdown();
+}
+
+#[test]
+fn the_watcher_indexes_what_the_agents_own_file_tools_create_change_rename_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call("initialize", json!({}));
+    let memory = dir.path().join("memory");
+    std::fs::create_dir_all(&memory).unwrap();
+
+    std::fs::write(memory.join("notes.md"), "- The staging server is called kestrel.\n").unwrap();
+    let found = search_until(&mut d, "kestrel", |r| mentions(r, "memory/notes.md"));
+    assert!(mentions(&found, "memory/notes.md"), "created: {found}");
+
+    std::fs::write(memory.join("notes.md"), "- The staging server is called osprey now.\n").unwrap();
+    let found = search_until(&mut d, "osprey", |r| mentions(r, "memory/notes.md"));
+    assert!(mentions(&found, "memory/notes.md"), "modified: {found}");
+    assert!(
+        !mentions(&search(&mut d, "kestrel", "bm25"), "memory/notes.md"),
+        "the old text is gone"
+    );
+
+    std::fs::rename(memory.join("notes.md"), memory.join("servers.md")).unwrap();
+    let found = search_until(&mut d, "osprey", |r| {
+        mentions(r, "memory/servers.md") && !mentions(r, "memory/notes.md")
+    });
+    assert_eq!(places(&found), vec![("memory/servers.md".to_owned(), 1)], "renamed");
+
+    std::fs::remove_file(memory.join("servers.md")).unwrap();
+    let found = search_until(&mut d, "osprey", |r| r["results"].as_array().unwrap().is_empty());
+    assert_eq!(found["results"], json!([]), "deleted");
+
+    // MEMORY.md created after start-up is watched too.
+    std::fs::write(dir.path().join("MEMORY.md"), "- Prefers tabs over spaces.\n").unwrap();
+    let found = search_until(&mut d, "tabs", |r| mentions(r, "MEMORY.md"));
+    assert!(mentions(&found, "MEMORY.md"), "{found}");
+    let status = d.call("memory.status", json!({}));
+    assert_ne!(status["watcher"]["backend"], "off", "{status}");
+    assert!(status["watcher"]["batches"].as_u64().unwrap() >= 1, "{status}");
+    d.shutdown();
+}
+
+/// Three memory files with distinct facts.
+fn write_corpus(d: &mut Daemon) {
+    d.call("memory.write", json!({"path": "MEMORY.md", "content": "# Decisions\n\n- Chose SQLite FTS5 over tantivy for build time.\n- JWT over server sessions.\n"}));
+    d.call("memory.write", json!({"path": "memory/2026-11-23.md", "content": "## Lessons\n\n- cargo build failed on the missing bundled feature; enabling it fixed the build.\n"}));
+    d.call(
+        "memory.write",
+        json!({"path": "memory/2026-11-24.md", "content": "- Build time matters to the user more than binary size.\n"}),
+    );
+}
+
+#[test]
+fn a_deleted_or_corrupt_index_is_rebuilt_from_the_files_with_the_same_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    write_corpus(&mut d);
+    let before = places(&search(&mut d, "build time", "bm25"));
+    assert!(before.len() >= 2, "{before:?}");
+    d.shutdown();
+
+    let index = dir.path().join("index/memory.sqlite");
+    assert!(index.exists());
+    for entry in std::fs::read_dir(dir.path().join("index")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let mut d = Daemon::start(dir.path(), &[]);
+    let rebuilt = search_until(&mut d, "build time", |r| places(r).len() == before.len());
+    assert_eq!(places(&rebuilt), before, "deleted index rebuilt");
+    d.shutdown();
+
+    for entry in std::fs::read_dir(dir.path().join("index")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    std::fs::write(
+        &index,
+        b"this is not a SQLite database, just garbage bytes \x00\x01\x02".repeat(100),
+    )
+    .unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let rebuilt = search_until(&mut d, "build time", |r| places(r).len() == before.len());
+    assert_eq!(places(&rebuilt), before, "corrupt index rebuilt");
+    let status = d.call("memory.status", json!({}));
+    let warnings = status["index"]["open_warnings"].to_string();
+    assert!(warnings.contains("corrupt"), "the rebuild is reported: {status}");
+    d.shutdown();
+}
+
+#[test]
+fn a_cjk_query_finds_cjk_text_without_spaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call("memory.write", json!({"path": "MEMORY.md", "content": "- 用户喜欢使用深色主题编辑器。\n- 项目的数据库是PostgreSQL。\n- ユーザーは毎朝コーヒーを飲む。\n"}));
+    let found = search(&mut d, "深色主题", "bm25");
+    assert_eq!(places(&found).first(), Some(&("MEMORY.md".to_owned(), 1)), "{found}");
+    let found = search(&mut d, "コーヒー", "bm25");
+    assert_eq!(places(&found).first(), Some(&("MEMORY.md".to_owned(), 3)), "{found}");
+    d.shutdown();
+}
+
+#[test]
+fn pipelined_writes_and_searches_all_succeed_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        ids.push(d.request(
+            "memory.append",
+            json!({"path": "memory/log.md", "text": format!("- entry number {i} about topic{i}\n")}),
+        ));
+        ids.push(d.request("memory.search", json!({"query": format!("topic{i}"), "min_score": 0.0})));
+    }
+    let mut replies = std::collections::HashMap::new();
+    while replies.len() < ids.len() {
+        let (_, frame) = d.next_frame();
+        if let Some(id) = frame["id"].as_u64() {
+            replies.insert(id, frame);
+        }
+    }
+    for (i, pair) in ids.chunks(2).enumerate() {
+        let appended = &replies[&pair[0]];
+        assert_eq!(
+            appended["result"]["lines"],
+            json!(i + 1),
+            "appends run in arrival order: {appended}"
+        );
+        assert!(replies[&pair[1]].get("result").is_some(), "{}", replies[&pair[1]]);
+    }
+    let text = std::fs::read_to_string(dir.path().join("memory/log.md")).unwrap();
+    let expected: String = (0..40)
+        .map(|i| format!("- entry number {i} about topic{i}\n"))
+        .collect();
+    assert_eq!(text, expected);
+    let found = search(&mut d, "topic39", "bm25");
+    assert_eq!(
+        places(&found).first(),
+        Some(&("memory/log.md".to_owned(), 40)),
+        "{found}"
+    );
+    d.shutdown();
+}
+
+/// A real OpenAI-compatible `/embeddings` endpoint on loopback: hashed bags of words (so
+/// texts sharing words are close), or HTTP 500 while `failing`.
+struct Embeddings {
+    port: u16,
+    failing: Arc<AtomicBool>,
+    requests: Arc<AtomicUsize>,
+}
+
+impl Embeddings {
+    const DIMENSIONS: usize = 64;
+
+    fn start() -> Embeddings {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let failing = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (fail, count) = (failing.clone(), requests.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let failing = fail.load(Ordering::SeqCst);
+                std::thread::spawn(move || serve_embeddings(stream, failing));
+            }
+        });
+        Embeddings {
+            port,
+            failing,
+            requests,
+        }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("SATCHEL_EMBEDDING_BACKEND", "openai".into()),
+            (
+                "SATCHEL_EMBEDDING_BASE_URL",
+                format!("http://127.0.0.1:{}/v1", self.port),
+            ),
+            ("EMBEDDING_DIMENSIONS", Self::DIMENSIONS.to_string()),
+            ("EMBEDDING_MODEL_NAME", "hashed-words".into()),
+            ("SATCHEL_EMBEDDING_TIMEOUT_SECS", "5".into()),
+        ]
+    }
+}
+
+fn serve_embeddings(stream: TcpStream, failing: bool) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    let (status, reply) = if failing {
+        (
+            "500 Internal Server Error",
+            json!({"error": {"message": "embedding backend down"}}),
+        )
+    } else {
+        let request: Value = serde_json::from_slice(&body).unwrap();
+        let data: Vec<Value> = request["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(index, text)| json!({"index": index, "embedding": hashed_words(text.as_str().unwrap())}))
+            .collect();
+        ("200 OK", json!({"data": data, "model": "hashed-words"}))
+    };
+    let reply = reply.to_string();
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+}
+
+fn hashed_words(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0f32; Embeddings::DIMENSIONS];
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() > 2) {
+        let hash = word
+            .to_lowercase()
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        vector[(hash % Embeddings::DIMENSIONS as u64) as usize] += 1.0;
+    }
+    vector
+}
+
+#[test]
+fn hybrid_search_uses_the_embeddings_endpoint_and_falls_back_to_bm25_when_it_fails() {
+    let embeddings = Embeddings::start();
+    let dir = tempfile::tempdir().unwrap();
+    let env = embeddings.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut d = Daemon::start(dir.path(), &env);
+    write_corpus(&mut d);
+    assert!(
+        embeddings.requests.load(Ordering::SeqCst) >= 1,
+        "the chunks were embedded"
+    );
+
+    let found = search(&mut d, "build time", "auto");
+    assert_eq!(found["mode"], "hybrid", "{found}");
+    assert!(found.get("warnings").is_none(), "{found}");
+    let sources: Vec<&str> = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["source"].as_str().unwrap())
+        .collect();
+    assert!(sources.contains(&"hybrid"), "{found}");
+    let status = d.call("memory.status", json!({}));
+    assert_eq!(status["embedding"]["backend"], "openai", "{status}");
+    assert!(
+        status["modes"].as_array().unwrap().contains(&json!("vector")),
+        "{status}"
+    );
+
+    embeddings.failing.store(true, Ordering::SeqCst);
+    let fallback = search(&mut d, "binary size", "auto");
+    assert_eq!(fallback["mode"], "bm25", "{fallback}");
+    assert!(!fallback["warnings"].as_array().unwrap().is_empty(), "{fallback}");
+    assert!(mentions(&fallback, "memory/2026-11-24.md"), "{fallback}");
+
+    // The next search tries the endpoint again: vectors are not off for good.
+    embeddings.failing.store(false, Ordering::SeqCst);
+    let again = search(&mut d, "server sessions", "auto");
+    assert_eq!(again["mode"], "hybrid", "{again}");
+    d.shutdown();
+}
+
+#[test]
+fn prepare_recalls_memory_for_the_newest_user_message_as_a_section_with_evidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_TOKENIZER", "estimate")]);
+    write_corpus(&mut d);
+    let prepared = d.call(
+        "context.prepare",
+        json!({"session_id": "s1", "messages": [user("Why did we pick SQLite FTS5 for search?")], "memory": {}}),
+    );
+    let system = prepared["system"].as_str().unwrap_or_default();
+    assert!(system.contains("Chose SQLite FTS5 over tantivy"), "{prepared}");
+    let report = prepared["prompt"]["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "memory:recall")
+        .cloned()
+        .unwrap_or_else(|| panic!("no recall section: {prepared}"));
+    assert_eq!(report["sourceType"], "memory");
+    assert!(
+        report["inclusionReason"].as_str().unwrap().contains("MEMORY.md:3"),
+        "{report}"
+    );
+
+    // A later call of the same request brings only a tool result: the recall stays.
+    let later = d.call(
+        "context.prepare",
+        json!({"session_id": "s1", "append": [{"role": "assistant", "content": "Let me check."}], "memory": {}}),
+    );
+    assert!(
+        later["system"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Chose SQLite FTS5"),
+        "{later}"
+    );
+    d.shutdown();
+}
+
+#[test]
+fn the_merge_folds_daily_logs_into_memory_md_once_and_keeps_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "# MEMORY\n\n## Key decisions\n\n- Chose SQLite.\n"}),
+    );
+    d.call("memory.write", json!({"path": "memory/2026-11-23.md", "content": "### Preferences and constraints\n\n- Answers in British English.\n\n### Done\n\n- shipped v2\n"}));
+    d.call("memory.write", json!({"path": "memory/2026-11-24.md", "content": "### Decisions\n\n- chose sqlite\n- Vectors stay brute force below 100k chunks.\n"}));
+
+    let merged = d.call("memory.merge", json!({"through": "2026-11-24"}));
+    assert_eq!(
+        merged["merged"],
+        json!(["memory/2026-11-23.md", "memory/2026-11-24.md"])
+    );
+    assert_eq!(
+        (merged["added"].as_u64(), merged["duplicates"].as_u64()),
+        (Some(2), Some(1)),
+        "{merged}"
+    );
+    let backup = merged["backup"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(backup)).unwrap(),
+        "# MEMORY\n\n## Key decisions\n\n- Chose SQLite.\n"
+    );
+    let memory = std::fs::read_to_string(dir.path().join("MEMORY.md")).unwrap();
+    assert!(
+        memory.contains("- Vectors stay brute force below 100k chunks. (from memory/2026-11-24.md)"),
+        "{memory}"
+    );
+    assert!(
+        memory.contains("## Preferences and constraints\n\n- Answers in British English."),
+        "{memory}"
+    );
+    assert!(
+        !memory.contains("shipped v2"),
+        "the day's work stays in its log: {memory}"
+    );
+    // Searchable at once, and a second merge adds nothing.
+    assert!(mentions(&search(&mut d, "British English", "bm25"), "MEMORY.md"));
+    let again = d.call("memory.merge", json!({"through": "2026-11-24"}));
+    assert_eq!(again["added"], 0);
+    assert!(
+        again.get("backup").is_none(),
+        "nothing changed, nothing backed up: {again}"
+    );
+    let status = d.call("memory.status", json!({}));
+    assert!(status["next_merge"].is_string(), "{status}");
+    assert!(file_mode(&dir.path().join("MEMORY.md")) & 0o077 == 0);
+    d.shutdown();
+}
+
+fn file_mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode()
+}
+
+#[test]
+fn memory_search_is_unavailable_when_the_index_is_off_but_the_files_still_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_MEMORY_INDEX_ENABLED", "false")]);
+    d.call("memory.write", json!({"path": "MEMORY.md", "content": "- a fact\n"}));
+    let error = d.call_err("memory.search", json!({"query": "fact"}));
+    assert_eq!(error_code(&error), -32010, "{error}");
+    assert!(!dir.path().join("index/memory.sqlite").exists());
+    d.shutdown();
+}
+
+#[test]
+fn chroma_is_refused_at_start_up_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(crate::support::satchel_bin())
+        .args(["--workspace", dir.path().to_str().unwrap(), "serve"])
+        .env("MEMORY_STORE_BACKEND", "chroma")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("chroma is not supported"), "{stderr}");
+    assert!(output.stdout.is_empty(), "stdout carries only protocol frames");
+}
