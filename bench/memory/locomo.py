@@ -79,6 +79,8 @@ def run_conversation(binary, sample, files, questions, modes, model):
     with tempfile.TemporaryDirectory(prefix="satchel-locomo-") as workspace:
         env = dict(os.environ)
         env["SATCHEL_MEMORY_MERGE_ENABLED"] = "false"
+        # Each mode must pay for its own query embedding: the texts are the same in every mode.
+        env["EMBEDDING_CACHE_ENABLED"] = "false"
         if model:
             env["SATCHEL_EMBEDDING_BACKEND"] = "local"
             env["SATCHEL_EMBEDDING_MODEL_PATH"] = str(model)

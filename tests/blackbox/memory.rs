@@ -540,3 +540,29 @@ fn chroma_is_refused_at_start_up_with_a_clear_message() {
     assert!(stderr.contains("chroma is not supported"), "{stderr}");
     assert!(output.stdout.is_empty(), "stdout carries only protocol frames");
 }
+
+#[test]
+fn satchel_inspect_memory_shows_the_index_the_watcher_and_the_embeddings() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with_args(dir.path(), &[], &["--socket"]);
+    write_corpus(&mut d);
+    let output = std::process::Command::new(crate::support::satchel_bin())
+        .arg("--workspace")
+        .arg(dir.path())
+        .args(["inspect", "--memory"])
+        .env("SATCHEL_LOG", "warn")
+        .env_remove("SATCHEL_HOME")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.starts_with("memory index  index/memory.sqlite\n  3 files, "),
+        "{text}"
+    );
+    assert!(text.contains("search modes: bm25\n"), "{text}");
+    assert!(text.contains("embeddings    none (BM25 only)"), "{text}");
+    assert!(text.contains("daily merge   next at "), "{text}");
+    d.shutdown();
+}

@@ -175,3 +175,34 @@ PROMPT_SECTIONS = [
         "scope": "task-local",
     },
 ]
+
+
+#: Memory tests rank by BM25 alone, whatever embedding key the environment holds: the results
+#: do not depend on a network or a model.
+MEMORY_ENV = {"SATCHEL_EMBEDDING_BACKEND": "none"}
+
+#: A memory file; line 6 holds the fact the tests search for.
+MEMORY_NOTE = """# Project notes
+
+## Decisions
+
+- We deploy with the blue-green script on Fridays.
+- The staging database is called zanzibar.
+"""
+
+#: Daily logs for `memory.merge`: two inside the merged days (one entry repeated across them),
+#: and one after `through`, which the merge must leave alone.
+DAILY_LOGS = {
+    "memory/2026-01-05.md": "## Decisions\n\n- Use SQLite for the session index.\n",
+    "memory/2026-01-06.md": (
+        "## Preferences\n\n- The user prefers answers in French.\n- Use SQLite for the session index.\n"
+        "\n## Goal\n\n- ship the release\n"
+    ),
+    "memory/2026-01-07.md": "## Notes\n\n- Written after the merged days.\n",
+}
+
+
+@pytest.fixture
+def memory_client(satchel_bin: str, workspace: Path, log_file: Path):
+    with Client.spawn(satchel_bin, workspace=workspace, env=MEMORY_ENV, stderr=log_file) as c:
+        yield c

@@ -23,6 +23,12 @@ METHODS = {
     "context.sessions": "sessions",
     "context.watch": "watch",
     "context.usage": "usage",
+    "memory.write": "memory_write",
+    "memory.append": "memory_append",
+    "memory.get": "memory_get",
+    "memory.search": "memory_search",
+    "memory.merge": "memory_merge",
+    "memory.status": "memory_status",
 }
 
 #: TypedDicts of server->client traffic, which openrpc.json does not describe.
@@ -209,8 +215,22 @@ def test_error_mapping_from_a_response() -> None:
     stale = errors.error_from_response({"code": -32009, "message": "stale", "data": {"details": details}})
     assert type(stale) is errors.StaleSession and satchel_client.StaleSession is errors.StaleSession
     assert stale.data["details"]["session_messages"] == 2
+    off = errors.error_from_response({"code": -32010, "message": "memory search is not available"})
+    assert type(off) is errors.MemoryUnavailable and satchel_client.MemoryUnavailable is errors.MemoryUnavailable
     unknown = errors.error_from_response({"code": -31999, "message": "new"})
     assert type(unknown) is errors.SatchelError and unknown.code == -31999
+
+
+def test_prepare_memory_shorthand() -> None:
+    """``prepare(memory=True)`` sends ``memory: {}`` (the defaults); ``False`` and ``None`` send nothing."""
+    from satchel_client import _protocol as P
+
+    def params(memory):
+        return P.prepare_params("s", [], None, None, None, None, None, memory=memory)
+
+    assert params(True)["memory"] == {}
+    assert params({"max_results": 2})["memory"] == {"max_results": 2}
+    assert "memory" not in params(False) and "memory" not in params(None)
 
 
 def test_types_are_plain_typed_dicts() -> None:

@@ -17,6 +17,17 @@ import type {
   InitializeResult,
   InspectParams,
   InspectResult,
+  MemoryAppendParams,
+  MemoryFileChange,
+  MemoryGetParams,
+  MemoryGetResult,
+  MemoryMergeParams,
+  MemoryMergeResult,
+  MemorySearchParams,
+  MemorySearchResult,
+  MemoryStatusParams,
+  MemoryStatusResult,
+  MemoryWriteParams,
   Methods,
   PrepareParams,
   PrepareResult,
@@ -146,7 +157,9 @@ export class SatchelClient {
    * new ones; pass `expect_messages`, the last `reconciliation.session_messages`, to make a retry
    * safe: a stale count rejects with `StaleSession` and appends nothing). With `sections`, the
    * result's `system` is the prompt assembled from them under the budget and `prompt` says how;
-   * `usage` reports the provider's input tokens of the session's previous request.
+   * `usage` reports the provider's input tokens of the session's previous request. With `memory`
+   * (`{}` for the defaults) the top `memory.search` hits for the newest user message join the
+   * prompt as the section `memory:recall`.
    */
   prepare(params: PrepareParams): Promise<PrepareResult> {
     return this.call('context.prepare', params);
@@ -191,6 +204,50 @@ export class SatchelClient {
   /** Subscribes this connection to `context.event` notifications of a session (see `onNotification`). */
   watch(params: WatchParams): Promise<WatchResult> {
     return this.call('context.watch', params);
+  }
+
+  // ---- long-term memory: `MEMORY.md` and `memory/**/*.md` of the workspace, and their index ----
+
+  /**
+   * `memory.write`: replaces the memory file `path` (`MEMORY.md` or a `.md` file under `memory/`)
+   * with `content`, atomically, and indexes it: searchable when this resolves. Any other path
+   * rejects with `InvalidParams`.
+   */
+  memoryWrite(params: MemoryWriteParams): Promise<MemoryFileChange> {
+    return this.call('memory.write', params);
+  }
+
+  /** `memory.append`: appends `text` to a memory file (created if missing), durably, and indexes it. */
+  memoryAppend(params: MemoryAppendParams): Promise<MemoryFileChange> {
+    return this.call('memory.append', params);
+  }
+
+  /** `memory.get`: a memory file, or its lines `start_line..=end_line` (1-based), e.g. a search hit's. */
+  memoryGet(params: MemoryGetParams): Promise<MemoryGetResult> {
+    return this.call('memory.get', params);
+  }
+
+  /**
+   * `memory.search`: the memory chunks that best answer `query`, best first, each with its file
+   * and lines (`mode`: `auto`, `bm25`, `vector` or `hybrid`). Rejects with `MemoryUnavailable`
+   * when the daemon's memory search is off.
+   */
+  memorySearch(params: MemorySearchParams): Promise<MemorySearchResult> {
+    return this.call('memory.search', params);
+  }
+
+  /**
+   * `memory.merge`: folds the daily logs (`memory/YYYY-MM-DD.md`) of the days up to `through`
+   * (default today) into `MEMORY.md`, skipping entries it already has, and keeps a backup of the
+   * previous `MEMORY.md`. The daemon also does this once a day.
+   */
+  memoryMerge(params: MemoryMergeParams = {}): Promise<MemoryMergeResult> {
+    return this.call('memory.merge', params);
+  }
+
+  /** `memory.status`: the index, the search modes that are on, the watcher, the embedding backend, the next merge. */
+  memoryStatus(params: MemoryStatusParams = {}): Promise<MemoryStatusResult> {
+    return this.call('memory.status', params);
   }
 
   /** Sends a request and resolves with its result; an error response rejects with a SatchelError. */

@@ -49,6 +49,12 @@ export class SummarizeFailed extends sub(-32005) {}
 export class StaleSession extends sub(-32009) {}
 export class PayloadTooLarge extends sub(-32007) {}
 export class ResponseTooLarge extends sub(-32008) {}
+/**
+ * Memory search is off (`memory_index_enabled` is false) or not built in (the daemon's `memory`
+ * feature): `memorySearch`, `memoryMerge`, `memoryStatus` and `prepare({ memory })` reject with it.
+ * The memory files themselves (`memoryWrite`, `memoryAppend`, `memoryGet`) still work.
+ */
+export class MemoryUnavailable extends sub(-32010) {}
 
 /** Error class by code. */
 export const ERROR_CLASSES: Readonly<Record<number, Sub>> = {
@@ -66,6 +72,7 @@ export const ERROR_CLASSES: Readonly<Record<number, Sub>> = {
   [-32009]: StaleSession,
   [-32007]: PayloadTooLarge,
   [-32008]: ResponseTooLarge,
+  [-32010]: MemoryUnavailable,
 };
 
 /** The error for a JSON-RPC `error` object: the class of its code, else a plain SatchelError. */

@@ -24,6 +24,10 @@ export type EventKind = 'prepare' | 'compact';
 export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated' | 'pruned';
 /** How a request over its threshold is made smaller: compact at once, or AceClaw's prune-first pipeline. */
 export type ContextMode = 'qwenpaw' | 'aceclaw';
+/** How `memory.search` ranks: `auto` is hybrid when BM25 and vectors are both on, else whichever is. */
+export type SearchMode = 'auto' | 'bm25' | 'vector' | 'hybrid';
+/** Which ranking found a `memory.search` result. */
+export type HitSource = 'bm25' | 'vector' | 'hybrid';
 
 /** Configuration keys; in a request every key is an optional override. */
 export interface Config {
@@ -80,6 +84,44 @@ export interface Config {
   max_live_sessions?: number;
   /** Daemon-wide (ignored per request): a session idle this long leaves memory (reloaded from its log when used). */
   session_idle_secs?: number;
+  // Long-term memory: daemon-wide (set on the daemon, not per request).
+  /** Index `MEMORY.md` and the Markdown files under `memory/`, and serve `memory.search` (the files work either way). */
+  memory_index_enabled?: boolean;
+  /** BM25 full-text search over the memory files (SQLite FTS5). */
+  fts_enabled?: boolean;
+  memory_store_backend?: string;
+  /** More files or directories of Markdown to index beside `MEMORY.md` and `memory/`. */
+  memory_extra_paths?: string[];
+  /** Watch the memory files and re-index what changes. */
+  memory_watch_enabled?: boolean;
+  memory_watch_debounce_ms?: number;
+  memory_watch_poll_ms?: number;
+  /** `memory.search`'s default number of results. */
+  memory_max_results?: number;
+  /** `memory.search`'s default minimum score. */
+  memory_min_score?: number;
+  /** Weight of the vector score in hybrid search (BM25 gets the rest). */
+  memory_vector_weight?: number;
+  memory_candidate_multiplier?: number;
+  /** Fold the recent daily logs into `MEMORY.md` once a day. */
+  memory_merge_enabled?: boolean;
+  /** When the daily merge runs, `HH:MM` local time. */
+  memory_merge_time?: string;
+  /** How many days of daily logs a merge reads. */
+  memory_merge_days?: number;
+  /** `auto`, `openai`, `local` or `none`. */
+  embedding_backend?: string;
+  embedding_base_url?: string;
+  embedding_api_key_env?: string;
+  embedding_model_name?: string;
+  embedding_dimensions?: number;
+  embedding_cache_enabled?: boolean;
+  embedding_max_cache_size?: number;
+  embedding_max_input_length?: number;
+  embedding_max_batch_size?: number;
+  embedding_timeout_secs?: number;
+  /** Directory of a local sentence-embedding model (needs the `local-embeddings` build). */
+  embedding_model_path?: string;
 }
 
 export interface ClientCapabilities {
@@ -125,6 +167,19 @@ export interface ProviderUsage {
   input_tokens: number;
 }
 
+/**
+ * `prepare`'s `memory`: put the top `memory.search` hits for the newest user message into the
+ * prompt as a section (key `memory:recall`, source type `memory`). `{}` takes the defaults.
+ */
+export interface MemoryRecall {
+  /** At most this many hits (default 3). */
+  max_results?: number | null;
+  /** Hits scoring under this are left out (default 0.3). */
+  min_score?: number | null;
+  /** The section's priority, 0–100 (default 60). */
+  priority?: number | null;
+}
+
 export interface PrepareParams {
   session_id: string;
   messages?: Message[] | null;
@@ -141,6 +196,11 @@ export interface PrepareParams {
   sections?: PromptSection[] | null;
   /** The provider's usage of the session's previous request: corrects satchel's counts. */
   usage?: ProviderUsage | null;
+  /**
+   * Recall long-term memory for the newest user message into the prompt (section `memory:recall`);
+   * rejects with `MemoryUnavailable` when the daemon's memory search is off.
+   */
+  memory?: MemoryRecall | null;
   tools?: unknown[] | null;
   config?: Config | null;
 }
@@ -502,6 +562,118 @@ export interface ContextEvent {
   actions: ActionKind[];
 }
 
+// ---- long-term memory: `memory.*` (paths are workspace-relative) ----
+
+export interface MemoryWriteParams {
+  /** `MEMORY.md`, or a `.md` file under `memory/` (e.g. `memory/2026-11-24.md`). */
+  path: string;
+  /** The whole new content. */
+  content: string;
+}
+
+export interface MemoryAppendParams {
+  /** `MEMORY.md`, or a `.md` file under `memory/`. */
+  path: string;
+  /** Appended as is; a newline goes first when the file does not end with one. */
+  text: string;
+}
+
+/** `memory.write` and `memory.append`: the file after the call; it is searchable on return. */
+export interface MemoryFileChange {
+  path: string;
+  bytes: number;
+  lines: number;
+  /** Chunks of the file (re)indexed by this call. */
+  chunks_indexed: number;
+  /** What went wrong without failing the call (e.g. the embedding endpoint is down: BM25 only for now). */
+  warnings?: string[];
+}
+
+export interface MemoryGetParams {
+  /** A memory file, or a file of a configured `memory_extra_paths` entry (as `memory.search` names it). */
+  path: string;
+  /** First line, 1-based (default 1). */
+  start_line?: number | null;
+  /** Last line, inclusive (default the last line). */
+  end_line?: number | null;
+}
+
+export interface MemoryGetResult {
+  path: string;
+  start_line: number;
+  /** Less than `start_line` when no line was returned. */
+  end_line: number;
+  total_lines: number;
+  /** The lines, each with its newline. */
+  text: string;
+}
+
+export interface MemorySearchParams {
+  query: string;
+  /** 1–100 (default `memory_max_results`, 5). */
+  max_results?: number | null;
+  /** 0–1 (default `memory_min_score`, 0.1). */
+  min_score?: number | null;
+  /** Default `auto`. */
+  mode?: SearchMode | null;
+}
+
+/** One `memory.search` result: a chunk of a memory file (`memory.get` reads its lines). */
+export interface MemoryHit {
+  path: string;
+  start_line: number;
+  end_line: number;
+  /** 0–1, higher is better. */
+  score: number;
+  /** The chunk's text (its head, when long). */
+  snippet: string;
+  source: HitSource;
+}
+
+export interface MemorySearchResult {
+  /** Best first. */
+  results: MemoryHit[];
+  /** The ranking used (`auto` resolved; `bm25` when the embedding backend failed). */
+  mode: SearchMode;
+  warnings?: string[];
+}
+
+export interface MemoryMergeParams {
+  /** Merge the daily logs up to and including this day, `YYYY-MM-DD` (default today, local time). */
+  through?: string | null;
+}
+
+export interface MemoryMergeResult {
+  /** Daily logs read. */
+  merged: string[];
+  /** Entries added to `MEMORY.md`. */
+  added: number;
+  /** Entries skipped because `MEMORY.md` already had them. */
+  duplicates: number;
+  /** The copy of the previous `MEMORY.md`, when it existed and changed. */
+  backup?: string | null;
+  /** `extractive` or `openai`. */
+  summarizer: string;
+}
+
+/** `memory.status` takes no params. */
+export interface MemoryStatusParams {}
+
+export interface MemoryStatusResult {
+  /** The index file, e.g. `index/memory.sqlite`. */
+  index_path: string;
+  /** The search modes that are on: `bm25`, `vector`. */
+  modes: SearchMode[];
+  /** Files, chunks, vectors, bytes, when last indexed. */
+  index: unknown;
+  /** The file watcher: backend, roots, events seen, last error. */
+  watcher: unknown;
+  /** The embedding backend and its cache; `null` when there is none. */
+  embedding: unknown;
+  /** When the next daily merge runs (RFC 3339, local); absent or `null` when it is off. */
+  next_merge?: string | null;
+}
+
 /** Method name → [params, result]. */
 export interface Methods {
   initialize: [InitializeParams, InitializeResult];
@@ -512,6 +684,12 @@ export interface Methods {
   'context.sessions': [SessionsParams, SessionsResult];
   'context.watch': [WatchParams, WatchResult];
   'context.usage': [UsageParams, Calibration];
+  'memory.write': [MemoryWriteParams, MemoryFileChange];
+  'memory.append': [MemoryAppendParams, MemoryFileChange];
+  'memory.get': [MemoryGetParams, MemoryGetResult];
+  'memory.search': [MemorySearchParams, MemorySearchResult];
+  'memory.merge': [MemoryMergeParams, MemoryMergeResult];
+  'memory.status': [MemoryStatusParams, MemoryStatusResult];
 }
 
 /** `summarizer.complete`, a request satchel sends to the client (not in openrpc.json). */
@@ -541,7 +719,8 @@ const fields = <T>() => exact<FieldSpec<T>>();
 
 export const METHODS = exact<keyof Methods>()([
   'initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect',
-  'context.sessions', 'context.watch', 'context.usage',
+  'context.sessions', 'context.watch', 'context.usage', 'memory.write', 'memory.append', 'memory.get',
+  'memory.search', 'memory.merge', 'memory.status',
 ]);
 
 /** Fields of every object schema in openrpc.json (params, results and `$defs`), `?` = optional. */
@@ -560,11 +739,18 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
     'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
     'read_file_tool_names?', 'offload_retention_days?', 'max_live_sessions?', 'session_idle_secs?',
+    'memory_index_enabled?', 'fts_enabled?', 'memory_store_backend?', 'memory_extra_paths?', 'memory_watch_enabled?',
+    'memory_watch_debounce_ms?', 'memory_watch_poll_ms?', 'memory_max_results?', 'memory_min_score?',
+    'memory_vector_weight?', 'memory_candidate_multiplier?', 'memory_merge_enabled?', 'memory_merge_time?',
+    'memory_merge_days?', 'embedding_backend?', 'embedding_base_url?', 'embedding_api_key_env?',
+    'embedding_model_name?', 'embedding_dimensions?', 'embedding_cache_enabled?', 'embedding_max_cache_size?',
+    'embedding_max_input_length?', 'embedding_max_batch_size?', 'embedding_timeout_secs?', 'embedding_model_path?',
   ]),
   PrepareParams: fields<PrepareParams>()([
-    'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'sections?', 'usage?', 'tools?',
-    'config?',
+    'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'sections?', 'usage?', 'memory?',
+    'tools?', 'config?',
   ]),
+  MemoryRecall: fields<MemoryRecall>()(['max_results?', 'min_score?', 'priority?']),
   PromptSection: fields<PromptSection>()([
     'key', 'content', 'priority', 'protected?', 'source_type?', 'scope?', 'reason?', 'paths?',
   ]),
@@ -632,6 +818,18 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   WatchParams: fields<WatchParams>()(['session_id']),
   WatchResult: fields<WatchResult>()(['watching']),
   ContextEvent: fields<ContextEvent>()(['session_id', 'kind', 'tokens', 'pressure', 'messages', 'compactions', 'actions']),
+  MemoryWriteParams: fields<MemoryWriteParams>()(['path', 'content']),
+  MemoryAppendParams: fields<MemoryAppendParams>()(['path', 'text']),
+  MemoryFileChange: fields<MemoryFileChange>()(['path', 'bytes', 'lines', 'chunks_indexed', 'warnings?']),
+  MemoryGetParams: fields<MemoryGetParams>()(['path', 'start_line?', 'end_line?']),
+  MemoryGetResult: fields<MemoryGetResult>()(['path', 'start_line', 'end_line', 'total_lines', 'text']),
+  MemorySearchParams: fields<MemorySearchParams>()(['query', 'max_results?', 'min_score?', 'mode?']),
+  MemorySearchResult: fields<MemorySearchResult>()(['results', 'mode', 'warnings?']),
+  MemoryHit: fields<MemoryHit>()(['path', 'start_line', 'end_line', 'score', 'snippet', 'source']),
+  MemoryMergeParams: fields<MemoryMergeParams>()(['through?']),
+  MemoryMergeResult: fields<MemoryMergeResult>()(['merged', 'added', 'duplicates', 'backup?', 'summarizer']),
+  MemoryStatusParams: fields<MemoryStatusParams>()([]),
+  MemoryStatusResult: fields<MemoryStatusResult>()(['index_path', 'modes', 'index', 'watcher', 'embedding', 'next_merge?']),
 };
 
 /** Fields of each variant of `Action`, by `kind`. */
@@ -662,4 +860,6 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   EventKind: exact<EventKind>()(['prepare', 'compact']),
   ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated', 'pruned']),
   ContextMode: exact<ContextMode>()(['qwenpaw', 'aceclaw']),
+  SearchMode: exact<SearchMode>()(['auto', 'bm25', 'vector', 'hybrid']),
+  HitSource: exact<HitSource>()(['bm25', 'vector', 'hybrid']),
 };

@@ -89,3 +89,23 @@ export const PROMPT_SECTIONS = [
     scope: 'task-local',
   },
 ];
+
+/** Memory tests rank by BM25 alone, whatever embedding key the environment holds. */
+export const MEMORY_ENV = { SATCHEL_EMBEDDING_BACKEND: 'none' };
+
+/** A memory file; line 6 holds the fact the tests search for. */
+export const MEMORY_NOTE = `# Project notes
+
+## Decisions
+
+- We deploy with the blue-green script on Fridays.
+- The staging database is called zanzibar.
+`;
+
+/** Daily logs for `memory.merge`: two inside the merged days (one entry repeated), one after `through`. */
+export const DAILY_LOGS = {
+  'memory/2026-01-05.md': '## Decisions\n\n- Use SQLite for the session index.\n',
+  'memory/2026-01-06.md':
+    '## Preferences\n\n- The user prefers answers in French.\n- Use SQLite for the session index.\n\n## Goal\n\n- ship the release\n',
+  'memory/2026-01-07.md': '## Notes\n\n- Written after the merged days.\n',
+};

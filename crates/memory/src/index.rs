@@ -55,7 +55,7 @@ impl Default for IndexOptions {
     fn default() -> Self {
         IndexOptions {
             fts_enabled: true,
-            vector_weight: 0.7,
+            vector_weight: 0.5,
             candidate_multiplier: 3.0,
             extra_paths: Vec::new(),
         }
@@ -337,7 +337,7 @@ mod tests {
         let index = IndexOptions::default();
         assert_eq!(
             (index.fts_enabled, index.vector_weight, index.candidate_multiplier),
-            (true, 0.7, 3.0)
+            (true, 0.5, 3.0)
         );
     }
 }

@@ -36,7 +36,7 @@ use crate::MemoryError;
 
 /// Bumped whenever the schema or what is stored in it changes (the chunker or the analysis):
 /// an index of another version is rebuilt from the files.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// How long a connection waits for another one's lock (another daemon on the same workspace)
 /// before an operation fails.
@@ -62,7 +62,7 @@ CREATE TABLE chunks (
 CREATE INDEX chunks_by_path ON chunks(path, start_line);
 CREATE INDEX chunks_by_hash ON chunks(hash);
 CREATE VIRTUAL TABLE chunks_fts USING fts5(
-    text, context, content='', contentless_delete=1, tokenize=\"ascii tokenchars '._'\"
+    terms, context, content='', contentless_delete=1, tokenize=\"ascii tokenchars '._'\"
 );
 CREATE TABLE vectors (
     model_id TEXT NOT NULL,

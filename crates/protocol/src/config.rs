@@ -204,7 +204,9 @@ pub struct Config {
     pub memory_max_results: usize,
     /// `memory.search`'s default minimum score.
     pub memory_min_score: f64,
-    /// Weight of the vector score in hybrid search (BM25 gets the rest).
+    /// Weight of the vector score in hybrid search (BM25 gets the rest). CoPaw uses 0.7; 0.5 is
+    /// what recalled best on the LoCoMo slice with all-MiniLM-L6-v2 (`bench/memory/locomo.py`):
+    /// a weak dense model must not outvote BM25.
     pub memory_vector_weight: f64,
     /// Hybrid search asks each side for `max_results` times this many candidates (at most 200).
     pub memory_candidate_multiplier: f64,
@@ -301,7 +303,7 @@ impl Default for Config {
             memory_watch_poll_ms: 500,
             memory_max_results: 5,
             memory_min_score: 0.1,
-            memory_vector_weight: 0.7,
+            memory_vector_weight: 0.5,
             memory_candidate_multiplier: 3.0,
             memory_merge_enabled: true,
             memory_merge_time: "00:00".into(),

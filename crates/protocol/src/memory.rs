@@ -115,7 +115,7 @@ pub enum MemorySearch {}
 impl Method for MemorySearch {
     const NAME: &'static str = "memory.search";
     const SUMMARY: &'static str =
-        "Rank memory chunks for a query: BM25 (FTS5), vectors, or both fused (0.7 vector + 0.3 BM25).";
+        "Rank memory chunks for a query: BM25 (FTS5), vectors, or both fused (memory_vector_weight, 0.5 by default).";
     type Params = MemorySearchParams;
     type Result = MemorySearchResult;
 }

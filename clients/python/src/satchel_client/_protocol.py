@@ -112,6 +112,7 @@ def prepare_params(
     expect_messages: Optional[int] = None,
     sections: Optional[List[Any]] = None,
     usage: Any = None,
+    memory: Any = None,
 ) -> Dict[str, Any]:
     return without_none(
         session_id=session_id,
@@ -122,6 +123,7 @@ def prepare_params(
         system=system,
         sections=sections,
         usage=provider_usage(usage),
+        memory=memory_recall(memory),
         tools=tools,
         config=config,
     )
@@ -132,6 +134,16 @@ def provider_usage(usage: Any) -> Any:
     if isinstance(usage, int) and not isinstance(usage, bool):
         return {"input_tokens": usage}
     return usage
+
+
+def memory_recall(memory: Any) -> Any:
+    """``prepare``'s ``memory``: a ``MemoryRecall`` dict, or ``True`` for ``{}`` (the defaults);
+    ``False`` or ``None`` leave it out."""
+    if memory is True:
+        return {}
+    if memory is False:
+        return None
+    return memory
 
 
 def usage_params(session_id: str, input_tokens: int) -> Dict[str, Any]:

@@ -19,8 +19,15 @@ from .types import (
     CompactResult,
     InitializeResult,
     InspectResult,
+    MemoryFileChange,
+    MemoryGetResult,
+    MemoryMergeResult,
+    MemoryRecall,
+    MemorySearchResult,
+    MemoryStatusResult,
     PrepareResult,
     PromptSection,
+    SearchMode,
     ProviderUsage,
     ReadResult,
     SessionsResult,
@@ -165,14 +172,15 @@ class AsyncClient(P.Handlers):
         expect_messages: Optional[int] = None,
         sections: Optional[List[PromptSection]] = None,
         usage: Union[ProviderUsage, int, None] = None,
+        memory: Union[MemoryRecall, bool, None] = None,
     ) -> PrepareResult:
         """``context.prepare`` with ``messages`` (full list) or ``append`` (new ones only);
-        ``expect_messages`` guards an ``append``, ``sections`` and ``usage`` are as in
-        ``Client.prepare``."""
+        ``expect_messages`` guards an ``append``, ``sections``, ``usage`` and ``memory`` are as
+        in ``Client.prepare``."""
         return await self.call(
             "context.prepare",
             P.prepare_params(
-                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage
+                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage, memory
             ),
         )
 
@@ -220,6 +228,43 @@ class AsyncClient(P.Handlers):
         the session (after each prepare and compaction); receive them with
         ``on_notification("context.event", fn)``, registered before calling this."""
         return await self.call("context.watch", {"session_id": session_id})
+
+    # --- long-term memory (see Client for what each does) ----------------------------------
+
+    async def memory_write(self, path: str, content: str) -> MemoryFileChange:
+        """``memory.write``: replaces a memory file and indexes it (see ``Client.memory_write``)."""
+        return await self.call("memory.write", {"path": path, "content": content})
+
+    async def memory_append(self, path: str, text: str) -> MemoryFileChange:
+        """``memory.append``: appends to a memory file (created if missing) and indexes it."""
+        return await self.call("memory.append", {"path": path, "text": text})
+
+    async def memory_get(
+        self, path: str, start_line: Optional[int] = None, end_line: Optional[int] = None
+    ) -> MemoryGetResult:
+        """``memory.get``: a memory file, or its lines ``start_line..=end_line`` (1-based)."""
+        return await self.call("memory.get", P.without_none(path=path, start_line=start_line, end_line=end_line))
+
+    async def memory_search(
+        self,
+        query: str,
+        max_results: Optional[int] = None,
+        min_score: Optional[float] = None,
+        mode: Optional[SearchMode] = None,
+    ) -> MemorySearchResult:
+        """``memory.search``: the memory chunks that best answer ``query`` (see ``Client.memory_search``)."""
+        return await self.call(
+            "memory.search",
+            P.without_none(query=query, max_results=max_results, min_score=min_score, mode=mode),
+        )
+
+    async def memory_merge(self, through: Optional[str] = None) -> MemoryMergeResult:
+        """``memory.merge``: folds the daily logs up to ``through`` (``YYYY-MM-DD``) into ``MEMORY.md``."""
+        return await self.call("memory.merge", P.without_none(through=through))
+
+    async def memory_status(self) -> MemoryStatusResult:
+        """``memory.status``: the index, search modes, watcher, embedding backend and next merge."""
+        return await self.call("memory.status", {})
 
     async def set_summarizer(self, fn: Summarizer) -> InitializeResult:
         """Answers ``summarizer.complete`` with ``fn(messages, max_tokens)`` (sync or async) and

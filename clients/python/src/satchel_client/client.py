@@ -23,8 +23,15 @@ from .types import (
     CompactResult,
     InitializeResult,
     InspectResult,
+    MemoryFileChange,
+    MemoryGetResult,
+    MemoryMergeResult,
+    MemoryRecall,
+    MemorySearchResult,
+    MemoryStatusResult,
     PrepareResult,
     PromptSection,
+    SearchMode,
     ProviderUsage,
     ReadResult,
     SessionsResult,
@@ -148,6 +155,7 @@ class Client(P.Handlers):
         expect_messages: Optional[int] = None,
         sections: Optional[List[PromptSection]] = None,
         usage: Union[ProviderUsage, int, None] = None,
+        memory: Union[MemoryRecall, bool, None] = None,
     ) -> PrepareResult:
         """``context.prepare``: send ``messages`` (the full list) or ``append`` (only new ones);
         get back the request-ready conversation, tokens per zone and what was done.
@@ -164,11 +172,17 @@ class Client(P.Handlers):
         ``usage`` is the provider's usage of the session's previous request
         (``{"input_tokens": n}``, or ``n``), which corrects satchel's counts; see also
         :meth:`report_usage`.
+
+        ``memory`` (a :class:`~satchel_client.types.MemoryRecall`: ``max_results``,
+        ``min_score``, ``priority``; ``{}`` or ``True`` for the defaults) adds the top
+        :meth:`memory_search` hits for the newest user message to the prompt as the section
+        ``memory:recall``; it raises :class:`~satchel_client.MemoryUnavailable` when the
+        daemon's memory search is off.
         """
         return self.call(
             "context.prepare",
             P.prepare_params(
-                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage
+                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage, memory
             ),
         )
 
@@ -225,6 +239,55 @@ class Client(P.Handlers):
         the session (after each prepare and compaction); receive them with
         ``on_notification("context.event", fn)``, registered before calling this."""
         return self.call("context.watch", {"session_id": session_id})
+
+    # --- long-term memory ------------------------------------------------------------------
+    # The files `MEMORY.md` and `memory/**/*.md` of the workspace are the memory; satchel
+    # keeps a search index of them. Paths are workspace-relative.
+
+    def memory_write(self, path: str, content: str) -> MemoryFileChange:
+        """``memory.write``: replaces the memory file ``path`` (``MEMORY.md`` or a ``.md`` file
+        under ``memory/``) with ``content``, atomically, and indexes it: it is searchable when
+        this returns. Another path raises :class:`~satchel_client.InvalidParams`."""
+        return self.call("memory.write", {"path": path, "content": content})
+
+    def memory_append(self, path: str, text: str) -> MemoryFileChange:
+        """``memory.append``: appends ``text`` to the memory file ``path`` (created if missing;
+        a newline goes first when the file does not end with one), durably, and indexes it."""
+        return self.call("memory.append", {"path": path, "text": text})
+
+    def memory_get(
+        self, path: str, start_line: Optional[int] = None, end_line: Optional[int] = None
+    ) -> MemoryGetResult:
+        """``memory.get``: the memory file ``path``, or its lines ``start_line..=end_line``
+        (1-based), e.g. those a :meth:`memory_search` hit names."""
+        return self.call("memory.get", P.without_none(path=path, start_line=start_line, end_line=end_line))
+
+    def memory_search(
+        self,
+        query: str,
+        max_results: Optional[int] = None,
+        min_score: Optional[float] = None,
+        mode: Optional[SearchMode] = None,
+    ) -> MemorySearchResult:
+        """``memory.search``: the memory chunks that best answer ``query``, best first, each
+        with its file and lines. ``mode`` is ``auto`` (default), ``bm25``, ``vector`` or
+        ``hybrid``; raises :class:`~satchel_client.MemoryUnavailable` when memory search is off."""
+        return self.call(
+            "memory.search",
+            P.without_none(query=query, max_results=max_results, min_score=min_score, mode=mode),
+        )
+
+    def memory_merge(self, through: Optional[str] = None) -> MemoryMergeResult:
+        """``memory.merge``: folds the daily logs (``memory/YYYY-MM-DD.md``) of the days up to
+        ``through`` (``YYYY-MM-DD``, default today) into ``MEMORY.md``, skipping entries it
+        already has, and keeps a backup of the previous ``MEMORY.md``. The daemon also does
+        this once a day."""
+        return self.call("memory.merge", P.without_none(through=through))
+
+    def memory_status(self) -> MemoryStatusResult:
+        """``memory.status``: the index (files, chunks, size), the search modes that are on,
+        the file watcher, the embedding backend and when the next daily merge runs."""
+        return self.call("memory.status", {})
 
     def set_summarizer(self, fn: Summarizer) -> InitializeResult:
         """Lets ``fn(messages, max_tokens) -> str`` write satchel's summaries.

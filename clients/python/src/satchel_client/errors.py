@@ -145,6 +145,14 @@ class ResponseTooLarge(SatchelError):
     """The reply would be larger than the transport's size limit (``--max-message-bytes``)."""
 
 
+@_code(-32010)
+class MemoryUnavailable(SatchelError):
+    """Memory search is off (``memory_index_enabled`` is false) or not built in (the daemon's
+    ``memory`` feature): ``memory_search``, ``memory_merge``, ``memory_status`` and
+    ``prepare(memory=...)`` raise it. The memory files themselves (``memory_write``,
+    ``memory_append``, ``memory_get``) still work."""
+
+
 def error_from_response(error: Mapping[str, Any]) -> SatchelError:
     """The exception for a JSON-RPC ``error`` object: its code's class, else the base class."""
     code = error.get("code")

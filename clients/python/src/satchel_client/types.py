@@ -28,6 +28,11 @@ RepairKind = Literal[
 EventKind = Literal["prepare", "compact"]
 ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned"]
 ContextMode = Literal["qwenpaw", "aceclaw"]
+#: How ``memory.search`` ranks: ``auto`` is hybrid when BM25 and vectors are both on, else
+#: whichever is.
+SearchMode = Literal["auto", "bm25", "vector", "hybrid"]
+#: Which ranking found a ``memory.search`` result.
+HitSource = Literal["bm25", "vector", "hybrid"]
 
 # --- params (the keyword arguments of the client's methods) ----------------------------------
 
@@ -69,6 +74,18 @@ class ProviderUsage(TypedDict):
     input_tokens: int
 
 
+class MemoryRecall(TypedDict, total=False):
+    """``prepare(memory={...})``: put the top ``memory.search`` hits for the newest user message
+    into the prompt as a section (key ``memory:recall``, source type ``memory``).
+
+    ``{}`` takes the defaults: at most 3 hits, scoring at least 0.3, at priority 60 (0–100).
+    """
+
+    max_results: Optional[int]
+    min_score: Optional[float]
+    priority: Optional[int]
+
+
 class _PrepareParamsRequired(TypedDict):
     session_id: str
 
@@ -86,6 +103,9 @@ class PrepareParams(_PrepareParamsRequired, total=False):
     sections: Optional[List[PromptSection]]
     #: The provider's usage of the session's previous request: corrects satchel's counts.
     usage: Optional[ProviderUsage]
+    #: Recall long-term memory for the newest user message into the prompt (section
+    #: ``memory:recall``); raises ``MemoryUnavailable`` when memory search is off.
+    memory: Optional[MemoryRecall]
     tools: Optional[List[Any]]
     config: Optional[Dict[str, Any]]
 
@@ -131,6 +151,49 @@ class SessionsParams(TypedDict):
 
 class WatchParams(TypedDict):
     session_id: str
+
+
+class MemoryWriteParams(TypedDict):
+    #: ``MEMORY.md``, or a ``.md`` file under ``memory/`` (workspace-relative).
+    path: str
+    content: str
+
+
+class MemoryAppendParams(TypedDict):
+    path: str
+    #: Appended as is; a newline goes first when the file does not end with one.
+    text: str
+
+
+class _MemoryGetParamsRequired(TypedDict):
+    path: str
+
+
+class MemoryGetParams(_MemoryGetParamsRequired, total=False):
+    #: 1-based, inclusive; default the whole file.
+    start_line: Optional[int]
+    end_line: Optional[int]
+
+
+class _MemorySearchParamsRequired(TypedDict):
+    query: str
+
+
+class MemorySearchParams(_MemorySearchParamsRequired, total=False):
+    #: 1–100 (default ``memory_max_results``, 5).
+    max_results: Optional[int]
+    #: 0–1 (default ``memory_min_score``, 0.1).
+    min_score: Optional[float]
+    mode: Optional[SearchMode]
+
+
+class MemoryMergeParams(TypedDict, total=False):
+    #: Merge the daily logs up to and including this day, ``YYYY-MM-DD`` (default today).
+    through: Optional[str]
+
+
+class MemoryStatusParams(TypedDict):
+    pass
 
 
 # --- results ---------------------------------------------------------------------------------
@@ -180,6 +243,32 @@ class Config(TypedDict, total=False):
     offload_retention_days: float
     max_live_sessions: int
     session_idle_secs: float
+    # Long-term memory (daemon-wide: set on the daemon, not per request).
+    memory_index_enabled: bool
+    fts_enabled: bool
+    memory_store_backend: str
+    memory_extra_paths: List[str]
+    memory_watch_enabled: bool
+    memory_watch_debounce_ms: int
+    memory_watch_poll_ms: int
+    memory_max_results: int
+    memory_min_score: float
+    memory_vector_weight: float
+    memory_candidate_multiplier: float
+    memory_merge_enabled: bool
+    memory_merge_time: str
+    memory_merge_days: int
+    embedding_backend: str
+    embedding_base_url: str
+    embedding_api_key_env: str
+    embedding_model_name: str
+    embedding_dimensions: int
+    embedding_cache_enabled: bool
+    embedding_max_cache_size: int
+    embedding_max_input_length: int
+    embedding_max_batch_size: int
+    embedding_timeout_secs: float
+    embedding_model_path: str
 
 
 class InitializeResult(TypedDict):
@@ -541,6 +630,93 @@ class SessionsResult(TypedDict):
 
 class WatchResult(TypedDict):
     watching: bool
+
+
+# --- long-term memory (memory.*) ---------------------------------------------------------------
+
+
+class _MemoryFileChangeRequired(TypedDict):
+    path: str
+    bytes: int
+    lines: int
+    chunks_indexed: int
+
+
+class MemoryFileChange(_MemoryFileChangeRequired, total=False):
+    """``memory.write`` and ``memory.append``: the file after the call, and the chunks indexed
+    (it is searchable when the call returns)."""
+
+    #: What went wrong without failing the call (e.g. the embedding endpoint is down: the
+    #: file is searchable by BM25 until its vectors are made).
+    warnings: List[str]
+
+
+class MemoryGetResult(TypedDict):
+    """``memory.get``: the lines ``start_line..=end_line`` (``end_line < start_line`` when none)."""
+
+    path: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    #: The lines, each with its newline.
+    text: str
+
+
+class MemoryHit(TypedDict):
+    """One ``memory.search`` result: a chunk of a memory file (``memory.get`` reads it)."""
+
+    path: str
+    start_line: int
+    end_line: int
+    #: 0–1, higher is better.
+    score: float
+    snippet: str
+    source: HitSource
+
+
+class _MemorySearchResultRequired(TypedDict):
+    results: List[MemoryHit]
+    mode: SearchMode
+
+
+class MemorySearchResult(_MemorySearchResultRequired, total=False):
+    """``memory.search``: hits best first, and the ranking used (``auto`` resolved)."""
+
+    #: Why the search was less than asked for (e.g. the embedding endpoint failed: BM25 ran).
+    warnings: List[str]
+
+
+class _MemoryMergeResultRequired(TypedDict):
+    merged: List[str]
+    added: int
+    duplicates: int
+    summarizer: str
+
+
+class MemoryMergeResult(_MemoryMergeResultRequired, total=False):
+    """``memory.merge``: the daily logs read, entries added to ``MEMORY.md`` and skipped as
+    duplicates, and the backup of the previous ``MEMORY.md`` when it changed."""
+
+    backup: Optional[str]
+
+
+class _MemoryStatusResultRequired(TypedDict):
+    index_path: str
+    modes: List[SearchMode]
+    #: Files, chunks, vectors, bytes, when last indexed.
+    index: Any
+    #: The file watcher: backend, roots, events seen, last error.
+    watcher: Any
+    #: The embedding backend and its cache; ``None`` when there is none.
+    embedding: Any
+
+
+class MemoryStatusResult(_MemoryStatusResultRequired, total=False):
+    """``memory.status``: the index (``index_path`` is workspace-relative), the search modes that
+    are on, the watcher and the embedding backend."""
+
+    #: When the next daily merge runs (RFC 3339, local); absent or ``None`` when it is off.
+    next_merge: Optional[str]
 
 
 # --- notifications from the daemon -------------------------------------------------------

@@ -8,12 +8,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::{Store, from_sql_hash, to_sql_hash};
 use crate::fusion::ChunkKey;
 
-/// BM25 weight of a chunk's own words.
-const BM25_TEXT_WEIGHT: f64 = 1.0;
-/// BM25 weight of its context (date, headings, leads): half, because the context is shared by
-/// every chunk of a section. It should help pick the right session or day, not outrank the
-/// chunk that holds the words.
-const BM25_CONTEXT_WEIGHT: f64 = 0.5;
+/// BM25 weight of the context column (the chunk's date, headings and lead, which the `terms`
+/// column holds too): a tie-break, so that of two chunks with the same words the one whose
+/// section matches the query (its day, its heading) ranks first.
+const CONTEXT_TIE_BREAK: f64 = 0.1;
 
 /// What the index knows about a file, to tell whether it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +91,7 @@ impl Store {
     /// BM25 candidates for an FTS5 `query`, best first.
     pub fn bm25(&self, query: &str, limit: usize) -> rusqlite::Result<Vec<Bm25Row>> {
         let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT c.id, c.path, c.start_line, c.end_line, bm25(chunks_fts, {BM25_TEXT_WEIGHT:.2}, {BM25_CONTEXT_WEIGHT:.2}) AS rank, c.text
+            "SELECT c.id, c.path, c.start_line, c.end_line, bm25(chunks_fts, 1.0, {CONTEXT_TIE_BREAK}) AS rank, c.text
              FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid
              WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT ?2"
         ))?;

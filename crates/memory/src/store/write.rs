@@ -115,7 +115,7 @@ fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut
     let mut insert = conn.prepare_cached(
         "INSERT INTO chunks (path, start_line, end_line, hash, text, context) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    let mut insert_terms = conn.prepare_cached("INSERT INTO chunks_fts (rowid, text, context) VALUES (?1, ?2, ?3)")?;
+    let mut insert_terms = conn.prepare_cached("INSERT INTO chunks_fts (rowid, terms, context) VALUES (?1, ?2, ?3)")?;
     let mut relocate = conn.prepare_cached("UPDATE chunks SET start_line = ?2, end_line = ?3 WHERE id = ?1")?;
     for chunk in chunks {
         match stored.get_mut(&chunk.hash).and_then(VecDeque::pop_front) {
@@ -134,11 +134,12 @@ fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut
                     chunk.context
                 ])?;
                 let id = conn.last_insert_rowid();
-                insert_terms.execute(params![
-                    id,
-                    terms(&chunk.text).join(" "),
-                    terms(&chunk.context).join(" ")
-                ])?;
+                // One document of the chunk's words and its context (date, headings, lead), as
+                // in the reference protocol; the context alone again as a tie-break column. The
+                // context only in its own column, weighed apart, ranked worse on LoCoMo (R@5
+                // 56.8 against 57.3) at any weight from 0.25 to 3.
+                let document = format!("{}\n{}", chunk.text, chunk.context);
+                insert_terms.execute(params![id, terms(&document).join(" "), terms(&chunk.context).join(" ")])?;
                 applied.added_ids.push(id);
             }
         }

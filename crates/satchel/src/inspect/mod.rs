@@ -6,6 +6,7 @@
 //! The printers write to any [`Write`], so tests render the views to a string.
 
 mod list;
+mod memory;
 mod sections;
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -41,6 +42,10 @@ pub struct InspectArgs {
     /// question about TEXT would keep (the session is not changed).
     #[arg(long, value_name = "TEXT")]
     query: Option<String>,
+    /// Show the long-term memory index instead of a session (`memory.status`): files,
+    /// chunks, size, when last indexed, the watcher and the embedding backend with its cache.
+    #[arg(long, conflicts_with_all = ["session", "detail", "query", "watch"])]
+    memory: bool,
 }
 
 /// A blocking line-delimited JSON-RPC connection to the daemon.
@@ -118,6 +123,15 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let colour = stdout.is_terminal();
     let mut out = stdout.lock();
+    if args.memory {
+        let status = conn.call("memory.status", json!({}))?;
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&status)?)?;
+        } else {
+            memory::write_status(&mut out, &status)?;
+        }
+        return Ok(());
+    }
     let Some(session) = &args.session else {
         let sessions = conn.call("context.sessions", json!({}))?;
         if args.json {
