@@ -317,13 +317,18 @@ impl Embeddings {
             ("EMBEDDING_DIMENSIONS", Self::DIMENSIONS.to_string()),
             ("EMBEDDING_MODEL_NAME", "hashed-words".into()),
             ("SATCHEL_EMBEDDING_TIMEOUT_SECS", "5".into()),
+            ("EMBEDDING_API_KEY", EMBEDDING_KEY.into()),
         ]
     }
 }
 
+/// The embeddings API key of the daemon's environment: it must never come back.
+const EMBEDDING_KEY: &str = "sk-embed-secret-5f3a9c";
+
 fn serve_embeddings(stream: TcpStream, failing: bool) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut length = 0;
+    let mut authorization = String::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -332,6 +337,9 @@ fn serve_embeddings(stream: TcpStream, failing: bool) {
         if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
             length = value.trim().parse().unwrap();
         }
+        if line.to_ascii_lowercase().starts_with("authorization:") {
+            authorization = line["authorization:".len()..].trim().to_owned();
+        }
         if line == "\r\n" {
             break;
         }
@@ -339,10 +347,9 @@ fn serve_embeddings(stream: TcpStream, failing: bool) {
     let mut body = vec![0; length];
     reader.read_exact(&mut body).unwrap();
     let (status, reply) = if failing {
-        (
-            "500 Internal Server Error",
-            json!({"error": {"message": "embedding backend down"}}),
-        )
+        // A careless server that echoes the credentials it was sent.
+        let message = format!("embedding backend down (you sent {authorization})");
+        ("500 Internal Server Error", json!({"error": {"message": message}}))
     } else {
         let request: Value = serde_json::from_slice(&body).unwrap();
         let data: Vec<Value> = request["input"]
@@ -410,6 +417,19 @@ fn hybrid_search_uses_the_embeddings_endpoint_and_falls_back_to_bm25_when_it_fai
     assert_eq!(fallback["mode"], "bm25", "{fallback}");
     assert!(!fallback["warnings"].as_array().unwrap().is_empty(), "{fallback}");
     assert!(mentions(&fallback, "memory/2026-11-24.md"), "{fallback}");
+    let warning = fallback["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("backend down (you sent"),
+        "the endpoint's words: {warning}"
+    );
+    assert!(
+        !fallback.to_string().contains(EMBEDDING_KEY),
+        "the key is redacted: {fallback}"
+    );
+    let status = d.call("memory.status", json!({}));
+    assert!(!status.to_string().contains(EMBEDDING_KEY), "{status}");
+    let config = d.call("initialize", json!({}));
+    assert!(!config.to_string().contains(EMBEDDING_KEY), "{config}");
 
     // The next search tries the endpoint again: vectors are not off for good.
     embeddings.failing.store(false, Ordering::SeqCst);

@@ -200,15 +200,16 @@ pub struct Config {
     /// file systems whose events do not arrive (NFS, some containers); 0 turns it off.
     /// Daemon-only.
     pub memory_watch_poll_ms: u64,
-    /// `memory.search`'s default number of results.
+    /// `memory.search`'s default number of results. Daemon-only.
     pub memory_max_results: usize,
-    /// `memory.search`'s default minimum score.
+    /// `memory.search`'s default minimum score. Daemon-only.
     pub memory_min_score: f64,
     /// Weight of the vector score in hybrid search (BM25 gets the rest). CoPaw uses 0.7; 0.5 is
     /// what recalled best on the LoCoMo slice with all-MiniLM-L6-v2 (`bench/memory/locomo.py`):
-    /// a weak dense model must not outvote BM25.
+    /// a weak dense model must not outvote BM25. Daemon-only.
     pub memory_vector_weight: f64,
     /// Hybrid search asks each side for `max_results` times this many candidates (at most 200).
+    /// Daemon-only.
     pub memory_candidate_multiplier: f64,
     /// Fold the recent daily logs into `MEMORY.md` once a day. Daemon-only.
     pub memory_merge_enabled: bool,
@@ -359,6 +360,10 @@ impl Config {
         "memory_watch_enabled",
         "memory_watch_debounce_ms",
         "memory_watch_poll_ms",
+        "memory_max_results",
+        "memory_min_score",
+        "memory_vector_weight",
+        "memory_candidate_multiplier",
         "memory_merge_enabled",
         "memory_merge_time",
         "memory_merge_days",
