@@ -57,6 +57,12 @@ pub struct CompactSummary {
     /// demonstrations (examples of how to work) are listed apart and never count as the goal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<UserRequest>,
+    /// Try-error lessons, oldest first: a failure and what fixed it ("`cargo build` failed:
+    /// error[E0432]: … → fixed: edited `Cargo.toml`, then `cargo build` succeeded"), the
+    /// newest few of every compaction so far. Kept for the daily memory note, which writes
+    /// only the lessons the previous summary did not have; not rendered for the model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lessons: Vec<String>,
 }
 
 impl CompactSummary {

@@ -207,6 +207,7 @@ fn build(draft: &Draft, steps: &[Step]) -> CompactSummary {
         archive: draft.archive.clone(),
         instruction: draft.instruction.clone(),
         instruction_effect: draft.instruction_effect.clone(),
+        lessons: draft.lessons.clone(),
         critical_context: CriticalContext {
             omitted: draft.omitted.clone(),
             ..CriticalContext::default()

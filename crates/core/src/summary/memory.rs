@@ -1,7 +1,8 @@
 //! The long-term memory note a compaction leaves (F17), as Markdown for `memory/YYYY-MM-DD.md`:
 //! what is new since the session's previous note (requests, preferences in the user's words,
-//! what was achieved, decisions) and lessons from real failures: a failure later fixed (what
-//! failed and that it was resolved) and what is still blocked.
+//! what was achieved, decisions) and lessons from real failures: try-error lessons (what
+//! failed and what fixed it, [`CompactSummary::lessons`]), failures that went away with no
+//! fix in sight (resolved later), and what is still blocked.
 //!
 //! Each compaction's summary carries everything before it, so writing it whole would repeat
 //! the same paragraphs in every note; only items the previous summary did not have are
@@ -11,7 +12,12 @@ use std::collections::HashSet;
 
 use satchel_protocol::CompactSummary;
 
+use super::extract::calls::area;
 use super::extract::text::normalized;
+use super::render::leading_code_span;
+
+/// Separates a lesson's failure from its fix (see `merge::lessons`).
+const FIXED: &str = " → fixed: ";
 
 /// The note for one compaction of `session_id` at `at` (RFC 3339): what `summary` has that
 /// `previous` (the summary before this compaction) had not; `None` when that is nothing.
@@ -34,8 +40,22 @@ pub fn memory_note(
         .filter(|r| !r.demonstration && !r.text.is_empty() && !known_requests.contains(&r.index))
         .map(|r| r.text.clone())
         .collect();
+    let lessons = new(&summary.lessons, &previous.lessons);
+    // A blocker that went away is resolved, unless a newer failure in its area replaced it
+    // (that one is still blocked); a new lesson tells its fix instead.
+    let blocked_areas: HashSet<String> = summary.blocked.iter().filter_map(|b| command_area(b)).collect();
+    let told: Vec<String> = lessons
+        .iter()
+        .filter_map(|l| l.split_once(FIXED))
+        .map(|(failure, _)| normalized(failure))
+        .collect();
     let resolved: Vec<String> = new(&previous.blocked, &summary.blocked)
         .into_iter()
+        .filter(|b| command_area(b).is_none_or(|a| !blocked_areas.contains(&a)))
+        .filter(|b| {
+            let b = normalized(b);
+            !told.iter().any(|failure| b.starts_with(failure.as_str()))
+        })
         .map(|b| format!("{b} (resolved later)"))
         .collect();
     let still_blocked: Vec<String> = new(&summary.blocked, &previous.blocked)
@@ -51,7 +71,7 @@ pub fn memory_note(
         ),
         ("Done", new(&summary.done, &previous.done)),
         ("Key decisions", new(&summary.key_decisions, &previous.key_decisions)),
-        ("Lessons from failures", [resolved, still_blocked].concat()),
+        ("Lessons from failures", [lessons, resolved, still_blocked].concat()),
         (
             "Files modified",
             new(
@@ -72,6 +92,11 @@ pub fn memory_note(
         out.push('\n');
     }
     Some(out)
+}
+
+/// The area of the command a blocked item names (`` `cargo build` failed: … ``).
+fn command_area(blocked: &str) -> Option<String> {
+    leading_code_span(blocked).map(|(key, _)| area(&key))
 }
 
 #[cfg(test)]
@@ -122,6 +147,57 @@ mod tests {
             memory_note(Some(&second), &second, "s1", "t"),
             None,
             "nothing new, no note"
+        );
+    }
+
+    const LESSON: &str = "`cargo build` failed: error[E0432]: unresolved import `tracing` → fixed: edited \
+                          `Cargo.toml`, then `cargo build` succeeded";
+
+    fn check(previous: Option<&CompactSummary>, summary: &CompactSummary, expected: Option<&str>) {
+        let note = memory_note(previous, summary, "s1", "t");
+        let lessons = note.as_deref().and_then(|n| {
+            n.split_once("### Lessons from failures\n\n")
+                .map(|(_, rest)| rest.split("\n\n").next().unwrap_or(""))
+        });
+        assert_eq!(lessons, expected, "{note:?}");
+    }
+
+    #[test]
+    fn lessons_are_written_once() {
+        let blocker = "`cargo build` failed: error[E0432]: unresolved import `tracing`";
+        let first = summary(&[], &[blocker]);
+        let mut second = summary(&[], &[]);
+        second.lessons = vec![LESSON.to_owned()];
+        // The lesson tells how the blocker was fixed: no "resolved later" besides it.
+        check(Some(&first), &second, Some(&format!("- {LESSON}")));
+        check(None, &second, Some(&format!("- {LESSON}")));
+        // A later compaction that learned nothing new does not repeat it.
+        let mut third = second.clone();
+        third.constraints.push("Prefer small commits.".into());
+        check(Some(&second), &third, None);
+        // Only the new lesson of a later compaction.
+        let newer = "`pytest` failed: ImportError: x → fixed: `pip install x`, then `pytest` succeeded";
+        third.lessons.push(newer.to_owned());
+        check(Some(&second), &third, Some(&format!("- {newer}")));
+    }
+
+    #[test]
+    fn a_blocker_replaced_by_a_newer_failure_is_not_resolved() {
+        let first = summary(
+            &[],
+            &["`cargo build` failed: error[E0432]: unresolved import `tracing`"],
+        );
+        let second = summary(&[], &["`cargo build --release` failed: error[E0308]: mismatched types"]);
+        check(
+            Some(&first),
+            &second,
+            Some("- Still blocked: `cargo build --release` failed: error[E0308]: mismatched types"),
+        );
+        // Gone with no fix in sight and no newer failure: resolved later.
+        check(
+            Some(&second),
+            &summary(&[], &[]),
+            Some("- `cargo build --release` failed: error[E0308]: mismatched types (resolved later)"),
         );
     }
 }

@@ -4,7 +4,8 @@
 //! Nothing is re-summarised: earlier items are kept as they are and new ones appended, so
 //! repeated compactions do not drift. Constraints and requests accumulate (de-duplicated);
 //! prose lists keep their newest items; the blocked list keeps failures until a later
-//! success in the same area clears them.
+//! success in the same area clears them. A failure that a later success clears becomes a
+//! try-error lesson (what failed and what fixed it), kept for the memory note.
 
 use std::collections::{HashMap, HashSet};
 
@@ -26,6 +27,18 @@ const BLOCKED_LAST: usize = 3;
 const MAX_DECISIONS: usize = 10;
 /// Newest done items kept.
 const MAX_DONE: usize = 20;
+/// Newest lessons kept: enough for the memory note to tell new lessons from known ones.
+const MAX_LESSONS: usize = 10;
+/// Longest lesson.
+const LESSON_CHARS: usize = 300;
+/// Longest error line quoted in a lesson.
+const LESSON_ERROR_CHARS: usize = 120;
+/// Longest command named in a lesson.
+const LESSON_COMMAND_CHARS: usize = 60;
+/// Steps of a fix named in a lesson: the last ones, nearest to the success.
+const FIX_STEPS: usize = 3;
+/// Files of one editing step named in a lesson.
+const FIX_FILES: usize = 3;
 
 /// One item of a list under construction.
 #[derive(Debug, Clone)]
@@ -47,6 +60,9 @@ pub(crate) struct Draft {
     pub archive: Vec<ArchiveRange>,
     pub instruction: Option<String>,
     pub instruction_effect: Option<String>,
+    /// Try-error lessons of every span so far, oldest first (not rendered; see
+    /// [`CompactSummary::lessons`]).
+    pub lessons: Vec<String>,
 }
 
 impl Draft {
@@ -132,6 +148,11 @@ impl Draft {
         *draft.list_mut(Field::Done) = done;
         *draft.list_mut(Field::InProgress) = in_progress;
         *draft.list_mut(Field::Blocked) = blocked(&base.blocked, &span.outcomes);
+        let mut lessons = merge_items(&base.lessons, lessons(&base.blocked, &span.outcomes));
+        if lessons.len() > MAX_LESSONS {
+            lessons.drain(..lessons.len() - MAX_LESSONS);
+        }
+        draft.lessons = lessons.into_iter().map(|item| item.text).collect();
         *draft.list_mut(Field::Decisions) = decisions;
         *draft.list_mut(Field::NextSteps) = next_steps;
         *draft.list_mut(Field::FilesModified) = modified;
@@ -158,6 +179,9 @@ fn combine(mut a: CompactSummary, b: CompactSummary) -> CompactSummary {
     let known: HashSet<String> = a.requests.iter().map(|r| normalized(&r.text)).collect();
     a.requests
         .extend(b.requests.into_iter().filter(|r| !known.contains(&normalized(&r.text))));
+    let mut seen: HashSet<String> = a.lessons.iter().map(|t| normalized(t)).collect();
+    a.lessons
+        .extend(b.lessons.into_iter().filter(|t| seen.insert(normalized(t))));
     a.critical_context.omitted.extend(b.critical_context.omitted);
     a.archive.splice(0..0, b.archive);
     a
@@ -236,4 +260,311 @@ fn blocked(previous: &[String], outcomes: &[Outcome]) -> Vec<Item> {
     items.retain(|(_, item)| seen.insert(normalized(&item.text)));
     let skip = items.len().saturating_sub(BLOCKED_LAST);
     items.into_iter().skip(skip).map(|(_, item)| item).collect()
+}
+
+/// Whether `outcome` works in one of `areas`.
+fn shares(outcome: &Outcome, areas: &[String]) -> bool {
+    outcome.areas.iter().any(|a| areas.contains(a))
+}
+
+/// The span's try-error lessons: a failure, then a success in its area, and what was done in
+/// between (the fix). A run of failures in one area that a success ends makes one lesson, of
+/// its last failure (the one the fix fixed). Failures of earlier spans still blocked when
+/// this span began (`previous_blocked`) and cleared by it are lessons too. A looking
+/// command's failure (a wrong path) and a rerun that passed with nothing changed teach
+/// nothing and are left out.
+fn lessons(previous_blocked: &[String], outcomes: &[Outcome]) -> Vec<String> {
+    let mut lessons = Vec::new();
+    for text in previous_blocked {
+        let Some((key, _)) = leading_code_span(text) else {
+            continue;
+        };
+        let areas = vec![area(&key)];
+        let Some(at) = outcomes.iter().position(|o| shares(o, &areas) && o.error.is_none()) else {
+            continue;
+        };
+        // Failing again first: the span's own lesson tells the fix.
+        if outcomes[..at].iter().any(|o| shares(o, &areas)) {
+            continue;
+        }
+        if let Some(fix) = fix(&key, &outcomes[..at], &outcomes[at]) {
+            let failure = cut_words(text, LESSON_COMMAND_CHARS + LESSON_ERROR_CHARS);
+            lessons.push(format!("{failure} → fixed: {fix}"));
+        }
+    }
+    for (i, failure) in outcomes.iter().enumerate() {
+        let (Some(error), Some(key)) = (&failure.error, &failure.key) else {
+            continue;
+        };
+        if failure.read_only || failure.areas.is_empty() {
+            continue;
+        }
+        let Some(next) = outcomes[i + 1..].iter().position(|o| shares(o, &failure.areas)) else {
+            continue;
+        };
+        let success = &outcomes[i + 1 + next];
+        if success.error.is_some() {
+            continue;
+        }
+        if let Some(fix) = fix(key, &outcomes[i + 1..i + 1 + next], success) {
+            lessons.push(format!(
+                "{} failed: {} → fixed: {fix}",
+                code_span(&cut_words(key, LESSON_COMMAND_CHARS)),
+                cut_words(error, LESSON_ERROR_CHARS)
+            ));
+        }
+    }
+    lessons.into_iter().map(|text| cut_words(&text, LESSON_CHARS)).collect()
+}
+
+/// What fixed a failure of the command `failed`: the steps `between` it and `success` that
+/// changed something and succeeded (files edited, commands run; the last few), then the
+/// success. `None` when nothing visible changed: the same command passed on a rerun.
+fn fix(failed: &str, between: &[Outcome], success: &Outcome) -> Option<String> {
+    let mut steps: Vec<String> = Vec::new();
+    let mut edited: Vec<&str> = Vec::new();
+    for outcome in between.iter().filter(|o| o.error.is_none() && !o.read_only) {
+        if !outcome.modified.is_empty() {
+            for path in &outcome.modified {
+                if !edited.contains(&path.as_str()) {
+                    edited.push(path);
+                }
+            }
+            continue;
+        }
+        let Some(key) = &outcome.key else { continue };
+        flush_edits(&mut edited, &mut steps);
+        let step = code_span(&cut_words(key, LESSON_COMMAND_CHARS));
+        if !steps.contains(&step) {
+            steps.push(step);
+        }
+    }
+    flush_edits(&mut edited, &mut steps);
+    let success_key = success.key.as_deref()?;
+    let rerun = normalized(success_key) == normalized(failed)
+        || normalized(&cut_words(success_key, SHORT_COMMAND_CHARS)) == normalized(failed);
+    if steps.is_empty() && rerun {
+        return None;
+    }
+    let passed = format!("{} succeeded", code_span(&cut_words(success_key, LESSON_COMMAND_CHARS)));
+    if steps.is_empty() {
+        return Some(passed);
+    }
+    let skip = steps.len().saturating_sub(FIX_STEPS);
+    let shown = if skip > 0 {
+        format!("…, {}", steps[skip..].join(", "))
+    } else {
+        steps.join(", ")
+    };
+    Some(format!("{shown}, then {passed}"))
+}
+
+/// The files edited since the last step, as one step.
+fn flush_edits(edited: &mut Vec<&str>, steps: &mut Vec<String>) {
+    if edited.is_empty() {
+        return;
+    }
+    let mut files: Vec<String> = edited.iter().take(FIX_FILES).map(|p| code_span(p)).collect();
+    if edited.len() > FIX_FILES {
+        files.push(format!("{} more", edited.len() - FIX_FILES));
+    }
+    steps.push(format!("edited {}", files.join(", ")));
+    edited.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran(key: &str, error: Option<&str>) -> Outcome {
+        Outcome {
+            key: Some(key.to_owned()),
+            areas: vec![area(key)],
+            error: error.map(str::to_owned),
+            modified: Vec::new(),
+            read_only: false,
+        }
+    }
+
+    fn looked(key: &str, error: Option<&str>) -> Outcome {
+        Outcome {
+            read_only: true,
+            ..ran(key, error)
+        }
+    }
+
+    fn edited(path: &str) -> Outcome {
+        let key = format!("str_replace_based_edit_tool(command=str_replace, path={path}, …)");
+        Outcome {
+            areas: vec![area(&key), path.to_owned()],
+            modified: vec![path.to_owned()],
+            ..ran(&key, None)
+        }
+    }
+
+    const E0432: &str = "error[E0432]: unresolved import `tracing`";
+
+    fn check(previous_blocked: &[&str], outcomes: Vec<Outcome>, expected: &[&str]) {
+        let previous: Vec<String> = previous_blocked.iter().map(|b| (*b).to_owned()).collect();
+        let lessons = lessons(&previous, &outcomes);
+        assert_eq!(lessons, expected);
+        assert!(lessons.iter().all(|l| l.chars().count() <= LESSON_CHARS));
+    }
+
+    #[test]
+    fn a_failure_then_a_success_in_its_area_is_a_lesson_with_its_fix() {
+        check(
+            &[],
+            vec![
+                ran("cargo build", Some(E0432)),
+                looked("cat Cargo.toml", None),
+                edited("Cargo.toml"),
+                ran("cargo build", None),
+            ],
+            &[
+                "`cargo build` failed: error[E0432]: unresolved import `tracing` → fixed: edited `Cargo.toml`, \
+               then `cargo build` succeeded",
+            ],
+        );
+        check(
+            &[],
+            vec![
+                ran("cargo build", Some(E0432)),
+                ran("cargo add tracing", None),
+                ran("cargo build", None),
+            ],
+            &[
+                "`cargo build` failed: error[E0432]: unresolved import `tracing` → fixed: `cargo add tracing`, \
+               then `cargo build` succeeded",
+            ],
+        );
+        // A different command in the same area is the fix.
+        check(
+            &[],
+            vec![ran("mvn -q test", Some("BUILD FAILURE")), ran("mvn -q -o test", None)],
+            &["`mvn -q test` failed: BUILD FAILURE → fixed: `mvn -q -o test` succeeded"],
+        );
+    }
+
+    #[test]
+    fn failures_without_a_visible_fix_teach_nothing() {
+        // No later success: a blocker, not a lesson.
+        let outcomes = vec![ran("cargo build", Some(E0432)), edited("Cargo.toml")];
+        check(&[], outcomes.clone(), &[]);
+        assert_eq!(
+            blocked(&[], &outcomes).into_iter().map(|i| i.text).collect::<Vec<_>>(),
+            ["`cargo build` failed: error[E0432]: unresolved import `tracing`"]
+        );
+        // A rerun that passed with nothing changed (a flaky test).
+        check(
+            &[],
+            vec![
+                ran("cargo test", Some("test result: FAILED. 1 passed; 1 failed")),
+                looked("git status", None),
+                ran("cargo test", None),
+            ],
+            &[],
+        );
+        // A looking command's failure is a wrong path.
+        check(
+            &[],
+            vec![
+                looked("grep -rn Foo srcx", Some("grep: srcx: No such file or directory")),
+                looked("grep -rn Foo src", None),
+            ],
+            &[],
+        );
+    }
+
+    #[test]
+    fn a_run_of_failures_teaches_its_last_fix() {
+        check(
+            &[],
+            vec![
+                ran("cargo build", Some(E0432)),
+                edited("Cargo.toml"),
+                ran("cargo build", Some("error[E0308]: mismatched types")),
+                edited("src/main.rs"),
+                edited("src/lib.rs"),
+                ran("cargo fmt", Some("error: unexpected token")),
+                ran("cargo build", None),
+            ],
+            &[
+                "`cargo build` failed: error[E0308]: mismatched types → fixed: edited `src/main.rs`, `src/lib.rs`, \
+               then `cargo build` succeeded",
+            ],
+        );
+    }
+
+    #[test]
+    fn long_fixes_keep_their_last_steps_and_the_cap() {
+        let outcomes: Vec<Outcome> = std::iter::once(ran("make all", Some(&"error: x ".repeat(40))))
+            .chain((0..5).map(|i| ran(&format!("apt-get install -y libfoo{i}-dev"), None)))
+            .chain(std::iter::once(ran("make all", None)))
+            .collect();
+        let lessons = lessons(&[], &outcomes);
+        assert_eq!(lessons.len(), 1);
+        assert!(lessons[0].chars().count() <= LESSON_CHARS, "{}", lessons[0]);
+        assert!(lessons[0].contains("libfoo4-dev"), "{}", lessons[0]);
+        assert!(!lessons[0].contains("libfoo1-dev"), "{}", lessons[0]);
+    }
+
+    #[test]
+    fn a_blocker_of_an_earlier_span_fixed_now_is_a_lesson() {
+        let blocker = "`cargo build` failed: error[E0432]: unresolved import `tracing`";
+        check(
+            &[blocker],
+            vec![edited("Cargo.toml"), ran("cargo build --offline", None)],
+            &[
+                "`cargo build` failed: error[E0432]: unresolved import `tracing` → fixed: edited `Cargo.toml`, \
+               then `cargo build --offline` succeeded",
+            ],
+        );
+        // Cleared with no fix in sight: the memory note says it was resolved later.
+        check(&[blocker], vec![ran("cargo build", None)], &[]);
+        // Failing again first: the span's own lesson tells the fix.
+        check(
+            &[blocker],
+            vec![
+                ran("cargo build", Some("error[E0308]: mismatched types")),
+                edited("src/main.rs"),
+                ran("cargo build", None),
+            ],
+            &[
+                "`cargo build` failed: error[E0308]: mismatched types → fixed: edited `src/main.rs`, then \
+               `cargo build` succeeded",
+            ],
+        );
+    }
+
+    #[test]
+    fn lessons_accumulate_once_each_and_only_the_newest_are_kept() {
+        let span = |outcomes: Vec<Outcome>| {
+            let mut facts = SpanFacts::default();
+            facts.outcomes = outcomes;
+            facts
+        };
+        let fixed = |program: &str| {
+            vec![
+                ran(&format!("{program} build"), Some("error: boom")),
+                edited("Cargo.toml"),
+                ran(&format!("{program} build"), None),
+            ]
+        };
+        let mut summary = CompactSummary::default();
+        for i in 0..12 {
+            let draft = Draft::merge(Some(&summary), span(fixed(&format!("tool{i}"))));
+            summary.lessons = draft.lessons;
+        }
+        assert_eq!(summary.lessons.len(), MAX_LESSONS);
+        assert!(
+            summary.lessons[0].starts_with("`tool2 build` failed"),
+            "{:?}",
+            summary.lessons
+        );
+        assert!(summary.lessons[9].starts_with("`tool11 build` failed"));
+        // The same lesson learned again is not repeated.
+        let again = Draft::merge(Some(&summary), span(fixed("tool11")));
+        assert_eq!(again.lessons, summary.lessons);
+    }
 }

@@ -497,6 +497,7 @@ mod tests {
             instruction: None,
             instruction_effect: None,
             requests: vec![],
+            lessons: vec![],
         }
     }
 

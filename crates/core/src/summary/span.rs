@@ -46,7 +46,7 @@ impl Unique {
     }
 }
 
-/// How a call ended, in order, for the blocked list.
+/// How a call ended, in order, for the blocked list and the lessons.
 #[derive(Debug, Clone)]
 pub(crate) struct Outcome {
     /// The call's key (its command), when the call is known.
@@ -55,6 +55,10 @@ pub(crate) struct Outcome {
     pub areas: Vec<String>,
     /// The failure line, or `None` for a success.
     pub error: Option<String>,
+    /// Files the call creates or changes.
+    pub modified: Vec<String>,
+    /// The call only looks (reads, lists, searches): never part of a fix.
+    pub read_only: bool,
 }
 
 /// What one span says, before merging.
@@ -281,6 +285,8 @@ impl SpanFacts {
                 key: call.map(|c| c.key.clone()),
                 areas,
                 error,
+                modified: call.map(|c| c.modified.clone()).unwrap_or_default(),
+                read_only: call.is_some_and(|c| c.read_only),
             });
         }
     }

@@ -3,6 +3,7 @@
 //! `INSTA_UPDATE=always` to write new ones, then read the diff), plus plain asserts for what
 //! each rule guarantees.
 
+mod lessons;
 mod props;
 mod retention;
 mod rules;
