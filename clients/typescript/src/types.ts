@@ -285,6 +285,8 @@ export interface CompactSummary {
   instruction?: string | null;
   instruction_effect?: string | null;
   requests?: UserRequest[];
+  /** Try-error lessons of the compacted spans: a failure and what fixed it (for the memory log). */
+  lessons?: string[];
 }
 
 export interface Reconciliation {
@@ -791,7 +793,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   Reconciliation: fields<Reconciliation>()(['session_messages', 'reused', 'appended', 'replaced']),
   CompactSummary: fields<CompactSummary>()([
     'goal', 'constraints', 'done', 'in_progress', 'blocked', 'key_decisions', 'next_steps', 'critical_context', 'archive',
-    'instruction?', 'instruction_effect?', 'requests?',
+    'instruction?', 'instruction_effect?', 'requests?', 'lessons?',
   ]),
   CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes', 'omitted?']),
   OmittedItems: fields<OmittedItems>()(['list', 'count', 'groups']),

@@ -378,6 +378,7 @@ class CompactSummary(_CompactSummaryRequired, total=False):
     instruction: Optional[str]
     instruction_effect: Optional[str]
     requests: List[UserRequest]
+    lessons: List[str]
 
 
 class OffloadedAction(TypedDict):
