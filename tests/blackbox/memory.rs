@@ -586,3 +586,234 @@ fn satchel_inspect_memory_shows_the_index_the_watcher_and_the_embeddings() {
     assert!(text.contains("daily merge   next at "), "{text}");
     d.shutdown();
 }
+
+/// A chat-completions endpoint on loopback answering every request with `status` and, for a
+/// 200, a completion carrying `reply`; it keeps each request's header lines and JSON body.
+struct FakeChat {
+    port: u16,
+    requests: Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+}
+
+impl FakeChat {
+    fn start(status: u16, reply: &str) -> FakeChat {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (kept, reply) = (requests.clone(), reply.to_owned());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (kept, reply) = (kept.clone(), reply.clone());
+                std::thread::spawn(move || serve_chat(stream, status, &reply, &kept));
+            }
+        });
+        FakeChat { port, requests }
+    }
+
+    fn requests(&self) -> Vec<(String, Value)> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve_chat(stream: TcpStream, status: u16, reply: &str, kept: &std::sync::Mutex<Vec<(String, Value)>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut head = String::new();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap();
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    kept.lock()
+        .unwrap()
+        .push((head, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+    let (status_line, body) = if status == 200 {
+        let completion = json!({
+            "id": "chatcmpl-merge",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+        });
+        ("200 OK".to_owned(), completion.to_string())
+    } else {
+        (
+            format!("{status} Internal Server Error"),
+            json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}).to_string(),
+        )
+    };
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status_line}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+const MERGE_KEY_ENV: &str = "SATCHEL_MERGE_TEST_KEY";
+const MERGE_KEY: &str = "sk-merge-test-secret";
+
+/// A daemon whose summariser is the model behind `chat`, on a workspace holding a `MEMORY.md`
+/// and two daily logs: new are a preference (`N1`, the 23rd) and a decision (`N2`, the 24th);
+/// `MEMORY.md` holds `Chose SQLite.` (`M1`), which the 24th repeats.
+fn merge_workspace(chat: &FakeChat) -> (tempfile::TempDir, Daemon) {
+    let url = format!("http://127.0.0.1:{}/v1", chat.port);
+    merge_workspace_with(&[
+        ("SATCHEL_SUMMARIZER", "openai"),
+        ("SATCHEL_LLM_BASE_URL", url.as_str()),
+        ("SATCHEL_LLM_MODEL", "merge-model"),
+        ("SATCHEL_LLM_API_KEY_ENV", MERGE_KEY_ENV),
+        ("SATCHEL_LLM_TIMEOUT_SECS", "10"),
+        (MERGE_KEY_ENV, MERGE_KEY),
+    ])
+}
+
+/// The workspace of [`merge_workspace`], the daemon started with `env`.
+fn merge_workspace_with(env: &[(&str, &str)]) -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), env);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "# MEMORY\n\n## Key decisions\n\n- Chose SQLite.\n"}),
+    );
+    d.call("memory.write", json!({"path": "memory/2026-11-23.md", "content": "### Preferences and constraints\n\n- Answers in British English.\n\n### Done\n\n- shipped v2\n"}));
+    d.call("memory.write", json!({"path": "memory/2026-11-24.md", "content": "### Decisions\n\n- chose sqlite\n- Vectors stay brute force below 100k chunks.\n"}));
+    (dir, d)
+}
+
+#[test]
+fn with_summarizer_openai_the_model_consolidates_the_merge_and_only_its_endpoint_gets_the_key() {
+    let chat = FakeChat::start(
+        200,
+        "## Key decisions\n- Chose SQLite; vector search stays brute force below 100k chunks [M1, N2]\n\n## Preferences and constraints\n- Replies in British English [N1]\n",
+    );
+    let (dir, mut d) = merge_workspace(&chat);
+    let merged = d.call("memory.merge", json!({"through": "2026-11-24"}));
+    assert_eq!(merged["summarizer"], "openai", "{merged}");
+    assert!(merged.get("warnings").is_none(), "{merged}");
+    assert_eq!(
+        (merged["added"].as_u64(), merged["duplicates"].as_u64()),
+        (Some(2), Some(1)),
+        "{merged}"
+    );
+    assert!(merged["backup"].is_string(), "{merged}");
+    // The model's bullets, with the provenance of what they stand for: each log with the
+    // fingerprints of its entries (`Chose SQLite.`, which the 24th repeats, included).
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("MEMORY.md")).unwrap(),
+        "# MEMORY\n\n## Key decisions\n\n- Chose SQLite; vector search stays brute force below 100k chunks (from memory/2026-11-24.md#10105c69#78d852df)\n\n## Preferences and constraints\n\n- Replies in British English (from memory/2026-11-23.md#3c6c8772)\n"
+    );
+
+    let requests = chat.requests();
+    assert_eq!(requests.len(), 1);
+    let (head, body) = &requests[0];
+    assert!(head.starts_with("POST /v1/chat/completions "), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("authorization: Bearer {MERGE_KEY}"))),
+        "{head}"
+    );
+    assert_eq!(body["model"], "merge-model");
+    assert_eq!(body["messages"][0]["role"], "system");
+    let prompt = body["messages"][1]["content"].as_str().unwrap();
+    assert_eq!(
+        prompt,
+        "# Existing entries of MEMORY.md\n\n## Key decisions\n- [M1] Chose SQLite.\n\n# New entries\n\n## Preferences and constraints\n- [N1] Answers in British English. (from memory/2026-11-23.md)\n\n## Key decisions\n- [N2] Vectors stay brute force below 100k chunks. (from memory/2026-11-24.md)\n"
+    );
+
+    // Searchable at once; a second merge knows the rewritten entries, has nothing new and
+    // does not ask the model.
+    assert!(mentions(&search(&mut d, "British English", "bm25"), "MEMORY.md"));
+    let again = d.call("memory.merge", json!({"through": "2026-11-24"}));
+    assert_eq!(
+        (
+            again["added"].as_u64(),
+            again["duplicates"].as_u64(),
+            again["summarizer"].as_str()
+        ),
+        (Some(0), Some(3), Some("extractive")),
+        "{again}"
+    );
+    assert!(again.get("backup").is_none(), "{again}");
+    assert_eq!(chat.requests().len(), 1);
+    d.shutdown();
+}
+
+#[test]
+fn a_failing_or_unusable_model_leaves_the_merge_extractive_with_a_warning() {
+    for (status, reply, reason) in [
+        (500, "", "HTTP 500"),
+        (200, "Sure! I merged everything you gave me.", "unusable reply"),
+        (
+            200,
+            "## Key decisions\n- Vectors stay brute force [N2]\n",
+            "leaves out N1",
+        ),
+    ] {
+        let chat = FakeChat::start(status, reply);
+        let (dir, mut d) = merge_workspace(&chat);
+        let merged = d.call("memory.merge", json!({"through": "2026-11-24"}));
+        assert_eq!(merged["summarizer"], "extractive", "{merged}");
+        let warnings = merged["warnings"].as_array().unwrap();
+        assert_eq!(warnings.len(), 1, "{merged}");
+        let warning = warnings[0].as_str().unwrap();
+        assert!(warning.contains(reason), "{warning}");
+        assert!(!merged.to_string().contains(MERGE_KEY), "{merged}");
+        assert_eq!(
+            (merged["added"].as_u64(), merged["duplicates"].as_u64()),
+            (Some(2), Some(1)),
+            "{merged}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("MEMORY.md")).unwrap(),
+            "# MEMORY\n\n## Key decisions\n\n- Chose SQLite.\n- Vectors stay brute force below 100k chunks. (from memory/2026-11-24.md)\n\n## Preferences and constraints\n\n- Answers in British English. (from memory/2026-11-23.md)\n",
+            "{reason}"
+        );
+        assert_eq!(chat.requests().len(), 1, "one request, no retry");
+        d.shutdown();
+    }
+}
+
+#[test]
+fn with_summarizer_client_the_calling_client_consolidates_the_merge_if_it_declared_it_can() {
+    for declare in [true, false] {
+        let (dir, mut d) = merge_workspace_with(&[("SATCHEL_SUMMARIZER", "client")]);
+        d.call("initialize", json!({"capabilities": {"summarizer_complete": declare}}));
+        let mut asked = Vec::new();
+        let merged = d.call_answering("memory.merge", json!({"through": "2026-11-24"}), |frame| {
+            if frame["method"] != "summarizer.complete" {
+                return None;
+            }
+            asked.push(frame["params"].clone());
+            let text = "## Preferences and constraints\n- Replies in British English [N1]\n\n## Key decisions\n- Vectors stay brute force below 100k chunks [N2]\n";
+            Some(json!({"jsonrpc": "2.0", "id": frame["id"], "result": {"text": text}}))
+        });
+        let memory = std::fs::read_to_string(dir.path().join("MEMORY.md")).unwrap();
+        if declare {
+            assert_eq!(merged["summarizer"], "client", "{merged}");
+            assert_eq!(asked.len(), 1);
+            assert_eq!(asked[0]["messages"][0]["role"], "system");
+            assert!(
+                memory.contains("- Replies in British English (from memory/2026-11-23.md#"),
+                "{memory}"
+            );
+        } else {
+            assert!(asked.is_empty(), "a client that did not declare it is never asked");
+            assert_eq!(merged["summarizer"], "extractive", "{merged}");
+            let warning = merged["warnings"][0].as_str().unwrap();
+            assert!(warning.contains("did not declare summarizer_complete"), "{warning}");
+            assert!(
+                memory.contains("- Answers in British English. (from memory/2026-11-23.md)"),
+                "{memory}"
+            );
+        }
+        d.shutdown();
+    }
+}

@@ -654,7 +654,9 @@ export interface MemoryMergeResult {
   duplicates: number;
   /** The copy of the previous `MEMORY.md`, when it existed and changed. */
   backup?: string | null;
-  /** `extractive` or `openai`. */
+  /** Why the merge fell back to the extractive summariser (a model call that failed). */
+  warnings?: string[];
+  /** `extractive`, `openai` or `client`. */
   summarizer: string;
 }
 
@@ -829,7 +831,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   MemorySearchResult: fields<MemorySearchResult>()(['results', 'mode', 'warnings?']),
   MemoryHit: fields<MemoryHit>()(['path', 'start_line', 'end_line', 'score', 'snippet', 'source']),
   MemoryMergeParams: fields<MemoryMergeParams>()(['through?']),
-  MemoryMergeResult: fields<MemoryMergeResult>()(['merged', 'added', 'duplicates', 'backup?', 'summarizer']),
+  MemoryMergeResult: fields<MemoryMergeResult>()(['merged', 'added', 'duplicates', 'backup?', 'summarizer', 'warnings?']),
   MemoryStatusParams: fields<MemoryStatusParams>()([]),
   MemoryStatusResult: fields<MemoryStatusResult>()(['index_path', 'modes', 'index', 'watcher', 'embedding', 'next_merge?']),
 };

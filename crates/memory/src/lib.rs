@@ -12,7 +12,8 @@
 //!   the `local-embeddings` feature) and the embedding cache.
 //! - [`fusion`]: hybrid ranking of BM25 and vector candidates.
 //! - [`index`]: the files → index synchronisation (incremental by chunk hash) and search.
-//! - [`merge`]: the daily merge of the recent daily logs into `MEMORY.md`.
+//! - [`merge`]: the daily merge of the recent daily logs into `MEMORY.md` (extractive; its
+//!   `consolidate` module asks a model to rewrite the new entries and parses the reply).
 //! - [`watch`]: file watching (notify, debounced, with a polling fallback and a synthetic event
 //!   source for tests).
 //!

@@ -2,11 +2,23 @@
 //! constraints, decisions, lessons from failures, the user's own notes) is folded into
 //! `MEMORY.md`, once, under a heading per kind.
 //!
-//! Pure: texts in, the new `MEMORY.md` out; the daemon reads and writes the files (and keeps
-//! the backup). What a day did (its goal, requests, progress, files touched) stays in its log,
-//! where search still finds it: `MEMORY.md` is for what stays true.
+//! Two steps: [`new_entries`] finds what the logs hold that `MEMORY.md` does not (exact
+//! duplicates left out); then either [`extractive`] appends those entries as written, or a
+//! model consolidates them ([`consolidation_prompt`], [`CONSOLIDATION_SYSTEM`]) and
+//! [`consolidated`] checks its reply (every new entry accounted for, provenance kept) and
+//! applies it. [`merge`] is the extractive merge in one call.
+//!
+//! An entry written as is carries its log, `(from memory/2026-11-24.md)`, and is known again
+//! by its words. A model's bullet no longer has the words of the entries it stands for, so
+//! its provenance also carries their fingerprints, `(from memory/2026-11-24.md#1a2b3c4d)`:
+//! the next merge over the same days knows them by those.
+//!
+//! Pure: texts in, the new `MEMORY.md` out; the daemon reads and writes the files (keeps the
+//! backup, and runs the model). What a day did (its goal, requests, progress, files touched)
+//! stays in its log, where search still finds it: `MEMORY.md` is for what stays true.
 
 use std::collections::HashSet;
+use std::ops::Range;
 
 /// A daily log to merge: its workspace-relative path and text.
 #[derive(Debug, Clone)]
@@ -22,10 +34,55 @@ pub struct DailyLog {
 pub struct Merged {
     /// The new `MEMORY.md`.
     pub memory: String,
-    /// Entries added.
+    /// New entries taken into `MEMORY.md` (as list items of their own, or merged by a model
+    /// into another one).
     pub added: usize,
     /// Entries left out because `MEMORY.md` (or an earlier log of the merge) had them.
     pub duplicates: usize,
+}
+
+/// One entry a merge writes: its text and the daily logs it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The entry, whitespace folded.
+    pub text: String,
+    /// The daily logs it comes from (`memory/YYYY-MM-DD.md`).
+    pub from: Vec<String>,
+}
+
+impl Entry {
+    /// The text of its list item: `text (from memory/a.md, memory/b.md)`.
+    pub fn line(&self) -> String {
+        format!("{} (from {})", self.text, self.from.join(", "))
+    }
+}
+
+/// What the daily logs hold that `MEMORY.md` does not: the extractive step of a merge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewEntries {
+    /// The entries by `MEMORY.md` heading, headings in the order first met.
+    pub sections: Vec<(String, Vec<Entry>)>,
+    /// Entries left out because `MEMORY.md` (or an earlier log of the merge) had them.
+    pub duplicates: usize,
+    /// The duplicates that repeat a list item of `MEMORY.md` word for word: when a model
+    /// rewrites that item, it keeps their fingerprints.
+    pub repeats: Vec<Entry>,
+}
+
+impl NewEntries {
+    /// How many entries there are.
+    pub fn count(&self) -> usize {
+        self.sections.iter().map(|(_, list)| list.len()).sum()
+    }
+
+    /// The entries in order, each with its heading; entry `i` here is `[N{i+1}]` in a
+    /// [`consolidation_prompt`].
+    fn numbered(&self) -> Vec<(&str, &Entry)> {
+        self.sections
+            .iter()
+            .flat_map(|(kind, list)| list.iter().map(move |entry| (kind.as_str(), entry)))
+            .collect()
+    }
 }
 
 /// The headings of `MEMORY.md` a merge writes under, and the daily-log headings that feed
@@ -50,31 +107,65 @@ const DAY_ONLY: &[&str] = &["goal", "requests", "done", "progress", "files modif
 
 /// Folds the entries of `logs` (oldest first) that `memory` does not already hold into it.
 pub fn merge(memory: &str, logs: &[DailyLog]) -> Merged {
-    let mut seen: HashSet<String> = memory.lines().filter_map(entry_of).map(|e| normalized(&e)).collect();
-    let mut new_by_kind: Vec<(String, Vec<String>)> = Vec::new();
+    extractive(memory, &new_entries(memory, logs))
+}
+
+/// The entries of `logs` (oldest first) that `memory` does not already hold, as written.
+/// An entry is known when `MEMORY.md` has it word for word, or a model's rewriting of it
+/// (whose provenance carries the entry's fingerprint, `memory/…md#1a2b3c4d`).
+pub fn new_entries(memory: &str, logs: &[DailyLog]) -> NewEntries {
+    let items: Vec<String> = memory.lines().filter_map(entry_of).collect();
+    let known: HashSet<String> = items.iter().map(|e| normalized(e)).collect();
+    let fingerprints: HashSet<String> = items
+        .iter()
+        .flat_map(|e| provenance_of(e))
+        .flat_map(|from| from.split('#').skip(1).map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    let mut seen = known.clone();
+    let mut sections: Vec<(String, Vec<Entry>)> = Vec::new();
     let mut duplicates = 0;
+    let mut repeats = Vec::new();
     for log in logs {
-        for (kind, entry) in entries(&log.text) {
-            if !seen.insert(normalized(&entry)) {
+        for (kind, text) in entries(&log.text) {
+            let key = normalized(&text);
+            if fingerprints.contains(&fingerprint(&key)) || !seen.insert(key.clone()) {
                 duplicates += 1;
+                if known.contains(&key) {
+                    repeats.push(Entry {
+                        text,
+                        from: vec![log.path.clone()],
+                    });
+                }
                 continue;
             }
-            let line = format!("{entry} (from {})", log.path);
-            match new_by_kind.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, list)) => list.push(line),
-                None => new_by_kind.push((kind, vec![line])),
+            let entry = Entry {
+                text,
+                from: vec![log.path.clone()],
+            };
+            match sections.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, list)) => list.push(entry),
+                None => sections.push((kind, vec![entry])),
             }
         }
     }
-    let added = new_by_kind.iter().map(|(_, list)| list.len()).sum();
+    NewEntries {
+        sections,
+        duplicates,
+        repeats,
+    }
+}
+
+/// `memory` with the `new` entries appended as written, each under its heading.
+pub fn extractive(memory: &str, new: &NewEntries) -> Merged {
     let mut out = memory.to_owned();
-    for (kind, list) in new_by_kind {
-        out = insert_under(&out, &kind, &list);
+    for (kind, list) in &new.sections {
+        let lines: Vec<String> = list.iter().map(Entry::line).collect();
+        out = insert_under(&out, kind, &lines);
     }
     Merged {
         memory: out,
-        added,
-        duplicates,
+        added: new.count(),
+        duplicates: new.duplicates,
     }
 }
 
@@ -224,6 +315,12 @@ fn insert_under(memory: &str, kind: &str, entries: &[String]) -> String {
     out.push_str(&rest);
     out
 }
+
+mod consolidate;
+
+use consolidate::{fingerprint, provenance_of};
+
+pub use consolidate::{Bullet, CONSOLIDATION_SYSTEM, Cited, consolidated, consolidation_prompt, parse_consolidation};
 
 #[cfg(test)]
 mod tests {

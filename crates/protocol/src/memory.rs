@@ -219,15 +219,24 @@ pub struct MemoryMergeParams {
 pub struct MemoryMergeResult {
     /// Daily logs read (workspace-relative).
     pub merged: Vec<String>,
-    /// Entries added to `MEMORY.md`.
+    /// New entries taken into `MEMORY.md` (as written, or rewritten by the model, which may
+    /// fold several into one bullet or into an entry `MEMORY.md` had).
     pub added: usize,
     /// Entries skipped because `MEMORY.md` already had them.
     pub duplicates: usize,
     /// The copy of the previous `MEMORY.md` (workspace-relative), when it existed and changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<String>,
-    /// Which summariser wrote the merged entries: `extractive` or `openai`.
+    /// Which summariser wrote the merged entries: `extractive`, or the configured model
+    /// backend (`openai`, `client`) when it consolidated them. The model is asked only when
+    /// there are new entries; the scheduled merge has no client, so with `client` it is
+    /// extractive.
     pub summarizer: String,
+    /// Why the configured model did not write the entries (unreachable, HTTP error, timeout,
+    /// a reply that does not follow the format or leaves an entry out): the extractive merge
+    /// was used instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// `memory.status`: what the memory index holds and how it is kept.

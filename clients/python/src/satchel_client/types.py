@@ -696,9 +696,11 @@ class _MemoryMergeResultRequired(TypedDict):
 
 class MemoryMergeResult(_MemoryMergeResultRequired, total=False):
     """``memory.merge``: the daily logs read, entries added to ``MEMORY.md`` and skipped as
-    duplicates, and the backup of the previous ``MEMORY.md`` when it changed."""
+    duplicates, and the backup of the previous ``MEMORY.md`` when it changed; ``warnings``
+    says why a model merge fell back to the extractive one."""
 
     backup: Optional[str]
+    warnings: List[str]
 
 
 class _MemoryStatusResultRequired(TypedDict):

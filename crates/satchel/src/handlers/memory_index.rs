@@ -3,17 +3,24 @@
 //! answer `MemoryUnavailable` (-32010).
 
 use chrono::{DateTime, Datelike, Days, Local, NaiveDate, NaiveTime, TimeZone};
-use satchel_memory::merge::{DailyLog, merge};
+use satchel_core::summary::llm::{ChatMessage, Completer};
+use satchel_core::tokens::TokenCounter;
+use satchel_engine::ModelSource;
+use satchel_memory::merge::{
+    CONSOLIDATION_SYSTEM, DailyLog, Merged, NewEntries, consolidated, consolidation_prompt, extractive, new_entries,
+};
 use satchel_protocol::Config;
+use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::memory::{
     MemoryMergeParams, MemoryMergeResult, MemorySearchParams, MemorySearchResult, MemoryStatusParams,
     MemoryStatusResult,
 };
 
-use super::Daemon;
+use super::{CallModels, Daemon};
 use crate::error::RpcError;
+use crate::llm::OpenAiCompleter;
 use crate::memory::MemoryService;
-use crate::transport::CallScope;
+use crate::transport::{CallScope, ClientHandle};
 
 impl Daemon {
     /// `memory.search`.
@@ -28,7 +35,8 @@ impl Daemon {
     }
 
     /// `memory.merge`: folds the daily logs of the `memory_merge_days` days up to `through`
-    /// (default today) into `MEMORY.md`.
+    /// (default today) into `MEMORY.md`, consolidated by the configured summariser's model
+    /// (`client`: this connection's client, if it declared `summarizer_complete`).
     pub fn memory_merge(&self, params: MemoryMergeParams, scope: &CallScope) -> Result<MemoryMergeResult, RpcError> {
         let through = match params.through.as_deref() {
             Some(day) => NaiveDate::parse_from_str(day, "%Y-%m-%d")
@@ -37,26 +45,41 @@ impl Daemon {
         };
         let memory = self.memory_service()?;
         let _turn = self.memory_turn(scope);
-        self.merge_through(memory, through, &Local::now().format("%Y%m%dT%H%M%S").to_string())
+        let stamp = Local::now().format("%Y%m%dT%H%M%S").to_string();
+        self.merge_through(memory, through, &stamp, Some(&scope.client))
     }
 
     /// The daily merge at its time: everything up to yesterday's log (today's is still
-    /// being written).
+    /// being written). There is no client to ask, so with `summarizer: client` it is
+    /// extractive.
     pub fn scheduled_merge(&self, now: DateTime<Local>) {
         let Ok(memory) = self.memory_service() else { return };
         let _turn = super::lock(&self.memory_writes);
         let yesterday = now.date_naive() - Days::new(1);
-        match self.merge_through(memory, yesterday, &now.format("%Y%m%dT%H%M%S").to_string()) {
-            Ok(result) => tracing::info!(added = result.added, logs = result.merged.len(), "daily memory merge"),
+        match self.merge_through(memory, yesterday, &now.format("%Y%m%dT%H%M%S").to_string(), None) {
+            Ok(result) => {
+                for warning in &result.warnings {
+                    tracing::warn!("daily memory merge: {warning}");
+                }
+                tracing::info!(
+                    added = result.added,
+                    logs = result.merged.len(),
+                    summarizer = result.summarizer,
+                    "daily memory merge"
+                );
+            }
             Err(e) => tracing::warn!("daily memory merge failed: {e}"),
         }
     }
 
+    /// Merges the logs of the `memory_merge_days` days up to `through`; `client` is the calling
+    /// connection, `None` for the scheduled merge.
     fn merge_through(
         &self,
         memory: &MemoryService,
         through: NaiveDate,
         stamp: &str,
+        client: Option<&ClientHandle>,
     ) -> Result<MemoryMergeResult, RpcError> {
         let files = self.memory_files();
         let days = self.engine().config().memory_merge_days;
@@ -71,7 +94,8 @@ impl Daemon {
             }
         }
         let before = files.read_memory_file().map_err(super::memory::storage)?;
-        let merged = merge(&before, &logs);
+        let new = new_entries(&before, &logs);
+        let (merged, summarizer, warnings) = self.consolidate(&before, &new, client);
         let backup = if merged.memory == before {
             None
         } else {
@@ -86,8 +110,71 @@ impl Daemon {
             added: merged.added,
             duplicates: merged.duplicates,
             backup,
-            summarizer: "extractive".into(),
+            summarizer,
+            warnings,
         })
+    }
+
+    /// `memory` with the `new` entries, consolidated by the configured model when there is one
+    /// and something to merge; on any failure of the model, the extractive merge and why. Also
+    /// returns which summariser wrote the entries.
+    fn consolidate(
+        &self,
+        memory: &str,
+        new: &NewEntries,
+        client: Option<&ClientHandle>,
+    ) -> (Merged, String, Vec<String>) {
+        let config = self.engine().config();
+        let backend = match config.summarizer {
+            SummarizerKind::Extractive => None,
+            SummarizerKind::Openai => Some("openai"),
+            // The scheduled merge has no connection to ask.
+            SummarizerKind::Client => client.map(|_| "client"),
+        };
+        let Some(backend) = backend.filter(|_| new.count() > 0) else {
+            return (extractive(memory, new), "extractive".into(), Vec::new());
+        };
+        match self.consolidate_with_model(memory, new, client, config) {
+            Ok(merged) => {
+                tracing::info!(backend, entries = new.count(), "memory merge consolidated by the model");
+                (merged, backend.into(), Vec::new())
+            }
+            Err(why) => {
+                let warning =
+                    format!("the {backend} summariser did not merge the entries ({why}); they were merged as written");
+                tracing::warn!("memory merge: {warning}");
+                (extractive(memory, new), "extractive".into(), vec![warning])
+            }
+        }
+    }
+
+    /// Asks the configured model to consolidate `new` with `memory`, one request; `Err` says
+    /// why it could not (already redacted of the endpoint's secrets).
+    fn consolidate_with_model(
+        &self,
+        memory: &str,
+        new: &NewEntries,
+        client: Option<&ClientHandle>,
+        config: &Config,
+    ) -> Result<Merged, String> {
+        let completer: Box<dyn Completer> = match client {
+            Some(client) => CallModels { daemon: self, client }.completer(config.summarizer, config)?,
+            None => Box::new(OpenAiCompleter::from_config(config)),
+        };
+        let prompt = consolidation_prompt(memory, new);
+        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let tokens = counter.count_text(CONSOLIDATION_SYSTEM) + counter.count_text(&prompt);
+        if tokens > config.llm_input_budget_tokens {
+            return Err(format!(
+                "the request, {tokens} tokens, is over llm_input_budget_tokens ({})",
+                config.llm_input_budget_tokens
+            ));
+        }
+        let messages = [ChatMessage::system(CONSOLIDATION_SYSTEM), ChatMessage::user(prompt)];
+        let reply = completer
+            .complete(&messages, config.llm_max_output_tokens)
+            .map_err(|e| e.to_string())?;
+        consolidated(memory, new, &reply).map_err(|why| format!("unusable reply: {why}"))
     }
 
     /// The memory index, or why there is none.
