@@ -114,8 +114,12 @@ pub(crate) fn default_workspace() -> anyhow::Result<PathBuf> {
 fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     use std::os::unix::fs::OpenOptionsExt;
+    // notify warns when it cannot drop the watch of a directory that was deleted, which is
+    // how a watched directory normally goes away: the memory watcher reports the deletion.
+    let quiet = "notify=error".parse().expect("a valid directive");
     let filter = tracing_subscriber::EnvFilter::try_from_env("SATCHEL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .add_directive(quiet);
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(path) => {
