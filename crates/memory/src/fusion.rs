@@ -21,8 +21,6 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
-
 /// Candidates one side may return at most, whatever `max_results` and the multiplier ask:
 /// past this, fusion only sorts more of the tail.
 pub const MAX_CANDIDATES: usize = 200;
@@ -47,17 +45,7 @@ pub struct Candidate {
     pub score: f64,
 }
 
-/// Which side found a hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HitSource {
-    /// Found by BM25 only.
-    Bm25,
-    /// Found by vector similarity only.
-    Vector,
-    /// Found by both.
-    Hybrid,
-}
+pub use satchel_protocol::memory::HitSource;
 
 /// A fused hit.
 #[derive(Debug, Clone, PartialEq)]

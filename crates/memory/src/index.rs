@@ -30,9 +30,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::MemoryError;
 use crate::embed::Embedder;
-pub use crate::fusion::HitSource;
 use crate::store::{Store, Which, sibling};
 use paths::Roots;
+/// One search result, a chunk of a memory file: the wire's type, so the daemon hands it on as
+/// it is.
+pub use satchel_protocol::memory::MemoryHit as Hit;
+pub use satchel_protocol::memory::{HitSource, SearchMode};
 use vectors::VectorMatrix;
 
 /// How the index is built and searched (the daemon's `memory` configuration).
@@ -79,34 +82,6 @@ pub struct SyncReport {
     pub warnings: Vec<String>,
 }
 
-/// How to search.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SearchMode {
-    /// Hybrid when full-text search and an embedding backend are both available, otherwise
-    /// whichever is.
-    #[default]
-    Auto,
-    /// Full-text (BM25) only.
-    Bm25,
-    /// Vector similarity only.
-    Vector,
-    /// Both, fused.
-    Hybrid,
-}
-
-impl SearchMode {
-    /// The mode's wire name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SearchMode::Auto => "auto",
-            SearchMode::Bm25 => "bm25",
-            SearchMode::Vector => "vector",
-            SearchMode::Hybrid => "hybrid",
-        }
-    }
-}
-
 /// A search's parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -127,23 +102,6 @@ impl Default for SearchOptions {
             mode: SearchMode::Auto,
         }
     }
-}
-
-/// One search result: a chunk of a memory file.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Hit {
-    /// Workspace-relative with `/` (absolute for an extra path outside the workspace).
-    pub path: String,
-    /// First line, 1-based.
-    pub start_line: u32,
-    /// Last line, 1-based, inclusive.
-    pub end_line: u32,
-    /// 0..1, higher is better.
-    pub score: f64,
-    /// The chunk's text, cut to about 700 characters.
-    pub snippet: String,
-    /// Which side found it.
-    pub source: HitSource,
 }
 
 /// A search's results.

@@ -326,7 +326,8 @@ pub use consolidate::{Bullet, CONSOLIDATION_SYSTEM, Cited, consolidated, consoli
 mod tests {
     use super::*;
 
-    fn log(path: &str, text: &str) -> DailyLog {
+    /// A daily log (the consolidation tests use it too).
+    pub(super) fn log(path: &str, text: &str) -> DailyLog {
         DailyLog {
             path: path.into(),
             text: text.into(),

@@ -138,10 +138,11 @@ pub struct MemorySearchParams {
 }
 
 /// How `memory.search` ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchMode {
     /// Hybrid when BM25 and vectors are both on, else whichever is.
+    #[default]
     Auto,
     /// BM25 over the FTS5 index only.
     Bm25,
@@ -149,6 +150,18 @@ pub enum SearchMode {
     Vector,
     /// Both, fused.
     Hybrid,
+}
+
+impl SearchMode {
+    /// The wire name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SearchMode::Auto => "auto",
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Vector => "vector",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
 }
 
 /// Which ranking found a result.

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use satchel_memory::embed::{CachedEmbedder, Embedder, EmbeddingCacheConfig, HttpEmbeddingConfig, OpenAiEmbedder};
-use satchel_memory::index::{Hit, IndexOptions, MemoryIndex, SearchMode as IndexMode, SearchOptions};
+use satchel_memory::index::{IndexOptions, MemoryIndex, SearchOptions};
 use satchel_memory::watch::{MemoryWatcher, WatchOptions};
 use satchel_protocol::memory::{
-    HitSource, MemoryHit, MemoryRecall, MemorySearchParams, MemorySearchResult, MemoryStatusResult, SearchMode,
+    MemoryHit, MemoryRecall, MemorySearchParams, MemorySearchResult, MemoryStatusResult, SearchMode,
 };
 use satchel_protocol::memory_config::EmbeddingChoice;
 use satchel_protocol::{Config, PromptSection};
@@ -150,25 +150,15 @@ impl MemoryService {
         let options = SearchOptions {
             max_results,
             min_score,
-            mode: match params.mode.unwrap_or(SearchMode::Auto) {
-                SearchMode::Auto => IndexMode::Auto,
-                SearchMode::Bm25 => IndexMode::Bm25,
-                SearchMode::Vector => IndexMode::Vector,
-                SearchMode::Hybrid => IndexMode::Hybrid,
-            },
+            mode: params.mode.unwrap_or_default(),
         };
         let outcome = self
             .index
             .search(&params.query, &options)
             .map_err(|e| search_error(e, params.mode))?;
         Ok(MemorySearchResult {
-            results: outcome.hits.into_iter().map(hit).collect(),
-            mode: match outcome.mode {
-                IndexMode::Auto => SearchMode::Auto,
-                IndexMode::Bm25 => SearchMode::Bm25,
-                IndexMode::Vector => SearchMode::Vector,
-                IndexMode::Hybrid => SearchMode::Hybrid,
-            },
+            results: outcome.hits,
+            mode: outcome.mode,
             warnings: outcome.warnings,
         })
     }
@@ -214,7 +204,7 @@ impl MemoryService {
         let options = SearchOptions {
             max_results: recall.max_results.unwrap_or(RECALL_MAX_RESULTS).clamp(1, 20),
             min_score: recall.min_score.unwrap_or(RECALL_MIN_SCORE).clamp(0.0, 1.0),
-            mode: IndexMode::Auto,
+            mode: SearchMode::Auto,
         };
         let hits = match self.index.search(query, &options) {
             Ok(outcome) => outcome.hits,
@@ -236,7 +226,7 @@ impl MemoryService {
 }
 
 /// The prompt section holding `hits`; `None` when there are none.
-fn recall_section(hits: &[Hit], priority: i64) -> Option<PromptSection> {
+fn recall_section(hits: &[MemoryHit], priority: i64) -> Option<PromptSection> {
     if hits.is_empty() {
         return None;
     }
@@ -328,22 +318,6 @@ fn local_model(dir: &Path) -> anyhow::Result<Arc<dyn Embedder>> {
         "memory: embedding_model_path is {} but this satchel was built without the `local-embeddings` feature (cargo build --features local-embeddings)",
         dir.display()
     )
-}
-
-/// A hit on the wire.
-fn hit(hit: Hit) -> MemoryHit {
-    MemoryHit {
-        path: hit.path,
-        start_line: hit.start_line,
-        end_line: hit.end_line,
-        score: hit.score,
-        snippet: hit.snippet,
-        source: match hit.source {
-            satchel_memory::index::HitSource::Bm25 => HitSource::Bm25,
-            satchel_memory::index::HitSource::Vector => HitSource::Vector,
-            satchel_memory::index::HitSource::Hybrid => HitSource::Hybrid,
-        },
-    }
 }
 
 /// A failed index operation: the disk or SQLite refused.

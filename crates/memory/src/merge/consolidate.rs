@@ -471,13 +471,7 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn log(path: &str, text: &str) -> DailyLog {
-        DailyLog {
-            path: path.into(),
-            text: text.into(),
-        }
-    }
+    use crate::merge::tests::log;
 
     /// The `MEMORY.md` of the consolidation tests.
     const CASE_MEMORY: &str = "# MEMORY\n\n## Key decisions\n\n- Chose SQLite. (from memory/2026-11-20.md)\n- Deploys go through\n  `make ship`.\n\n## Projects\n\n- satchel\n\n## Notes\n\n- the CI box has 2 cores\n";
