@@ -362,7 +362,7 @@ def test_the_readme_example_runs_as_written(satchel_bin: str, tmp_path: Path) ->
     assert "context.read" in run.stdout
 
 
-def test_log_file_receives_satchel_stderr(client: Client, log_file: Path) -> None:
-    client.initialize()
-    client.close()
-    assert "satchel" in log_file.read_text()
+def test_log_file_receives_satchel_stderr(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    with Client.spawn(satchel_bin, workspace, env={"SATCHEL_LOG": "info"}, stderr=log_file) as client:
+        client.initialize()
+    assert "satchel serving" in log_file.read_text()

@@ -7,7 +7,7 @@ import { spawn as spawnProcess, type ChildProcess, type StdioOptions } from 'nod
 import { createConnection } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 
-import { ConnectionClosed, SatchelError, errorFromResponse } from './errors.js';
+import { ConnectionClosed, OutcomeUnknown, RequestCancelled, SatchelError, SpawnFailed, errorFromResponse } from './errors.js';
 import type {
   Calibration,
   ChatMessage,
@@ -49,11 +49,39 @@ export interface SpawnOptions {
   workspace?: string;
   /** Extra arguments after `serve`, e.g. `['--max-message-bytes', '1048576']`. */
   args?: string[];
-  /** Environment variables added to this process's environment (e.g. `SATCHEL_LOG`). */
+  /**
+   * Environment variables added to this process's environment. satchel logs warnings and errors
+   * only (`SATCHEL_LOG=warn`) unless this or the environment sets `SATCHEL_LOG` (e.g. `info`, `debug`).
+   */
   env?: Record<string, string | undefined>;
   /** What to do with satchel's log on stderr (default `inherit`). */
   stderr?: 'inherit' | 'ignore';
 }
+
+/** Per-call options, the last argument of `call` and of every method. */
+export interface CallOptions {
+  /**
+   * Milliseconds to wait for the reply. Then the client sends `$/cancelRequest` and waits up to
+   * `CANCEL_GRACE_MS` for satchel's answer to it: `RequestCancelled` (-32800) means the call had no
+   * effect; a call past its commit point resolves (or rejects) as usual; no answer rejects with
+   * `OutcomeUnknown`.
+   */
+  timeoutMs?: number;
+  /** Cancels the call when it aborts, with the same outcomes as `timeoutMs`. */
+  signal?: AbortSignal;
+}
+
+/**
+ * How long a call that timed out or was aborted waits for satchel's answer to its
+ * `$/cancelRequest` (satchel answers at once; the same 5 s as the Python client's `CANCEL_GRACE_SECS`).
+ */
+export const CANCEL_GRACE_MS = 5_000;
+
+/** satchel's log level when neither `SpawnOptions.env` nor the environment sets `SATCHEL_LOG`. */
+export const DEFAULT_SATCHEL_LOG = 'warn';
+
+const VERSION = '0.1.0';
+const CLIENT_INFO = { name: 'satchel-client (typescript)', version: VERSION };
 
 export type NotificationHandler = (params: unknown) => void;
 /** Answers a request from satchel: the (resolved) value is the result, a throw the error. */
@@ -110,16 +138,24 @@ export class SatchelClient {
     output.on('error', (e) => this.#fail(e));
   }
 
-  /** Starts `satchel [--workspace DIR] serve [args…]` and talks to it over its stdin/stdout. */
+  /**
+   * Starts `satchel [--workspace DIR] serve [args…]` and talks to it over its stdin/stdout. If the
+   * executable cannot be run (missing, not executable), calls reject with `SpawnFailed`, which
+   * names the path tried and how to set it.
+   */
   static spawn(options: SpawnOptions = {}): SatchelClient {
     const bin = options.satchel ?? process.env.SATCHEL_BIN ?? 'satchel';
     const args = [...(options.workspace ? ['--workspace', options.workspace] : []), 'serve', ...(options.args ?? [])];
     const stdio: StdioOptions = ['pipe', 'pipe', options.stderr ?? 'inherit'];
-    const child: ChildProcess = spawnProcess(bin, args, { stdio, env: { ...process.env, ...options.env } });
+    const env = { ...process.env, ...options.env };
+    env.SATCHEL_LOG ??= DEFAULT_SATCHEL_LOG;
+    const source = options.satchel !== undefined ? 'option' : process.env.SATCHEL_BIN !== undefined ? 'env' : 'path';
+    const child: ChildProcess = spawnProcess(bin, args, { stdio, env });
     const exited = new Promise<number | null>((resolve) => {
       child.once('close', (code) => resolve(code));
       child.once('error', (e) => {
-        client.#fail(e); // e.g. ENOENT: no such executable (emitted after the constructor ran)
+        // e.g. ENOENT: no such executable (emitted after the constructor ran)
+        client.#fail(new SpawnFailed(bin, source, e));
         resolve(null);
       });
     });
@@ -146,10 +182,13 @@ export class SatchelClient {
     });
   }
 
-  /** Sends `initialize`; declares `summarizer_complete` when a summariser is set. */
-  initialize(params: InitializeParams = {}): Promise<InitializeResult> {
+  /**
+   * Sends `initialize` (with a default `client_info`); declares `summarizer_complete` when a
+   * summariser is set (`setSummarizer`), since satchel asks only the clients that declared it.
+   */
+  initialize(params: InitializeParams = {}, options?: CallOptions): Promise<InitializeResult> {
     const capabilities = this.#summarizer ? { summarizer_complete: true, ...params.capabilities } : params.capabilities;
-    return this.call('initialize', capabilities ? { ...params, capabilities } : params);
+    return this.call('initialize', { client_info: CLIENT_INFO, ...params, ...(capabilities ? { capabilities } : {}) }, options);
   }
 
   /**
@@ -161,16 +200,16 @@ export class SatchelClient {
    * (`{}` for the defaults) the top `memory.search` hits for the newest user message join the
    * prompt as the section `memory:recall`.
    */
-  prepare(params: PrepareParams): Promise<PrepareResult> {
-    return this.call('context.prepare', params);
+  prepare(params: PrepareParams, options?: CallOptions): Promise<PrepareResult> {
+    return this.call('context.prepare', params, options);
   }
 
-  compact(params: CompactParams): Promise<CompactResult> {
-    return this.call('context.compact', params);
+  compact(params: CompactParams, options?: CallOptions): Promise<CompactResult> {
+    return this.call('context.compact', params, options);
   }
 
-  read(params: ReadParams): Promise<ReadResult> {
-    return this.call('context.read', params);
+  read(params: ReadParams, options?: CallOptions): Promise<ReadResult> {
+    return this.call('context.read', params, options);
   }
 
   /**
@@ -178,8 +217,8 @@ export class SatchelClient {
    * the last request's system prompt was assembled (`query_hint` recomputes the focus from that
    * text; `detail_key` adds one section's full text as `detail`).
    */
-  inspect(params: InspectParams): Promise<InspectResult> {
-    return this.call('context.inspect', params);
+  inspect(params: InspectParams, options?: CallOptions): Promise<InspectResult> {
+    return this.call('context.inspect', params, options);
   }
 
   /**
@@ -192,18 +231,18 @@ export class SatchelClient {
   }
 
   /** `context.usage` as a request: reports the provider's input tokens and resolves with the calibration. */
-  usage(params: UsageParams): Promise<Calibration> {
-    return this.call('context.usage', params);
+  usage(params: UsageParams, options?: CallOptions): Promise<Calibration> {
+    return this.call('context.usage', params, options);
   }
 
   /** Lists the workspace's sessions, with live numbers for those this daemon drives. */
-  sessions(params: SessionsParams = {}): Promise<SessionsResult> {
-    return this.call('context.sessions', params);
+  sessions(params: SessionsParams = {}, options?: CallOptions): Promise<SessionsResult> {
+    return this.call('context.sessions', params, options);
   }
 
   /** Subscribes this connection to `context.event` notifications of a session (see `onNotification`). */
-  watch(params: WatchParams): Promise<WatchResult> {
-    return this.call('context.watch', params);
+  watch(params: WatchParams, options?: CallOptions): Promise<WatchResult> {
+    return this.call('context.watch', params, options);
   }
 
   // ---- long-term memory: `MEMORY.md` and `memory/**/*.md` of the workspace, and their index ----
@@ -213,18 +252,18 @@ export class SatchelClient {
    * with `content`, atomically, and indexes it: searchable when this resolves. Any other path
    * rejects with `InvalidParams`.
    */
-  memoryWrite(params: MemoryWriteParams): Promise<MemoryFileChange> {
-    return this.call('memory.write', params);
+  memoryWrite(params: MemoryWriteParams, options?: CallOptions): Promise<MemoryFileChange> {
+    return this.call('memory.write', params, options);
   }
 
   /** `memory.append`: appends `text` to a memory file (created if missing), durably, and indexes it. */
-  memoryAppend(params: MemoryAppendParams): Promise<MemoryFileChange> {
-    return this.call('memory.append', params);
+  memoryAppend(params: MemoryAppendParams, options?: CallOptions): Promise<MemoryFileChange> {
+    return this.call('memory.append', params, options);
   }
 
   /** `memory.get`: a memory file, or its lines `start_line..=end_line` (1-based), e.g. a search hit's. */
-  memoryGet(params: MemoryGetParams): Promise<MemoryGetResult> {
-    return this.call('memory.get', params);
+  memoryGet(params: MemoryGetParams, options?: CallOptions): Promise<MemoryGetResult> {
+    return this.call('memory.get', params, options);
   }
 
   /**
@@ -232,8 +271,8 @@ export class SatchelClient {
    * and lines (`mode`: `auto`, `bm25`, `vector` or `hybrid`). Rejects with `MemoryUnavailable`
    * when the daemon's memory search is off.
    */
-  memorySearch(params: MemorySearchParams): Promise<MemorySearchResult> {
-    return this.call('memory.search', params);
+  memorySearch(params: MemorySearchParams, options?: CallOptions): Promise<MemorySearchResult> {
+    return this.call('memory.search', params, options);
   }
 
   /**
@@ -241,24 +280,79 @@ export class SatchelClient {
    * (default today) into `MEMORY.md`, skipping entries it already has, and keeps a backup of the
    * previous `MEMORY.md`. The daemon also does this once a day.
    */
-  memoryMerge(params: MemoryMergeParams = {}): Promise<MemoryMergeResult> {
-    return this.call('memory.merge', params);
+  memoryMerge(params: MemoryMergeParams = {}, options?: CallOptions): Promise<MemoryMergeResult> {
+    return this.call('memory.merge', params, options);
   }
 
   /** `memory.status`: the index, the search modes that are on, the watcher, the embedding backend, the next merge. */
-  memoryStatus(params: MemoryStatusParams = {}): Promise<MemoryStatusResult> {
-    return this.call('memory.status', params);
+  memoryStatus(params: MemoryStatusParams = {}, options?: CallOptions): Promise<MemoryStatusResult> {
+    return this.call('memory.status', params, options);
   }
 
-  /** Sends a request and resolves with its result; an error response rejects with a SatchelError. */
-  call<M extends keyof Methods>(method: M, params: Methods[M][0]): Promise<Methods[M][1]>;
-  call(method: string, params?: unknown): Promise<unknown>;
-  call(method: string, params?: unknown): Promise<unknown> {
+  /**
+   * Sends a request and resolves with its result; an error response rejects with a SatchelError.
+   *
+   * With `options.timeoutMs` or `options.signal`, a call that is still waiting when the time is up
+   * (or the signal aborts) is cancelled with `$/cancelRequest`, and satchel's answer to that is
+   * awaited (up to `CANCEL_GRACE_MS`), as in the Python client:
+   * - satchel cancelled it: rejects with `RequestCancelled` (-32800). The call had no effect at
+   *   all, so it may be resent as is; `cause` is the signal's reason when aborted;
+   * - the call had already passed its commit point: the cancel is ignored and the call resolves
+   *   with its result (or rejects with its error), as LSP allows;
+   * - no answer, or the connection closed: rejects with `OutcomeUnknown`. Retry `context.prepare`
+   *   with the full `messages` list (idempotent), or `append` with `expect_messages`.
+   * A signal that is already aborted rejects with `RequestCancelled` without sending anything.
+   */
+  call<M extends keyof Methods>(method: M, params: Methods[M][0], options?: CallOptions): Promise<Methods[M][1]>;
+  call(method: string, params?: unknown, options?: CallOptions): Promise<unknown>;
+  call(method: string, params?: unknown, options: CallOptions = {}): Promise<unknown> {
     if (this.#closed) return Promise.reject(this.#closed);
+    const { timeoutMs, signal } = options;
+    if (signal?.aborted) {
+      const error = new RequestCancelled(`${method}: aborted before it was sent; the call had no effect`);
+      return Promise.reject(Object.assign(error, { cause: signal.reason }));
+    }
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      let grace: NodeJS.Timeout | undefined;
+      // Why the call was cancelled, once it was: turns satchel's answer into the rejection.
+      let cancelled: { why: string; cause?: unknown } | null = null;
+      const settle = () => {
+        clearTimeout(timer);
+        clearTimeout(grace);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const cancel = (why: string, cause?: unknown) => {
+        if (cancelled || !this.#pending.has(id)) return;
+        cancelled = { why, cause };
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        if (!this.#closed && !this.#output.writableEnded && !this.#output.destroyed) {
+          this.#send({ method: '$/cancelRequest', params: { id } });
+        }
+        grace = setTimeout(() => {
+          const pending = this.#pending.get(id);
+          if (!pending) return;
+          this.#pending.delete(id);
+          pending.reject(new OutcomeUnknown(`${method}: ${why}, and satchel did not answer its $/cancelRequest within ${CANCEL_GRACE_MS} ms`));
+        }, CANCEL_GRACE_MS);
+      };
+      const onAbort = () => cancel('aborted', signal!.reason);
       const bytes = this.#send({ id, method, ...(params === undefined ? {} : { params }) });
-      this.#pending.set(id, { resolve, reject, bytes });
+      this.#pending.set(id, {
+        resolve: (result) => {
+          settle();
+          resolve(result);
+        },
+        reject: (error) => {
+          settle();
+          reject(cancelled ? cancelOutcome(method, cancelled, error) : error);
+        },
+        bytes,
+      });
+      if (timeoutMs !== undefined) timer = setTimeout(() => cancel(`no reply within ${timeoutMs} ms`), timeoutMs);
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 
@@ -282,16 +376,25 @@ export class SatchelClient {
   }
 
   /**
-   * Runs summaries with your own model: answers `summarizer.complete {messages, max_tokens}`
-   * with `{text}`. Call it before `initialize`, which then declares the capability; the
-   * daemon uses it for sessions whose config has `"summarizer": "client"`.
+   * Runs summaries with your own model, like the Python client's `set_summarizer`: answers
+   * `summarizer.complete {messages, max_tokens}` with `{text}` (the function's string), and sends
+   * `initialize` declaring `capabilities.summarizer_complete`, since satchel only asks clients that
+   * declared it (later `initialize` calls declare it too). Resolves with that `initialize`'s
+   * result. The daemon uses it for sessions whose config has `"summarizer": "client"`; a throw (or
+   * a result that is not a string) is sent back as an error and satchel falls back to its
+   * extractive summary.
    */
-  setSummarizer(summarize: Summarizer): void {
+  setSummarizer(summarize: Summarizer, options?: CallOptions): Promise<InitializeResult> {
     this.#summarizer = true;
     this.onRequest('summarizer.complete', async (params): Promise<SummarizerCompleteResult> => {
       const { messages, max_tokens } = params as SummarizerCompleteParams;
-      return { text: await summarize(messages, max_tokens) };
+      const text: unknown = await summarize(messages, max_tokens);
+      if (typeof text !== 'string') throw new TypeError(`the summarizer returned ${text === null ? 'null' : typeof text}, not a string`);
+      return { text };
     });
+    const initialized = this.initialize({}, options);
+    initialized.catch(() => {}); // a caller that does not await it gets no unhandled rejection
+    return initialized;
   }
 
   /**
@@ -355,7 +458,7 @@ export class SatchelClient {
       const error =
         e instanceof SatchelError
           ? { code: e.code, message: e.message, ...(e.data === undefined ? {} : { data: e.data }) }
-          : { code: -32603, message: e instanceof Error ? e.message : String(e) };
+          : { code: -32603, message: e instanceof Error ? `${e.name}: ${e.message}` : String(e) };
       reply = { id, error };
     }
     if (!this.#output.writableEnded && !this.#output.destroyed) this.#send(reply);
@@ -367,4 +470,18 @@ export class SatchelClient {
     for (const { reject } of this.#pending.values()) reject(error);
     this.#pending.clear();
   }
+}
+
+/** The rejection of a call that was cancelled (timeout or abort), from satchel's answer to it. */
+function cancelOutcome(method: string, cancelled: { why: string; cause?: unknown }, error: Error): Error {
+  if (error instanceof RequestCancelled) {
+    const confirmed = new RequestCancelled(`${method}: ${cancelled.why}; cancelled, and the call had no effect`, error.data);
+    return cancelled.cause === undefined ? confirmed : Object.assign(confirmed, { cause: cancelled.cause });
+  }
+  if (error instanceof ConnectionClosed) {
+    return new OutcomeUnknown(`${method}: ${cancelled.why}, and the connection closed before satchel answered its $/cancelRequest`, {
+      cause: error,
+    });
+  }
+  return error; // the call's own error: it ended before the cancel could matter
 }

@@ -21,6 +21,59 @@ export class ConnectionClosed extends Error {
   override name = 'ConnectionClosed';
 }
 
+/** Where `SatchelClient.spawn` took the executable from. */
+export type SatchelBinSource = 'option' | 'env' | 'path';
+
+/**
+ * `SatchelClient.spawn` could not run the executable (e.g. ENOENT: no such file): every call
+ * rejects with it. The message names the path tried and how to set it (`SATCHEL_BIN` or the
+ * `satchel` option); `code` is the system error's (`ENOENT`, `EACCES`, …) and `cause` the error itself.
+ */
+export class SpawnFailed extends ConnectionClosed {
+  override name = 'SpawnFailed';
+  /** The executable that was tried. */
+  readonly path: string;
+  /** Where it came from: the `satchel` option, `$SATCHEL_BIN`, or the default `satchel` on the PATH. */
+  readonly source: SatchelBinSource;
+  /** The system error code, e.g. `ENOENT`. */
+  readonly code: string | undefined;
+
+  constructor(path: string, source: SatchelBinSource, error: Error & { code?: string }) {
+    const tried =
+      source === 'option'
+        ? `${path} (the \`satchel\` option)`
+        : source === 'env'
+          ? `${path} (from SATCHEL_BIN)`
+          : `\`${path}\` on the PATH (neither the \`satchel\` option nor SATCHEL_BIN is set)`;
+    const what = error.code === 'ENOENT' ? 'satchel executable not found' : 'cannot run the satchel executable';
+    super(
+      `${what}: tried ${tried}: ${error.message}. Set SATCHEL_BIN to the satchel binary, or pass ` +
+        `SatchelClient.spawn({ satchel: '/path/to/satchel' }) (build it with \`cargo build -p satchel\`: target/debug/satchel)`,
+      { cause: error },
+    );
+    this.path = path;
+    this.source = source;
+    this.code = error.code;
+  }
+}
+
+/**
+ * A call timed out or was aborted, and satchel did not confirm the cancel (no answer to the
+ * `$/cancelRequest` within `CANCEL_GRACE_MS`, or the connection closed): the call may or may not
+ * have taken effect. Retry `context.prepare` with the full `messages` list (idempotent), or `append`
+ * with `expect_messages`, which refuses to append twice.
+ */
+export class OutcomeUnknown extends Error {
+  override name = 'OutcomeUnknown';
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(
+      `${message}: the outcome is unknown (retry context.prepare with the full \`messages\` list, or \`append\` with \`expect_messages\`)`,
+      options,
+    );
+  }
+}
+
 type Sub = new (message: string, data?: unknown) => SatchelError;
 const sub = (code: number): Sub =>
   class extends SatchelError {

@@ -271,10 +271,20 @@ def command(
     return argv + ["serve", *args]
 
 
-def spawn_env(env: Optional[Dict[str, str]]) -> Optional[Dict[str, str]]:
-    """``env`` adds to the current environment rather than replacing it: satchel needs
-    ``HOME`` (default workspace) and honours ``SATCHEL_*`` settings the caller already has."""
-    return None if env is None else {**os.environ, **env}
+#: satchel's log level (``SATCHEL_LOG``) in a spawned daemon unless ``env`` or the caller's
+#: environment sets one: warnings and errors only, so an agent's terminal is not filled with
+#: satchel's info lines. ``env={"SATCHEL_LOG": "info"}`` (or ``debug``) shows more.
+DEFAULT_SATCHEL_LOG = "warn"
+
+
+def spawn_env(env: Optional[Dict[str, str]]) -> Dict[str, str]:
+    """The spawned daemon's environment: ``env`` adds to the current environment rather than
+    replacing it (satchel needs ``HOME`` for its default workspace and honours the ``SATCHEL_*``
+    settings the caller already has), and ``SATCHEL_LOG`` is ``DEFAULT_SATCHEL_LOG`` unless
+    either of them sets it."""
+    merged = {**os.environ, **(env or {})}
+    merged.setdefault("SATCHEL_LOG", DEFAULT_SATCHEL_LOG)
+    return merged
 
 
 def stderr_target(stderr: Any) -> Tuple[Any, Any]:

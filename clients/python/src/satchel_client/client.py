@@ -92,7 +92,9 @@ class Client(P.Handlers):
         ``satchel`` is the binary (default ``$SATCHEL_BIN``, else ``satchel`` on PATH).
         ``workspace`` defaults to satchel's own (``$SATCHEL_HOME`` or the platform data dir).
         ``env`` is added to the current environment. ``stderr`` (satchel's logs) is inherited
-        unless it is a path (appended to) or a file/``subprocess.DEVNULL``. With
+        unless it is a path (appended to) or a file/``subprocess.DEVNULL``; satchel logs
+        warnings and errors only (``SATCHEL_LOG=warn``) unless ``env`` or the environment sets
+        ``SATCHEL_LOG`` (e.g. ``env={"SATCHEL_LOG": "info"}``). With
         ``summarizer``, the client answers ``summarizer.complete`` with it and sends
         ``initialize`` declaring so (see :meth:`set_summarizer`).
         """
