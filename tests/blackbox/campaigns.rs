@@ -906,7 +906,8 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
 // Fuzz corpus
 // ---------------------------------------------------------------------------------------------
 
-/// `--max-message-bytes` of the fuzzed daemon: larger frames are skipped (-32007, id null).
+/// `--max-message-bytes` of the fuzzed daemon: larger frames are skipped (-32007, under the id
+/// their first bytes carry).
 const FUZZ_MAX_MESSAGE: usize = 256 * 1024;
 /// How long the daemon may stay silent while replies are still missing.
 const FUZZ_QUIET: Duration = Duration::from_secs(15);
@@ -1044,7 +1045,8 @@ fn classify(body: &[u8], framing: Framing, carried: Option<Value>, must_fail: bo
         return Vec::new(); // a blank line
     }
     if body.len() > FUZZ_MAX_MESSAGE {
-        return vec![Expect::NullOr(None)]; // skipped unread: -32007 with id null
+        // Skipped unread: -32007 under the id its first bytes carry, else id null.
+        return vec![Expect::NullOr(carried)];
     }
     if broken {
         return vec![Expect::NullOr(carried)];
@@ -1787,10 +1789,10 @@ impl Corpus {
     fn oversized_frame(&mut self, framing: Framing) -> FuzzFrame {
         let id = self.fresh_id();
         let text = "z".repeat(FUZZ_MAX_MESSAGE + self.rng.below(50_000));
-        let call = json!({"jsonrpc": "2.0", "id": id, "method": "context.prepare",
+        let call = json!({"jsonrpc": "2.0", "id": id.clone(), "method": "context.prepare",
                           "params": {"session_id": "fz-0", "append": [user(&text)]}});
         let body = serde_json::to_vec(&call).unwrap();
-        self.finish("oversized", framing, body, None, false, false)
+        self.finish("oversized", framing, body, Some(id), false, false)
     }
 }
 

@@ -13,6 +13,7 @@ mod assembly;
 mod basics;
 mod campaigns;
 mod compaction;
+mod conformance;
 mod continuity;
 mod hardening_storage;
 mod limits;

@@ -53,6 +53,21 @@ fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
 }
 
+/// The roles a message may have: OpenAI's (`system`, `developer`, `user`, `assistant`,
+/// `tool`, the legacy `function`) and Anthropic's (`user`, `assistant`).
+pub const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+
+/// Why `message` has no role satchel can place, or `None` when its `role` is one of [`ROLES`].
+/// Every step after ingestion (pairs, turns, compaction, repair) reads the role.
+pub fn role_problem(message: &Value) -> Option<String> {
+    match message.get("role") {
+        None => Some("a message needs a `role`".to_owned()),
+        Some(Value::String(role)) if ROLES.contains(&role.as_str()) => None,
+        Some(Value::String(role)) => Some(format!("unknown role {role:?}: expected one of {}", ROLES.join(", "))),
+        Some(_) => Some("`role` must be a string".to_owned()),
+    }
+}
+
 /// The JSON objects of the tool calls an assistant message makes: OpenAI `tool_calls`
 /// entries or Anthropic `tool_use` blocks.
 fn call_objects(message: &Value, format: MessageFormat) -> Box<dyn Iterator<Item = &Value> + '_> {
@@ -293,6 +308,33 @@ mod tests {
                 {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "a\nb"}], "cache_control": {"type": "ephemeral"}},
                 {"type": "text", "text": "go on"}]}),
         ]
+    }
+
+    #[test]
+    fn a_message_needs_a_known_role() {
+        for role in ROLES {
+            assert_eq!(role_problem(&json!({"role": role, "content": "x"})), None);
+        }
+        let problems: Vec<String> = [
+            json!({"content": "x"}),
+            json!({"role": "robot", "content": "x"}),
+            json!({"role": "User", "content": "x"}),
+            json!({"role": 1, "content": "x"}),
+            json!({"role": null}),
+        ]
+        .iter()
+        .map(|m| role_problem(m).expect("refused"))
+        .collect();
+        assert_eq!(
+            problems,
+            [
+                "a message needs a `role`",
+                "unknown role \"robot\": expected one of system, developer, user, assistant, tool, function",
+                "unknown role \"User\": expected one of system, developer, user, assistant, tool, function",
+                "`role` must be a string",
+                "`role` must be a string",
+            ]
+        );
     }
 
     #[test]

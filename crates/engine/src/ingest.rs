@@ -121,7 +121,7 @@ impl Engine {
             raws,
             mut parsed,
             hashes: new_hashes,
-        } = NewMessages::parse(incoming, reconciled.consumed)?;
+        } = NewMessages::parse(incoming, reconciled.consumed, is_full_list)?;
         let format = declared.or(session.format).or_else(|| format::detect(&parsed));
         let processing_format = format_or_default(format);
         let mut records: Vec<SessionRecord> = Vec::new();
@@ -347,8 +347,10 @@ struct NewMessages {
 }
 
 impl NewMessages {
-    /// Parses the received messages after the first `consumed` (a big batch on several cores).
-    fn parse(incoming: Vec<Box<RawValue>>, consumed: usize) -> Result<Self, EngineError> {
+    /// Parses the received messages after the first `consumed` (a big batch on several cores),
+    /// and refuses a message without a known role, naming it (`messages[3].role`). A message
+    /// the session holds was checked when it came.
+    fn parse(incoming: Vec<Box<RawValue>>, consumed: usize, is_full_list: bool) -> Result<Self, EngineError> {
         let mut raws: Vec<Box<RawValue>> = incoming.into_iter().skip(consumed).collect();
         let parsed = map_weighted(
             &mut raws,
@@ -358,6 +360,13 @@ impl NewMessages {
         .into_iter()
         .collect::<Result<Vec<Value>, _>>()
         .map_err(|e| EngineError::invalid_params("messages", e))?;
+        let field = if is_full_list { "messages" } else { "append" };
+        for (position, message) in parsed.iter().enumerate() {
+            if let Some(problem) = format::role_problem(message) {
+                let index = consumed + position;
+                return Err(EngineError::invalid_params(&format!("{field}[{index}].role"), problem));
+            }
+        }
         // Hashed from the parsed values: cheaper than from text, which must be unescaped.
         let hashes = parsed.iter().map(MessageHash::of_value).collect();
         Ok(NewMessages { raws, parsed, hashes })

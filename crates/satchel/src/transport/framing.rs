@@ -12,6 +12,10 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 /// Longest header line accepted; real headers are a few dozen bytes.
 const MAX_HEADER_LINE: usize = 8 * 1024;
 
+/// How much of an oversized body is kept, to read its request's id from (the envelope comes
+/// first in the messages clients write: `{"jsonrpc":"2.0","id":7,"method":...`).
+pub(super) const KEPT_PREFIX: usize = 4 * 1024;
+
 /// How a message is delimited on the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Framing {
@@ -26,8 +30,9 @@ pub(super) enum Framing {
 pub(super) enum Frame {
     /// A complete message body.
     Message(Vec<u8>),
-    /// The body was over the size limit and has been skipped.
-    TooBig,
+    /// The body was over the size limit and has been skipped; its first bytes (at most
+    /// [`KEPT_PREFIX`]) are kept.
+    TooBig(Vec<u8>),
     /// The headers could not be understood; the text says why.
     BadHeader(String),
 }
@@ -45,8 +50,9 @@ pub(super) struct Incoming {
 enum Line {
     /// The line without its `\n` or `\r\n`.
     Complete(Vec<u8>),
-    /// The line was longer than the cap; its bytes were discarded.
-    TooLong,
+    /// The line was longer than the cap; its bytes were discarded but for the first
+    /// [`KEPT_PREFIX`].
+    TooLong(Vec<u8>),
 }
 
 /// Reads framed messages from a buffered byte stream.
@@ -65,12 +71,12 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     ///
     /// A last line without `\n` still counts; a `Content-Length` frame cut short is dropped.
     pub async fn next(&mut self) -> io::Result<Option<Incoming>> {
-        let too_big = || Ok(Some(incoming(Framing::Ndjson, Frame::TooBig)));
+        let too_big = |prefix| Ok(Some(incoming(Framing::Ndjson, Frame::TooBig(prefix))));
         loop {
             // Room for a header line even when the body limit is tiny.
             let line = match self.read_line(self.max_body.max(MAX_HEADER_LINE)).await? {
                 None => return Ok(None),
-                Some(Line::TooLong) => return too_big(),
+                Some(Line::TooLong(prefix)) => return too_big(prefix),
                 Some(Line::Complete(line)) => line,
             };
             if line.iter().all(u8::is_ascii_whitespace) {
@@ -81,7 +87,9 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
                 return self.read_content_length_frame(length).await;
             }
             if line.len() > self.max_body {
-                return too_big();
+                let mut prefix = line;
+                prefix.truncate(KEPT_PREFIX);
+                return too_big(prefix);
             }
             return Ok(Some(incoming(Framing::Ndjson, Frame::Message(line))));
         }
@@ -95,7 +103,7 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
                     tracing::warn!("end of stream inside Content-Length headers");
                     return Ok(None);
                 }
-                Some(Line::TooLong) => length = Err("header line too long".to_owned()),
+                Some(Line::TooLong(_)) => length = Err("header line too long".to_owned()),
                 Some(Line::Complete(line)) if line.is_empty() => break,
                 // Other headers (Content-Type) carry nothing we need.
                 Some(Line::Complete(_)) => {}
@@ -108,12 +116,15 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             }
         };
         if length > self.max_body {
-            let skipped = tokio::io::copy(&mut (&mut self.reader).take(length as u64), &mut tokio::io::sink()).await?;
+            let mut prefix = Vec::new();
+            let mut body = (&mut self.reader).take(length as u64);
+            let kept = (&mut body).take(KEPT_PREFIX as u64).read_to_end(&mut prefix).await?;
+            let skipped = kept as u64 + tokio::io::copy(&mut body, &mut tokio::io::sink()).await?;
             if skipped < length as u64 {
                 tracing::warn!("end of stream inside an oversized Content-Length body");
                 return Ok(None);
             }
-            return Ok(Some(incoming(Framing::ContentLength, Frame::TooBig)));
+            return Ok(Some(incoming(Framing::ContentLength, Frame::TooBig(prefix))));
         }
         let mut body = vec![0; length];
         match self.reader.read_exact(&mut body).await {
@@ -128,7 +139,8 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
 
     /// Reads one line, ending in `\n` or `\r\n` or at EOF, keeping at most `max` bytes of it.
     ///
-    /// A longer line is consumed but not kept, so a huge line never sits in memory.
+    /// A longer line is consumed but only its first [`KEPT_PREFIX`] bytes are kept, so a huge line
+    /// never sits in memory.
     async fn read_line(&mut self, max: usize) -> io::Result<Option<Line>> {
         let mut line = Vec::new();
         let mut too_long = false;
@@ -144,11 +156,14 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             // One extra byte for the `\r` of a `\r\n` ending, which is stripped below.
             if !too_long && line.len() + chunk.len() > max.saturating_add(1) {
                 too_long = true;
-                line = Vec::new();
+                line.truncate(KEPT_PREFIX);
             }
-            if !too_long {
-                line.extend_from_slice(chunk);
-            }
+            let keep = if too_long {
+                KEPT_PREFIX.saturating_sub(line.len()).min(chunk.len())
+            } else {
+                chunk.len()
+            };
+            line.extend_from_slice(&chunk[..keep]);
             let used = newline.map_or(buf.len(), |i| i + 1);
             self.reader.consume(used);
             if newline.is_some() {
@@ -162,7 +177,8 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             line.pop();
         }
         if too_long || line.len() > max {
-            return Ok(Some(Line::TooLong));
+            line.truncate(KEPT_PREFIX);
+            return Ok(Some(Line::TooLong(line)));
         }
         Ok(Some(Line::Complete(line)))
     }
@@ -250,9 +266,25 @@ mod tests {
         assert_eq!(
             read_all(input, 5),
             vec![
-                incoming(Framing::Ndjson, Frame::TooBig),
+                incoming(Framing::Ndjson, Frame::TooBig(b"0123456789".to_vec())),
                 message(Framing::Ndjson, "ok"),
-                incoming(Framing::ContentLength, Frame::TooBig),
+                incoming(Framing::ContentLength, Frame::TooBig(b"01234567890".to_vec())),
+                message(Framing::Ndjson, "ok"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_oversized_body_keeps_only_its_prefix() {
+        let long = "y".repeat(3 * KEPT_PREFIX);
+        let input = format!("{long}\nContent-Length: {}\r\n\r\n{long}ok\n", long.len());
+        let out = read_all(input.as_bytes(), 100);
+        let prefix = long.as_bytes()[..KEPT_PREFIX].to_vec();
+        assert_eq!(
+            out,
+            vec![
+                incoming(Framing::Ndjson, Frame::TooBig(prefix.clone())),
+                incoming(Framing::ContentLength, Frame::TooBig(prefix)),
                 message(Framing::Ndjson, "ok"),
             ]
         );

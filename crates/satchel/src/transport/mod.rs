@@ -25,7 +25,7 @@ use jsonrpsee::types::{ErrorObject, Id};
 use std::borrow::Cow;
 
 use serde::de::{self, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -187,10 +187,11 @@ where
         conn.peer.saw(framing);
         match frame {
             Frame::Message(body) => conn.dispatch(framing, body).await,
-            Frame::TooBig => {
+            Frame::TooBig(prefix) => {
                 tracing::warn!(limit = limits.max_request_bytes, "skipped an oversized message");
-                let reply = MethodResponse::error(Id::Null, reject_too_big_request(limits.max_request_bytes));
-                conn.send(framing, reply).await;
+                let id = Peek::id_in_prefix(&prefix);
+                let reply = error_reply(id, &reject_too_big_request(limits.max_request_bytes));
+                conn.queue.send(framing::encode(framing, reply)).await;
             }
             Frame::BadHeader(why) => {
                 tracing::warn!("{why}");
@@ -224,9 +225,13 @@ struct Peek<'a> {
     /// An `id` member that is not a valid id (a boolean, an array, an object): the message
     /// gets -32600 with a null id, as JSON-RPC requires, rather than no answer.
     bad_id: bool,
-    /// A numeric id jsonrpsee cannot hold (negative, fractional, beyond 64 bits): valid
-    /// JSON-RPC, so it is carried through under an alias ([`IdAlias`]).
-    odd_number_id: Option<&'a RawValue>,
+    /// An id jsonrpsee would not give back as sent: a number it cannot hold (negative,
+    /// fractional, with an exponent, beyond 64 bits), or a string with escapes (which it would
+    /// write back unescaped). Valid JSON-RPC, so it is carried through under an alias
+    /// ([`IdAlias`]) and comes back byte for byte.
+    aliased_id: Option<&'a RawValue>,
+    /// The text of the first `id` member, whatever its type.
+    raw_id: Option<&'a RawValue>,
     /// Whether an `id` member was read (a second one makes the id invalid).
     saw_id: bool,
     /// Whether `jsonrpc` is `"2.0"`: only then is a message without an id a notification
@@ -258,8 +263,39 @@ impl<'a> Peek<'a> {
         }
     }
 
+    /// The id of a message of which only the first bytes `prefix` are known (an oversized
+    /// one), as JSON text, when it can be read there: a string or a number (`None` for any
+    /// other, or when the id is not in the prefix).
+    fn id_in_prefix(prefix: &[u8]) -> Option<&RawValue> {
+        if prefix.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
+        let mut peek = Peek::default();
+        let mut stopped_early = false;
+        let mut deserializer = serde_json::Deserializer::from_slice(prefix);
+        // The prefix ends somewhere in the message: reading fails there, and what was read
+        // before is what counts.
+        let _ = deserializer.deserialize_map(PeekVisitor {
+            peek: &mut peek,
+            stopped_early: &mut stopped_early,
+        });
+        let raw = peek.raw_id.filter(|_| !peek.bad_id)?;
+        // A number cut by the end of the prefix would read as another number.
+        let end = raw.get().as_ptr() as usize - prefix.as_ptr() as usize + raw.get().len();
+        let valid = raw
+            .get()
+            .starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit());
+        (valid && end < prefix.len()).then_some(raw)
+    }
+
     fn is_call(&self) -> bool {
         self.method.is_some() && self.id.is_some()
+    }
+
+    /// Whether jsonrpsee takes this message for a notification: a `method` string and
+    /// `"jsonrpc": "2.0"`, without an `id` member.
+    fn is_notification(&self) -> bool {
+        self.method.is_some() && self.version_2 && !self.saw_id
     }
     /// Whether this is the client's response to one of our requests rather than a call.
     ///
@@ -298,16 +334,18 @@ impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
                     // Two ids: which one to answer is anyone's guess.
                     map.next_value::<de::IgnoredAny>()?;
                     self.peek.id = None;
-                    self.peek.odd_number_id = None;
+                    self.peek.aliased_id = None;
                     self.peek.bad_id = true;
                 }
                 "id" => {
                     self.peek.saw_id = true;
                     let raw: &'de RawValue = map.next_value()?;
+                    self.peek.raw_id = Some(raw);
                     match serde_json::from_str::<Id<'de>>(raw.get()) {
+                        Ok(Id::Str(_)) if raw.get().contains('\\') => self.peek.aliased_id = Some(raw),
                         Ok(id) => self.peek.id = Some(id),
                         Err(_) if raw.get().starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
-                            self.peek.odd_number_id = Some(raw);
+                            self.peek.aliased_id = Some(raw);
                         }
                         Err(_) => self.peek.bad_id = true,
                     }
@@ -351,8 +389,75 @@ struct Cancel<'a> {
 
 #[derive(Deserialize)]
 struct CancelParams<'a> {
+    /// Any id a call may have; see [`IdKey`].
     #[serde(borrow)]
-    id: Id<'a>,
+    id: &'a RawValue,
+}
+
+/// An error reply carrying `id` (JSON text, written as it is; `None` for `null`).
+fn error_reply(id: Option<&RawValue>, error: &ErrorObject<'_>) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Reply<'a> {
+        jsonrpc: &'static str,
+        id: Option<&'a RawValue>,
+        error: &'a ErrorObject<'a>,
+    }
+    let reply = Reply {
+        jsonrpc: "2.0",
+        id,
+        error,
+    };
+    serde_json::to_vec(&reply).expect("an error object and a JSON id always serialize")
+}
+
+/// A call's id as a `$/cancelRequest` names it: a string by its value, a number by its value
+/// (so `-7`, `1.5`, `1e3` cancel the calls sent with them, and `1e3` also the call `1000`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum IdKey {
+    Str(String),
+    /// [`canonical_number`]'s text.
+    Num(String),
+}
+
+impl IdKey {
+    /// The key of the id whose JSON text is `raw`; `None` if it is neither a string nor a number.
+    fn of(raw: &str) -> Option<IdKey> {
+        let raw = raw.trim();
+        if raw.starts_with('"') {
+            serde_json::from_str(raw).ok().map(IdKey::Str)
+        } else {
+            canonical_number(raw).map(IdKey::Num)
+        }
+    }
+}
+
+/// The JSON number `raw` as `[-]<digits>e<exponent>`, its digits without leading or trailing
+/// zeros (`0` for zero): the same text for the same value, however it was written, and exact
+/// for any number of digits. `None` if `raw` is not a JSON number (or its exponent is huge).
+fn canonical_number(raw: &str) -> Option<String> {
+    let (negative, rest) = match raw.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    let (mantissa, exponent) = match rest.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits_only = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits_only(int) || !(frac.is_empty() || digits_only(frac)) || mantissa.ends_with('.') {
+        return None;
+    }
+    let digits = format!("{int}{frac}");
+    let significant = digits.trim_start_matches('0');
+    let trimmed = significant.trim_end_matches('0');
+    if trimmed.is_empty() {
+        return Some("0".to_owned());
+    }
+    let shift = i64::try_from(significant.len() - trimmed.len()).ok()? - i64::try_from(frac.len()).ok()?;
+    let exponent = exponent.checked_add(shift)?;
+    let sign = if negative { "-" } else { "" };
+    Some(format!("{sign}{trimmed}e{exponent}"))
 }
 
 /// A request that is running and can still be cancelled.
@@ -365,10 +470,13 @@ struct InFlight {
     token: CallToken,
     /// The client's own id, when the call runs under an alias.
     alias: Option<Arc<IdAlias>>,
+    /// The client's id as a `$/cancelRequest` names it.
+    key: Option<IdKey>,
 }
 
-/// A numeric id jsonrpsee cannot hold (its ids are strings and unsigned 64-bit integers),
-/// replaced in the message by a string of satchel's own, and put back in the reply.
+/// An id jsonrpsee cannot give back as sent (its ids are strings, written back unescaped, and
+/// unsigned 64-bit integers), replaced in the message by a string of satchel's own, and put
+/// back in the reply as the client wrote it.
 struct IdAlias {
     /// The JSON text of the stand-in id, quotes included.
     stand_in: String,
@@ -424,7 +532,8 @@ impl Connection {
     /// Starts processing one message in its own task, or handles it here if it is a cancel
     /// or a response from the client.
     async fn dispatch(&mut self, framing: Framing, mut body: Vec<u8>) {
-        if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
+        if first == Some(b'[') {
             match self.route_batch(body) {
                 Some(calls) => body = calls,
                 None => return,
@@ -437,12 +546,12 @@ impl Connection {
         {
             return self.peer.resolve(peek.id.as_ref(), peek.result, peek.error);
         }
-        if peek.as_ref().is_some_and(|p| p.bad_id && p.method.is_some()) {
+        if peek.as_ref().is_some_and(|p| p.bad_id) {
             tracing::debug!("a message with an invalid id");
             let reply = MethodResponse::error(Id::Null, ErrorCode::InvalidRequest);
             return self.send(framing, reply).await;
         }
-        let odd_id = peek.as_ref().and_then(|p| p.odd_number_id).map(|raw| {
+        let odd_id = peek.as_ref().and_then(|p| p.aliased_id).map(|raw| {
             let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
             (start, raw.get().to_owned())
         });
@@ -455,6 +564,19 @@ impl Connection {
             None => None,
         };
         let notification_shape = peek.as_ref().is_some_and(|p| !p.saw_id && p.version_2);
+        // Valid JSON that is not a request: jsonrpsee answers -32700 (it reads only requests,
+        // and anything else it cannot read it takes for bad JSON), JSON-RPC wants -32600.
+        let not_a_request = match &peek {
+            Some(p) => p.id.is_none() && !p.is_notification() && p.method.as_deref() != Some("$/cancelRequest"),
+            None => {
+                first != Some(b'{') && first != Some(b'[') && serde_json::from_slice::<de::IgnoredAny>(&body).is_ok()
+            }
+        };
+        if not_a_request {
+            tracing::debug!("valid JSON, not a request");
+            let reply = MethodResponse::error(Id::Null, ErrorCode::InvalidRequest);
+            return self.send(framing, reply).await;
+        }
         let (id, method) = peek.map_or((None, None), |p| (p.id, p.method));
         tracing::debug!(?method, ?id, ?framing, "message");
         if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
@@ -525,6 +647,10 @@ impl Connection {
         });
         if let Some(id) = tracked {
             let abort = task.abort_handle();
+            let key = match &alias {
+                Some(alias) => IdKey::of(&alias.original),
+                None => serde_json::to_string(&id).ok().and_then(|text| IdKey::of(&text)),
+            };
             map.insert(
                 id,
                 InFlight {
@@ -533,6 +659,7 @@ impl Connection {
                     abort,
                     token,
                     alias,
+                    key,
                 },
             );
         }
@@ -544,19 +671,26 @@ impl Connection {
     /// its session until then, so whatever the client sends next on that session sees the
     /// session as it was before the cancelled call.
     async fn cancel(&self, body: &[u8]) {
-        let Ok(Cancel { params }) = serde_json::from_slice::<Cancel>(body) else {
-            tracing::warn!("$/cancelRequest without params.id");
+        let Some(key) = serde_json::from_slice::<Cancel>(body)
+            .ok()
+            .and_then(|Cancel { params }| IdKey::of(params.id.get()))
+        else {
+            tracing::warn!("$/cancelRequest without a string or number params.id");
             return;
         };
-        let id = params.id.into_owned();
-        let entry = {
+        let cancelled = {
             let mut map = lock(&self.in_flight);
-            match map.get(&id) {
-                Some(entry) if entry.token.cancel() => map.remove(&id),
+            // Several calls may run under one id when some of them are aliased: the oldest.
+            let named = (map.iter())
+                .filter(|(_, entry)| entry.key.as_ref() == Some(&key))
+                .min_by_key(|(_, entry)| entry.seq)
+                .map(|(id, _)| id.clone());
+            match named {
+                Some(id) if map[&id].token.cancel() => map.remove(&id).map(|entry| (id, entry)),
                 _ => None, // already answered, never existed, or committed: the result comes
             }
         };
-        let Some(entry) = entry else {
+        let Some((id, entry)) = cancelled else {
             return;
         };
         entry.abort.abort();
@@ -858,6 +992,92 @@ mod tests {
         assert_eq!(client.recv().await.1["result"], json!([2]));
     }
 
+    #[test]
+    fn numbers_name_the_same_id_by_value() {
+        let key = |raw: &str| IdKey::of(raw);
+        for (a, b) in [
+            ("1e3", "1000"),
+            ("1000", "1.000e+3"),
+            ("-0", "0.0"),
+            ("-7", "-70e-1"),
+            ("0.25", "25E-2"),
+        ] {
+            assert_eq!(key(a), key(b), "{a} {b}");
+            assert!(key(a).is_some());
+        }
+        for (a, b) in [
+            ("1", "-1"),
+            ("18446744073709551616", "18446744073709551617"),
+            ("1", r#""1""#),
+        ] {
+            assert_ne!(key(a), key(b), "{a} {b}");
+        }
+        assert_eq!(key(r#""q\u00e9""#), key(r#""qé""#));
+        for invalid in ["true", "null", "{}", "1.", ".5", "1e", "--1", "1e99999999999999999999"] {
+            assert_eq!(key(invalid), None, "{invalid}");
+        }
+    }
+
+    #[test]
+    fn an_oversized_message_s_id_is_read_from_its_prefix() {
+        let id = |prefix: &str| Peek::id_in_prefix(prefix.as_bytes()).map(|raw| raw.get().to_owned());
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":7,"method":"m","params":{"a":"xx"#).as_deref(),
+            Some("7")
+        );
+        assert_eq!(id(r#" {"id":-1.5e3,"params":["#).as_deref(), Some("-1.5e3"));
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":"a\"b","#).as_deref(), Some(r#""a\"b""#));
+        // Cut inside the id, after params, of a type JSON-RPC does not allow, or not an object.
+        for prefix in [
+            r#"{"id":12"#,
+            r#"{"id":"ab"#,
+            r#"{"params":{"id":1},"x":"#,
+            r#"{"id":true,"#,
+            "[1,",
+            r#"{"id":1,"id":2,"#,
+        ] {
+            assert_eq!(id(prefix), None, "{prefix}");
+        }
+    }
+
+    #[tokio::test]
+    async fn valid_json_that_is_not_a_request_gets_invalid_request_and_bad_json_a_parse_error() {
+        let mut client = start(TransportLimits::default());
+        for body in [
+            "{}",
+            r#"{"foo":1}"#,
+            r#""x""#,
+            "42",
+            "null",
+            "true",
+            r#"{"jsonrpc":"2.0"}"#,
+            r#"{"id":[1]}"#,
+        ] {
+            client.send(Framing::Ndjson, body).await;
+            let (_, reply) = client.recv().await;
+            assert_eq!(
+                (&reply["id"], &reply["error"]["code"]),
+                (&Value::Null, &json!(-32600)),
+                "{body}: {reply}"
+            );
+        }
+        client.send(Framing::Ndjson, "[1]").await;
+        assert_eq!(client.recv().await.1[0]["error"]["code"], json!(-32600));
+        for body in ["{bad", "nul", "42 43"] {
+            client.send(Framing::Ndjson, body).await;
+            let (_, reply) = client.recv().await;
+            assert_eq!(
+                (&reply["id"], &reply["error"]["code"]),
+                (&Value::Null, &json!(-32700)),
+                "{body}: {reply}"
+            );
+        }
+        // A notification gets nothing; the next call is answered.
+        client.send(Framing::Ndjson, &notify("echo", json!([1]))).await;
+        client.send(Framing::Ndjson, &call(json!(1), "echo", json!([1]))).await;
+        assert_eq!(client.recv().await.1["id"], json!(1));
+    }
+
     #[tokio::test]
     async fn a_direct_method_that_panics_is_answered_with_an_internal_error() {
         let mut service = Service::from(methods());
@@ -941,9 +1161,10 @@ mod tests {
             max_response_bytes: 512,
         });
         let big = call(json!(1), "echo", json!(["x".repeat(2000)]));
+        // Answered under the id the message's first bytes carry.
         let too_big = json!({
             "jsonrpc": "2.0",
-            "id": null,
+            "id": 1,
             "error": {"code": -32007, "message": "Request is too big", "data": "Exceeded max limit of 1024"},
         });
         for framing in [Framing::Ndjson, Framing::ContentLength] {
