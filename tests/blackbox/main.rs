@@ -12,6 +12,7 @@ mod support;
 mod assembly;
 mod basics;
 mod campaigns;
+mod cli;
 mod compaction;
 mod conformance;
 mod continuity;

@@ -1,20 +1,27 @@
-//! Layering of the configuration: defaults → `<workspace>/config.json` → `SATCHEL_<KEY>`
-//! environment variables → per-request overrides.
+//! Layering of the configuration: defaults → `$XDG_CONFIG_HOME/satchel/config.json` (the
+//! user's file; `~/.config/satchel/config.json` when `XDG_CONFIG_HOME` is unset) →
+//! `<workspace>/config.json` → `SATCHEL_<KEY>` environment variables → per-request overrides.
 //!
 //! Layers are merged as JSON objects and deserialised once, so every layer gets the same
-//! validation and errors name the offending key.
+//! validation and errors name the offending key. [`load_layers`] also says where each key's
+//! value came from (`satchel config` shows it).
 //!
-//! The file and a request may use the spec's names (CoPaw's `agents.running` keys, QwenPaw's
+//! The files and a request may use the spec's names (CoPaw's `agents.running` keys, QwenPaw's
 //! `light_context_config` tree): [`aliases::resolve`] turns each into flat keys first, and
 //! refuses two names that set one key differently. The environment layer also reads CoPaw's
 //! `COPAW_MEMORY_COMPACT_*` variables ([`ENV_ALIASES`]); `COPAW_MEMORY_COMPACT_THRESHOLD`, in
-//! tokens, becomes a ratio of the window the other layers settle on.
+//! tokens, becomes a ratio of the window the other layers settle on. A list key's variable
+//! takes a JSON array or comma-separated text (`SATCHEL_MARKDOWN_TOOL_NAMES=read_skill,load_skill`).
 //!
-//! The [`Config::DAEMON_ONLY_KEYS`] come only from the daemon's own layers (the file and its
+//! The [`Config::DAEMON_ONLY_KEYS`] come only from the daemon's own layers (the files and its
 //! environment): a request naming one is refused. Where the API key is sent, which variable
 //! is sent and which headers go with it are the daemon owner's choice, not a client's.
+//!
+//! A `SATCHEL_` variable that is none of these (a typo such as `SATCHEL_PRUNING_RECENT`) would
+//! be a silent no-op: [`unknown_variables`] names them, with the closest key, for a warning.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use satchel_protocol::Config;
 use satchel_protocol::aliases::{self, ENV_ALIASES, EnvUnit, same_value};
@@ -29,25 +36,83 @@ pub type ConfigError = (String, String);
 /// names what the user wrote.
 type WrittenAs = BTreeMap<String, String>;
 
+/// Where a key's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// A configuration file: the user's (`$XDG_CONFIG_HOME/satchel/config.json`) or the
+    /// workspace's.
+    File(PathBuf),
+    /// An environment variable: the key's `SATCHEL_` one or a CoPaw alias.
+    Env(String),
+}
+
+/// The effective base configuration and where each key came from.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// Key → where its value came from (every key of the configuration).
+    pub sources: BTreeMap<String, Source>,
+    /// The files looked for, lowest layer first, and whether each was there.
+    pub files: Vec<(PathBuf, bool)>,
+}
+
 /// The effective base configuration of a workspace.
 pub fn load(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
-    let mut merged = to_map(&Config::default());
-    let mut written_as = WrittenAs::new();
-    let path = workspace.config_file();
-    match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let file: Map<String, Value> =
-                serde_json::from_str(&text).map_err(|e| (path.display().to_string(), e.to_string()))?;
-            let file = aliases::resolve(&file).map_err(|e| (path.display().to_string(), e.to_string()))?;
-            merged.extend(file.values);
-            written_as = file.written_as;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err((path.display().to_string(), e.to_string())),
-    }
+    load_layers(workspace, env).map(|loaded| loaded.config)
+}
+
+/// The user's configuration file: `$XDG_CONFIG_HOME/satchel/config.json`, or
+/// `$HOME/.config/satchel/config.json` when `XDG_CONFIG_HOME` is unset (or not absolute, as the
+/// XDG specification says). `None` without either variable.
+pub fn user_config_file(env: &HashMap<String, String>) -> Option<PathBuf> {
+    let absolute = |name: &str| env.get(name).map(PathBuf::from).filter(|path| path.is_absolute());
+    let base = absolute("XDG_CONFIG_HOME").or_else(|| absolute("HOME").map(|home| home.join(".config")))?;
+    Some(base.join("satchel").join("config.json"))
+}
+
+/// [`load`], with the source of every key and the files looked for.
+pub fn load_layers(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Loaded, ConfigError> {
     let env: HashMap<String, String> = env.collect();
-    apply_env(&mut merged, &mut written_as, &env)?;
-    finish(merged, &written_as)
+    let mut merged = to_map(&Config::default());
+    let mut sources: BTreeMap<String, Source> = merged.keys().map(|key| (key.clone(), Source::Default)).collect();
+    let mut written_as = WrittenAs::new();
+    let mut files = Vec::new();
+    for path in user_config_file(&env).into_iter().chain([workspace.config_file()]) {
+        let found = read_file_layer(&path, &mut merged, &mut written_as, &mut sources)?;
+        files.push((path, found));
+    }
+    apply_env(&mut merged, &mut written_as, &mut sources, &env)?;
+    let config = finish(merged, &written_as)?;
+    Ok(Loaded { config, sources, files })
+}
+
+/// Merges the file at `path`, if there is one, over `merged`. Returns whether it was there.
+fn read_file_layer(
+    path: &Path,
+    merged: &mut Map<String, Value>,
+    written_as: &mut WrittenAs,
+    sources: &mut BTreeMap<String, Source>,
+) -> Result<bool, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err((path.display().to_string(), e.to_string())),
+    };
+    let file: Map<String, Value> =
+        serde_json::from_str(&text).map_err(|e| (path.display().to_string(), e.to_string()))?;
+    let file = aliases::resolve(&file).map_err(|e| (path.display().to_string(), e.to_string()))?;
+    for (key, value) in file.values {
+        written_as.remove(&key);
+        if let Some(source) = sources.get_mut(&key) {
+            *source = Source::File(path.to_path_buf());
+        }
+        merged.insert(key, value);
+    }
+    written_as.extend(file.written_as);
+    Ok(true)
 }
 
 /// The environment layer: `SATCHEL_<KEY>` for every key, and CoPaw's variables
@@ -56,19 +121,22 @@ pub fn load(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> 
 fn apply_env(
     merged: &mut Map<String, Value>,
     written_as: &mut WrittenAs,
+    sources: &mut BTreeMap<String, Source>,
     env: &HashMap<String, String>,
 ) -> Result<(), ConfigError> {
+    let defaults = to_map(&Config::default());
+    let value_of = |key: &str, raw: &str| env_value(raw, defaults.get(key));
     // Key → (variable, value), for every variable of the layer.
     let mut set: BTreeMap<String, (String, Value)> = BTreeMap::new();
-    for key in to_map(&Config::default()).keys() {
-        let var = format!("SATCHEL_{}", key.to_ascii_uppercase());
+    for key in defaults.keys() {
+        let var = env_var_of(key);
         if let Some(raw) = env.get(&var) {
-            set.insert(key.clone(), (var, env_value(raw)));
+            set.insert(key.clone(), (var, value_of(key, raw)));
         }
     }
     for alias in ENV_ALIASES.iter().filter(|a| a.unit == EnvUnit::Same) {
         let Some(raw) = env.get(alias.var) else { continue };
-        let value = env_value(raw);
+        let value = value_of(alias.key, raw);
         match set.get(alias.key) {
             Some((other, earlier)) if !same_value(earlier, &value) => {
                 return Err((
@@ -87,6 +155,7 @@ fn apply_env(
     }
     for (key, (var, value)) in &set {
         merged.insert(key.clone(), value.clone());
+        sources.insert(key.clone(), Source::Env(var.clone()));
         if var.starts_with("SATCHEL_") {
             // Errors about a `SATCHEL_<KEY>` value name the key, as they always have.
             written_as.remove(key);
@@ -133,15 +202,128 @@ fn apply_env(
             }
         }
         merged.insert(alias.key.to_owned(), ratio.into());
+        sources.insert(alias.key.to_owned(), Source::Env(alias.var.to_owned()));
         written_as.insert(alias.key.to_owned(), alias.var.to_owned());
     }
     Ok(())
 }
 
-/// A variable's value: numbers, booleans and lists are JSON; anything that does not parse is a
-/// string.
-fn env_value(raw: &str) -> Value {
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+/// The `SATCHEL_` variable of a key.
+pub fn env_var_of(key: &str) -> String {
+    format!("SATCHEL_{}", key.to_ascii_uppercase())
+}
+
+/// A variable's value for a key whose default is `default`: numbers, booleans and objects are
+/// JSON; a list is a JSON array or comma-separated text (`a,b`; empty text is the empty list);
+/// a text key takes the text as it is (a JSON string is unquoted); anything that does not parse
+/// is a string, which deserialisation then refuses naming the key.
+fn env_value(raw: &str, default: Option<&Value>) -> Value {
+    let text = || Value::String(raw.to_owned());
+    match default {
+        Some(Value::Array(_)) if !raw.trim_start().starts_with('[') => Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| Value::String(item.to_owned()))
+                .collect(),
+        ),
+        Some(Value::String(_)) => match serde_json::from_str(raw) {
+            Ok(Value::String(unquoted)) => Value::String(unquoted),
+            _ => text(),
+        },
+        _ => serde_json::from_str(raw).unwrap_or_else(|_| text()),
+    }
+}
+
+/// `SATCHEL_` variables that are not configuration keys: read by the binary
+/// (`SATCHEL_HOME`, `SATCHEL_LOG`, `SATCHEL_FAILPOINTS`), by the clients and scripts that
+/// spawn it (`SATCHEL_BIN`, `SATCHEL_CACHE_DIR`), and by the tests and benchmarks, whose
+/// daemons inherit them.
+const OTHER_VARIABLES: &[&str] = &[
+    "SATCHEL_HOME",
+    "SATCHEL_LOG",
+    "SATCHEL_FAILPOINTS",
+    "SATCHEL_BIN",
+    "SATCHEL_CACHE_DIR",
+    "SATCHEL_EMBEDDING_MODEL",
+    "SATCHEL_SHARED_DATA",
+    "SATCHEL_SHOW_MISSES",
+    "SATCHEL_SHOW_SUMMARY",
+    "SATCHEL_BENCH_DAEMON_LOG",
+    "SATCHEL_RETENTION_OUT",
+    "SATCHEL_CONTINUITY_OUT",
+    "SATCHEL_ASSERT_RETENTION",
+    "SATCHEL_ASSERT_CONTINUITY",
+    "SATCHEL_FAULT_SEED",
+    "SATCHEL_EVICTION_SESSIONS",
+    "SATCHEL_CANCEL_TRIALS",
+    "SATCHEL_CAMPAIGN_SEED",
+    "SATCHEL_CAMPAIGN_KILLS",
+    "SATCHEL_CAMPAIGN_FRAMES",
+    "SATCHEL_CAMPAIGN_CLIENTS",
+    "SATCHEL_CAMPAIGN_CALLS",
+    "SATCHEL_CAMPAIGN_CORPUS_DIR",
+];
+
+/// A warning for each `SATCHEL_` variable of `env` that satchel does not read: not a key's
+/// variable, not one of the [`OTHER_VARIABLES`], and not the variable `config` names for an
+/// API key (`llm_api_key_env`, `embedding_api_key_env`). Each names the closest key, if one is
+/// close. Sorted by variable.
+pub fn unknown_variables<'a>(env: impl Iterator<Item = &'a str>, config: &Config) -> Vec<String> {
+    let keys: Vec<String> = to_map(&Config::default()).keys().cloned().collect();
+    let mut unknown: Vec<&str> = env
+        .filter(|var| var.starts_with("SATCHEL_"))
+        .filter(|var| !OTHER_VARIABLES.contains(var))
+        .filter(|var| *var != config.llm_api_key_env && *var != config.embedding_api_key_env)
+        .filter(|var| !keys.iter().any(|key| env_var_of(key) == *var))
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    unknown
+        .into_iter()
+        .map(|var| match closest_key(&var["SATCHEL_".len()..], &keys) {
+            Some(key) => format!(
+                "ignoring unknown environment variable {var}: no configuration key {:?}; did you mean {}?",
+                var["SATCHEL_".len()..].to_ascii_lowercase(),
+                env_var_of(key)
+            ),
+            None => format!(
+                "ignoring unknown environment variable {var}: no configuration key {:?} (`satchel config` lists them)",
+                var["SATCHEL_".len()..].to_ascii_lowercase()
+            ),
+        })
+        .collect()
+}
+
+/// The key closest to `name` (a variable without its prefix) by edit distance, if it is
+/// within a third of the name's length (at least 2 edits), or one key starts with the other.
+fn closest_key<'k>(name: &str, keys: &'k [String]) -> Option<&'k str> {
+    let name = name.to_ascii_lowercase();
+    if name.is_empty() {
+        return None;
+    }
+    let allowed = (name.len() / 3).max(2);
+    keys.iter()
+        .map(|key| (edit_distance(&name, key), key))
+        .filter(|(distance, key)| *distance <= allowed || (name.len() >= 6 && key.starts_with(name.as_str())))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, key)| key.as_str())
+}
+
+/// Levenshtein distance between two ASCII-ish strings (by `char`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The `compact_threshold_ratio` that makes compaction trigger at exactly `tokens` of a
@@ -243,6 +425,118 @@ mod tests {
         let c = load(&layout, env.into_iter()).unwrap();
         assert_eq!((c.pruning_recent_n, c.max_input_length), (6, 32768));
         assert_eq!(c.tokenizer, satchel_protocol::config::Tokenizer::Estimate);
+    }
+
+    #[test]
+    fn sources_name_the_layer_each_key_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("ws"));
+        std::fs::create_dir_all(layout.root()).unwrap();
+        let user = dir.path().join("xdg").join("satchel");
+        std::fs::create_dir_all(&user).unwrap();
+        // The user's file is the lower layer: the workspace's wins where both set a key.
+        std::fs::write(
+            user.join("config.json"),
+            r#"{"pruning_recent_n": 4, "summary_max_tokens": 1800}"#,
+        )
+        .unwrap();
+        std::fs::write(layout.config_file(), r#"{"pruning_recent_n": 5}"#).unwrap();
+        let env = [
+            ("XDG_CONFIG_HOME", dir.path().join("xdg").to_str().unwrap().to_owned()),
+            ("SATCHEL_TOKENIZER", "estimate".to_owned()),
+            ("COPAW_MEMORY_COMPACT_KEEP_RECENT", "3".to_owned()),
+        ];
+        let loaded = load_layers(&layout, env.into_iter().map(|(k, v)| (k.to_owned(), v))).unwrap();
+        let c = &loaded.config;
+        assert_eq!((c.pruning_recent_n, c.summary_max_tokens), (5, 1800));
+        let s = &loaded.sources;
+        assert_eq!(s["pruning_recent_n"], Source::File(layout.config_file()));
+        assert_eq!(s["summary_max_tokens"], Source::File(user.join("config.json")));
+        assert_eq!(s["tokenizer"], Source::Env("SATCHEL_TOKENIZER".into()));
+        assert_eq!(
+            s["compact_keep_recent_messages"],
+            Source::Env("COPAW_MEMORY_COMPACT_KEEP_RECENT".into())
+        );
+        assert_eq!(s["max_input_length"], Source::Default);
+        assert_eq!(s.len(), to_map(&Config::default()).len());
+        assert_eq!(
+            loaded.files,
+            [(user.join("config.json"), true), (layout.config_file(), true)]
+        );
+    }
+
+    #[test]
+    fn the_user_file_is_under_xdg_config_home_else_home() {
+        let env = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        assert_eq!(
+            user_config_file(&env(&[("XDG_CONFIG_HOME", "/x"), ("HOME", "/h")])),
+            Some(PathBuf::from("/x/satchel/config.json"))
+        );
+        // A relative XDG_CONFIG_HOME is ignored, as the specification says.
+        assert_eq!(
+            user_config_file(&env(&[("XDG_CONFIG_HOME", "rel"), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.config/satchel/config.json"))
+        );
+        assert_eq!(user_config_file(&env(&[])), None);
+    }
+
+    #[test]
+    fn list_variables_take_commas_or_json_and_text_variables_take_text() {
+        let c = load_with(
+            None,
+            &[
+                ("SATCHEL_MARKDOWN_TOOL_NAMES", "read_skill, load_skill,"),
+                ("SATCHEL_READ_FILE_TOOL_NAMES", r#"["cat", "view"]"#),
+                ("SATCHEL_MEMORY_EXTRA_PATHS", ""),
+                ("SATCHEL_LLM_MODEL", "4"),
+                ("SATCHEL_EMBEDDING_MODEL_NAME", r#""quoted""#),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.markdown_tool_names, ["read_skill", "load_skill"]);
+        assert_eq!(c.read_file_tool_names, ["cat", "view"]);
+        assert!(c.memory_extra_paths.is_empty());
+        assert_eq!((c.llm_model.as_str(), c.embedding_model_name.as_str()), ("4", "quoted"));
+        // A broken JSON array is still an error naming the key.
+        let (field, _) = load_with(None, &[("SATCHEL_MARKDOWN_TOOL_NAMES", r#"["a", "#)]).unwrap_err();
+        assert_eq!(field, "markdown_tool_names");
+    }
+
+    #[test]
+    fn unknown_satchel_variables_are_named_with_the_closest_key() {
+        let config = Config {
+            llm_api_key_env: "SATCHEL_MY_KEY".into(),
+            ..Config::default()
+        };
+        let env = [
+            "SATCHEL_PRUNING_RECENT",
+            "SATCHEL_MAX_INPUT_LENGHT",
+            "SATCHEL_ZZZ",
+            "SATCHEL_HOME",
+            "SATCHEL_LOG",
+            "SATCHEL_FAILPOINTS",
+            "SATCHEL_BIN",
+            "SATCHEL_MY_KEY",
+            "SATCHEL_TOKENIZER",
+            "OTHER",
+        ];
+        let warnings = unknown_variables(env.into_iter(), &config);
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        assert!(
+            warnings[0].contains("SATCHEL_MAX_INPUT_LENGHT")
+                && warnings[0].ends_with("did you mean SATCHEL_MAX_INPUT_LENGTH?")
+        );
+        assert!(
+            warnings[1].contains("SATCHEL_PRUNING_RECENT:")
+                && warnings[1].ends_with("did you mean SATCHEL_PRUNING_RECENT_N?")
+        );
+        assert!(
+            warnings[2].contains("SATCHEL_ZZZ") && !warnings[2].contains("did you mean"),
+            "{}",
+            warnings[2]
+        );
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! `satchel demo`: the newcomer's first look. It spawns a real `satchel serve`, replays the
 //! bundled example conversation through `context.prepare` one message at a time, and prints
 //! what satchel did — the same JSON-RPC an editor plugin speaks, with nothing to install.
-#![allow(
-    clippy::print_stdout,
-    reason = "the demo's report is for a human at a terminal, not the protocol channel"
-)]
+//!
+//! Its report goes to stdout (it is for a human at a terminal, not the protocol channel),
+//! through writes that return their errors: a reader that goes away (`satchel demo | head`)
+//! ends the demo quietly. Unless `--workspace` is given it runs in a fresh temporary workspace,
+//! removed afterwards, and its daemons read none of the user's configuration (no `SATCHEL_`
+//! variable, no user config file), whatever `$SATCHEL_HOME` says.
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context as _, bail};
@@ -16,18 +19,74 @@ use serde_json::{Value, json};
 /// The example conversation (synthetic; regenerate with `examples/make_conversation.py`).
 const CONVERSATION: &str = include_str!("../../../examples/conversation.openai.json");
 
-/// A minimal line-delimited JSON-RPC client over a child's stdio.
+/// Where the demo runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    /// A workspace the user named with `--workspace`: its daemons see the user's environment.
+    Given,
+    /// A fresh temporary workspace: its daemons see no `SATCHEL_` or CoPaw variable and no
+    /// user configuration file.
+    Fresh,
+}
+
+/// A fresh temporary directory, removed with everything in it when dropped.
+struct TempWorkspace(PathBuf);
+
+impl Drop for TempWorkspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the demo in a fresh temporary workspace, removed afterwards.
+pub fn run_isolated() -> anyhow::Result<()> {
+    let dir = TempWorkspace(std::env::temp_dir().join(format!("satchel-demo-{}", uuid::Uuid::new_v4().simple())));
+    satchel_storage::perms::create_private_dir_all(&dir.0)
+        .with_context(|| format!("creating the demo workspace {}", dir.0.display()))?;
+    run(&dir.0, Isolation::Fresh)
+}
+
+/// A minimal line-delimited JSON-RPC client over a child's stdio. Dropped before
+/// [`close`](Client::close) (the demo stopped early), it kills the child.
 struct Client {
     child: Child,
-    stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
+    closed: bool,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The variables a fresh demo's daemons must not see: satchel's own and CoPaw's, which
+/// would configure them.
+fn configuring(var: &OsString) -> bool {
+    let var = var.to_string_lossy();
+    var.starts_with("SATCHEL_")
+        || satchel_protocol::aliases::ENV_ALIASES
+            .iter()
+            .any(|alias| alias.var == var)
 }
 
 impl Client {
-    fn spawn(workspace: &Path) -> anyhow::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .args(["--workspace".as_ref(), workspace.as_os_str(), "serve".as_ref()])
+    fn spawn(workspace: &Path, isolation: Isolation) -> anyhow::Result<Self> {
+        let mut command = Command::new(std::env::current_exe()?);
+        command.args(["--workspace".as_ref(), workspace.as_os_str(), "serve".as_ref()]);
+        if isolation == Isolation::Fresh {
+            for (var, _) in std::env::vars_os().filter(|(var, _)| configuring(var)) {
+                command.env_remove(var);
+            }
+            // No user configuration file: the XDG directory is one that does not exist.
+            command.env("XDG_CONFIG_HOME", workspace.join("no-user-config"));
+        }
+        let mut child = command
             .env("SATCHEL_LOG", "warn")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -37,9 +96,10 @@ impl Client {
         let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
         Ok(Client {
             child,
-            stdin,
+            stdin: Some(stdin),
             stdout,
             next_id: 1,
+            closed: false,
         })
     }
 
@@ -47,7 +107,11 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(self.stdin, "{request}")?;
+        writeln!(
+            self.stdin.as_mut().context("satchel serve's stdin is closed")?,
+            "{request}"
+        )
+        .with_context(|| format!("sending {method} to satchel serve"))?;
         let mut line = String::new();
         if self.stdout.read_line(&mut line)? == 0 {
             bail!("satchel exited before answering {method}");
@@ -60,8 +124,9 @@ impl Client {
     }
 
     fn close(mut self) -> anyhow::Result<()> {
-        drop(self.stdin);
+        drop(self.stdin.take());
         let status = self.child.wait()?;
+        self.closed = true;
         if !status.success() {
             bail!("satchel serve exited with {status}");
         }
@@ -70,7 +135,10 @@ impl Client {
 }
 
 /// Runs the demo against a workspace (a fresh temporary one unless `--workspace` was given).
-pub fn run(workspace: &Path) -> anyhow::Result<()> {
+pub fn run(workspace: &Path, isolation: Isolation) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let out = &mut out;
     let conversation: Value = serde_json::from_str(CONVERSATION)?;
     let messages = conversation["messages"]
         .as_array()
@@ -78,20 +146,22 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         .clone();
     let session = format!("demo-{}", uuid::Uuid::new_v4().simple());
 
-    let mut client = Client::spawn(workspace)?;
+    let mut client = Client::spawn(workspace, isolation)?;
     let init = client.call("initialize", json!({}))?;
-    println!(
+    writeln!(
+        out,
         "satchel {} (protocol {}) — workspace {}",
         init["server_version"].as_str().unwrap_or("?"),
         init["protocol_version"].as_str().unwrap_or("?"),
         init["workspace"].as_str().unwrap_or("?")
-    );
+    )?;
     let sent_bytes: usize = messages.iter().map(|m| m.to_string().len()).sum();
-    println!(
+    writeln!(
+        out,
         "\nReplaying the bundled conversation ({} messages, {} KB) through context.prepare, one message at a time:",
         messages.len(),
         sent_bytes / 1000
-    );
+    )?;
 
     let mut last = Value::Null;
     for (i, message) in messages.iter().enumerate() {
@@ -102,13 +172,14 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         };
         last = client.call("context.prepare", params)?;
         for action in last["actions"].as_array().into_iter().flatten() {
-            describe(action);
+            describe(out, action)?;
         }
     }
 
     let returned = last["messages"].as_array().context("no messages returned")?;
     let returned_bytes: usize = returned.iter().map(|m| m.to_string().len()).sum();
-    println!(
+    writeln!(
+        out,
         "\nRequest-ready: {} messages, {} KB (sent {} KB), {} tokens of {} ({}).",
         returned.len(),
         returned_bytes / 1000,
@@ -116,15 +187,16 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         last["tokens"]["total"],
         last["tokens"]["limit"],
         last["tokens"]["tokenizer"].as_str().unwrap_or("?"),
-    );
+    )?;
 
-    show_read_back(&mut client, &messages, returned)?;
+    show_read_back(out, &mut client, &messages, returned)?;
     client.close()?;
 
     // A restart loses nothing: a new daemon recognises the whole conversation.
-    let mut client = Client::spawn(workspace)?;
+    let mut client = Client::spawn(workspace, isolation)?;
     let again = client.call("context.prepare", json!({"session_id": session, "messages": messages}))?;
-    println!(
+    writeln!(
+        out,
         "\nRestarted satchel and resent all {} messages: {} recognised, {} processed again, identical output: {}.",
         messages.len(),
         again["reconciliation"]["reused"],
@@ -134,30 +206,43 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
         } else {
             "NO"
         }
-    );
-    show_compaction(&mut client, &messages)?;
+    )?;
+    show_compaction(out, &mut client, &messages)?;
     client.close()?;
+    if isolation == Isolation::Fresh {
+        writeln!(
+            out,
+            "\n(The demo ran in a temporary workspace, now removed; pass --workspace DIR to keep one.)"
+        )?;
+    }
+    out.flush()?;
     Ok(())
 }
 
 /// Shows an aged tool result (message 3) and gets its omitted part back with `context.read`.
-fn show_read_back(client: &mut Client, messages: &[Value], returned: &[Value]) -> anyhow::Result<()> {
+fn show_read_back(
+    out: &mut impl Write,
+    client: &mut Client,
+    messages: &[Value],
+    returned: &[Value],
+) -> anyhow::Result<()> {
     // Show an aged tool result, and get its omitted part back with context.read.
     let original = messages[3]["content"].as_str().context("message 3 is a tool result")?;
     let excerpt = returned[3]["content"].as_str().context("returned message 3")?;
     let notice_at = excerpt.find("<<<TRUNCATED>>>").context("message 3 was not truncated")?;
-    println!(
+    writeln!(
+        out,
         "\nMessage 3 (a {} KB test log, now old) is returned as an excerpt; its notice reads:",
         original.len() / 1000
-    );
+    )?;
     for line in excerpt[notice_at..].lines().take_while(|l| *l != "<<<TAIL>>>") {
-        println!("    {line}");
+        writeln!(out, "    {line}")?;
     }
     let tail_at = excerpt.find("<<<TAIL>>>\n").map(|i| i + "<<<TAIL>>>\n".len());
     if let Some(tail) = tail_at.map(|i| &excerpt[i..]) {
-        println!("  and it keeps the end of the log, where the error is:");
+        writeln!(out, "  and it keeps the end of the log, where the error is:")?;
         for line in tail.lines().filter(|l| l.contains("panicked") || l.contains("FAILED.")) {
-            println!("    {line}");
+            writeln!(out, "    {line}")?;
         }
     }
     let head_bytes: usize = number_after(excerpt, "covers the next ").context("notice states no byte count")?;
@@ -174,18 +259,20 @@ fn show_read_back(client: &mut Client, messages: &[Value], returned: &[Value]) -
             _ => break,
         }
     }
-    println!(
+    writeln!(
+        out,
         "\ncontext.read {path} from where the excerpt stops gives back the rest: reconstructed {} bytes, identical to the original: {}",
         rebuilt.len(),
         if rebuilt == original { "yes" } else { "NO" }
-    );
+    )?;
     Ok(())
 }
 
-fn describe(action: &Value) {
+fn describe(out: &mut impl Write, action: &Value) -> std::io::Result<()> {
     let index = &action["index"];
     match action["kind"].as_str() {
-        Some("offloaded") => println!(
+        Some("offloaded") => writeln!(
+            out,
             "  message {index}: {} bytes / {} lines saved to {}{}",
             action["total_bytes"],
             action["total_lines"],
@@ -195,15 +282,17 @@ fn describe(action: &Value) {
             } else {
                 " (already stored)"
             }
-        ),
-        Some("truncated") => println!(
+        )?,
+        Some("truncated") => writeln!(
+            out,
             "  message {index}: {} phase, keeps {} of {} bytes",
             action["phase"].as_str().unwrap_or("?"),
             action["kept_bytes"],
             action["total_bytes"]
-        ),
+        )?,
         _ => {}
     }
+    Ok(())
 }
 
 /// The number that follows `prefix` in a notice.
@@ -220,10 +309,13 @@ fn offload_path(excerpt: &str) -> Option<String> {
 }
 
 /// Replays the conversation in a small window so the context check compacts older turns.
-fn show_compaction(client: &mut Client, messages: &[Value]) -> anyhow::Result<()> {
+fn show_compaction(out: &mut impl Write, client: &mut Client, messages: &[Value]) -> anyhow::Result<()> {
     let session = format!("demo-small-{}", uuid::Uuid::new_v4().simple());
     let config = json!({"max_input_length": 4096, "summary_max_tokens": 800});
-    println!("\nThe same conversation in a 4,096-token window (compaction at 80 %, keeping 10 % of recent turns):");
+    writeln!(
+        out,
+        "\nThe same conversation in a 4,096-token window (compaction at 80 %, keeping 10 % of recent turns):"
+    )?;
     let mut last = Value::Null;
     for (i, message) in messages.iter().enumerate() {
         let key = if i == 0 { "messages" } else { "append" };
@@ -237,7 +329,8 @@ fn show_compaction(client: &mut Client, messages: &[Value]) -> anyhow::Result<()
             .flatten()
             .filter(|a| a["kind"] == "compacted")
         {
-            println!(
+            writeln!(
+                out,
                 "  after message {i}: compacted {} messages, {} -> {} tokens, archived to {} lines {}-{}",
                 action["messages"],
                 action["tokens_before"],
@@ -245,16 +338,17 @@ fn show_compaction(client: &mut Client, messages: &[Value]) -> anyhow::Result<()
                 action["archive"]["file"].as_str().unwrap_or("?"),
                 action["archive"]["start_line"],
                 action["archive"]["end_line"],
-            );
+            )?;
         }
     }
-    println!(
+    writeln!(
+        out,
         "Final request: {} messages, {} tokens of {} (summary {}).",
         last["messages"].as_array().map_or(0, Vec::len),
         last["tokens"]["total"],
         last["tokens"]["limit"],
         last["tokens"]["summary"],
-    );
+    )?;
     let summary = last["messages"]
         .as_array()
         .and_then(|m| {
@@ -262,9 +356,9 @@ fn show_compaction(client: &mut Client, messages: &[Value]) -> anyhow::Result<()
                 .find_map(|m| m["content"].as_str().filter(|c| c.starts_with("# Summary")))
         })
         .context("no summary message")?;
-    println!("Its first message is the summary; an excerpt:");
+    writeln!(out, "Its first message is the summary; an excerpt:")?;
     for line in summary.lines().filter(|l| !l.is_empty()).take(24) {
-        println!("    {line}");
+        writeln!(out, "    {line}")?;
     }
     Ok(())
 }

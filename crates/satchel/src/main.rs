@@ -2,7 +2,12 @@
 //!
 //! This file is thin glue: parse the command line, set up logging (never on stdout, which is
 //! the protocol channel), open the workspace, and hand stdin/stdout to the transport.
+//!
+//! A command that fails prints one line, `satchel: <what went wrong>`, on stderr and exits 1
+//! (clap exits 2 on a usage error). Output cut short by a reader that went away (`satchel demo
+//! | head -3`) is not an error: the command stops quietly and exits 0.
 
+mod cli_config;
 mod config;
 mod demo;
 mod error;
@@ -15,7 +20,9 @@ mod rpc;
 mod socket;
 mod transport;
 
+use std::io::Write as _;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -41,8 +48,9 @@ const STDIO_PIPE_BYTES: usize = 1 << 20;
     about = "Keeps an AI agent's context window within budget without losing anything."
 )]
 struct Cli {
-    /// Workspace directory holding all state (default: $SATCHEL_HOME, else the platform data dir).
-    #[arg(long, global = true, env = "SATCHEL_HOME")]
+    /// Workspace directory holding all state (default: $SATCHEL_HOME, else the platform data
+    /// dir; `demo` uses a fresh temporary one unless this is given).
+    #[arg(long, global = true)]
     workspace: Option<PathBuf>,
     /// Write logs to this file instead of stderr.
     #[arg(long, global = true)]
@@ -67,12 +75,54 @@ enum Command {
     },
     /// Attach to a running daemon and show a session's context, like `/context list`.
     Inspect(inspect::InspectArgs),
-    /// Run the bundled example conversation through a real `satchel serve` and show what it did.
+    /// Run the bundled example conversation through a real `satchel serve` and show what it did
+    /// (in a fresh temporary workspace, removed afterwards, unless --workspace is given).
     Demo,
+    /// Show every configuration key: its value, default, source (default, file or env),
+    /// `SATCHEL_` variable and meaning, as a daemon on the workspace would read them.
+    Config(cli_config::ConfigArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader of our output went away (`| head`): nothing is wrong, stop quietly.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            // stderr may be gone too; there is nowhere else to say it.
+            let _ = writeln!(std::io::stderr(), "satchel: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error as one line: its chain joined by `: ` (a cause whose text its parent already
+/// ends with is not repeated), any line break inside made a space.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.ends_with(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether `error` comes from writing to a pipe whose reader has gone.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     init_logging(cli.log_file.as_deref())?;
     let default_serve = Command::Serve {
         max_message_bytes: transport::TransportLimits::default().max_request_bytes,
@@ -97,18 +147,73 @@ fn main() -> anyhow::Result<()> {
             no_stdio,
         ),
         Command::Inspect(args) => inspect::run(&args, cli.workspace.as_deref()),
-        // The demo must not touch a real workspace unless asked to.
-        Command::Demo => demo::run(&match cli.workspace {
-            Some(dir) => dir,
-            None => std::env::temp_dir().join(format!("satchel-demo-{}", uuid::Uuid::new_v4().simple())),
-        }),
+        // The demo must not touch a real workspace (not even $SATCHEL_HOME) unless asked to.
+        Command::Demo => match cli.workspace {
+            Some(dir) => demo::run(&dir, demo::Isolation::Given),
+            None => demo::run_isolated(),
+        },
+        Command::Config(args) => cli_config::run(
+            &args,
+            &match cli.workspace {
+                Some(dir) => dir,
+                None => default_workspace()?,
+            },
+        ),
     }
 }
 
+/// The workspace when `--workspace` is not given: `$SATCHEL_HOME` (when set and not empty),
+/// else the platform's data directory.
 pub(crate) fn default_workspace() -> anyhow::Result<PathBuf> {
+    if let Some(home) = std::env::var_os("SATCHEL_HOME").filter(|home| !home.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
     directories::ProjectDirs::from("", "", "satchel")
         .map(|d| d.data_dir().to_path_buf())
         .context("no home directory: pass --workspace or set SATCHEL_HOME")
+}
+
+/// The filter of `SATCHEL_LOG` (default `info`), and a warning when its value was refused.
+fn log_filter() -> (tracing_subscriber::EnvFilter, Option<String>) {
+    let default = || tracing_subscriber::EnvFilter::new("info");
+    let value = match std::env::var("SATCHEL_LOG") {
+        Ok(value) if value.trim().is_empty() => return (default(), None),
+        Ok(value) => value,
+        Err(std::env::VarError::NotPresent) => return (default(), None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return (
+                default(),
+                Some("ignoring SATCHEL_LOG: not UTF-8; logging at info".to_owned()),
+            );
+        }
+    };
+    match parse_log_filter(&value) {
+        Ok(filter) => (filter, None),
+        Err(why) => (
+            default(),
+            Some(format!("ignoring SATCHEL_LOG={value:?}: {why}; logging at info")),
+        ),
+    }
+}
+
+/// A `SATCHEL_LOG` value as a filter. Besides syntax errors, a bare word that is neither a
+/// level nor plausibly a target (a module path, a name with `_`, or satchel's own crates) is
+/// refused: `SATCHEL_LOG=verbose` would otherwise log nothing at all, silently.
+fn parse_log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    for directive in value.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let bare = !directive.contains(['=', '[', ':', '_']);
+        if bare
+            && !directive.starts_with("satchel")
+            && directive.parse::<tracing_subscriber::filter::LevelFilter>().is_err()
+        {
+            return Err(format!(
+                "`{directive}` is not a level (off, error, warn, info, debug, trace); write `TARGET=LEVEL` for a target"
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(value)
+        .map_err(|e| e.to_string())
 }
 
 fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
@@ -117,9 +222,8 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     // notify warns when it cannot drop the watch of a directory that was deleted, which is
     // how a watched directory normally goes away: the memory watcher reports the deletion.
     let quiet = "notify=error".parse().expect("a valid directive");
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SATCHEL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
-        .add_directive(quiet);
+    let (filter, refused) = log_filter();
+    let filter = filter.add_directive(quiet);
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log_file {
         Some(path) => {
@@ -137,6 +241,9 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .init(),
     }
+    if let Some(warning) = refused {
+        tracing::warn!("{warning}");
+    }
     Ok(())
 }
 
@@ -151,6 +258,12 @@ fn serve(
     let lock = socket::lock_workspace(workspace.layout())?;
     let config = config::load(workspace.layout(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    let variables: Vec<String> = std::env::vars_os()
+        .filter_map(|(var, _)| var.into_string().ok())
+        .collect();
+    for warning in config::unknown_variables(variables.iter().map(String::as_str), &config) {
+        tracing::warn!("{warning}");
+    }
     // Building an exact encoder takes a few hundred milliseconds: do it beside start-up, not
     // inside the first `context.prepare` (nor before the first `initialize` answer). At the
     // lowest priority, so that it takes a core only when requests leave one idle: a request
@@ -211,6 +324,8 @@ fn serve(
             widen_pipe("stdin", std::io::stdin());
             widen_pipe("stdout", std::io::stdout());
         }
+        // SIGINT and SIGTERM stop the daemon cleanly in both modes: the socket and
+        // `run/daemon.json` are removed (when `bound` drops) and the exit status is 0.
         let outcome = if no_stdio {
             tokio::select! {
                 () = listening => Ok(()),
@@ -219,6 +334,7 @@ fn serve(
         } else {
             tokio::select! {
                 () = listening => Ok(()),
+                () = shutdown_signal() => Ok(()),
                 served = transport::serve_with_blocking_writer(tokio::io::stdin(), std::io::stdout(), service.clone(), limits) => served.context("stdio transport"),
             }
         };
@@ -304,5 +420,37 @@ async fn sweep_periodically(daemon: Arc<handlers::Daemon>) {
             Ok(Err(e)) => tracing::warn!("offload sweep failed: {e}"),
             Err(e) => tracing::warn!("offload sweep panicked: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_filters_refuse_typos_and_accept_levels_and_targets() {
+        for good in [
+            "warn",
+            "DEBUG",
+            "info,satchel=debug",
+            "satchel_memory=trace",
+            "notify::x=off",
+            "satchel",
+        ] {
+            assert!(parse_log_filter(good).is_ok(), "{good}");
+        }
+        for bad in ["verbose", "inf", "warn,loud", "satchel=loud"] {
+            assert!(parse_log_filter(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_error_is_one_line_without_repeated_causes() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone\nreally");
+        let error = anyhow::Error::new(io).context("opening x");
+        assert_eq!(one_line(&error), "opening x: gone really");
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe)).context("writing");
+        assert!(is_broken_pipe(&pipe));
+        assert!(!is_broken_pipe(&error));
     }
 }

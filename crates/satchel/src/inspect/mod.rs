@@ -56,8 +56,30 @@ struct Connection {
 }
 
 impl Connection {
-    fn open(path: &Path) -> anyhow::Result<Self> {
-        let stream = UnixStream::connect(path).with_context(|| format!("connecting to {}", path.display()))?;
+    /// Connects to the socket at `path`. `workspace` is the workspace whose `run/daemon.json`
+    /// named it, if that is how it was found: a socket nobody listens on then means a daemon
+    /// that died without cleaning up.
+    fn open(path: &Path, workspace: Option<&Path>) -> anyhow::Result<Self> {
+        let stream = match UnixStream::connect(path) {
+            Ok(stream) => stream,
+            Err(e) => {
+                let gone = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                );
+                return Err(match workspace {
+                    Some(workspace) if gone => anyhow::anyhow!(
+                        "no daemon running on {} (connecting to {}: {e}; its run/daemon.json is stale)",
+                        workspace.display(),
+                        path.display()
+                    ),
+                    _ if gone => {
+                        anyhow::anyhow!("no daemon running on socket {} (connecting to it: {e})", path.display())
+                    }
+                    _ => anyhow::anyhow!("connecting to {}: {e}", path.display()),
+                });
+            }
+        };
         Ok(Connection {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
@@ -109,17 +131,27 @@ fn section_key(detail: Option<&str>) -> Option<&str> {
 
 /// Runs the inspector.
 pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
-    let socket = match &args.socket {
-        Some(path) => path.clone(),
+    let (socket, found_in) = match &args.socket {
+        Some(path) => (path.clone(), None),
         None => {
             let workspace = match workspace {
                 Some(w) => w.to_path_buf(),
                 None => crate::default_workspace()?,
             };
-            read_daemon_info(&Layout::new(workspace))?.socket
+            let layout = Layout::new(&workspace);
+            let info_file = layout.daemon_file();
+            if !info_file.exists() {
+                bail!(
+                    "no daemon running on {} (no running daemon found: {} does not exist; \
+                     start one with `satchel serve --socket`)",
+                    workspace.display(),
+                    info_file.display()
+                );
+            }
+            (read_daemon_info(&layout)?.socket, Some(workspace))
         }
     };
-    let mut conn = Connection::open(&socket)?;
+    let mut conn = Connection::open(&socket, found_in.as_deref())?;
     let stdout = std::io::stdout();
     let colour = stdout.is_terminal();
     let mut out = stdout.lock();
