@@ -1062,3 +1062,90 @@ fn a_multi_megabyte_first_pass_gives_the_request_that_turn_by_turn_steps_give() 
     }
     d.shutdown();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Blank text blocks (Anthropic)
+// ---------------------------------------------------------------------------------------------
+
+/// Anthropic rejects a text block with no text or only whitespace (400 "text content blocks
+/// must be non-empty" / "must contain non-whitespace text"), and some agents send one before a
+/// tool call. The request comes without it, the repair is reported, and the session keeps what
+/// the client sent.
+#[test]
+fn anthropic_blank_text_blocks_leave_the_request_not_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_MAX_INPUT_LENGTH", "4096")]);
+    let text = |t: &str| json!({"type": "text", "text": t});
+    let call = json!({"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}});
+    let result = json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "flag.txt"});
+    let history = vec![
+        json!({"role": "user", "content": [text("Find the flag.")]}),
+        json!({"role": "assistant", "content": [text("\n"), call.clone()]}),
+        json!({"role": "user", "content": [result.clone(), text(""), text(" \t")]}),
+        json!({"role": "assistant", "content": [text("Found it.")]}),
+    ];
+    let params = json!({"session_id": "blank", "messages": history, "format": "anthropic"});
+    let first = d.call("context.prepare", params.clone());
+    let expected = json!([
+        history[0],
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+        history[3],
+    ]);
+    assert_eq!(first["messages"], expected);
+    let repairs = |reply: &Value| -> Vec<(String, u64)> {
+        actions(reply, "repaired")
+            .iter()
+            .map(|a| (a["repair"].as_str().unwrap().to_owned(), a["index"].as_u64().unwrap()))
+            .collect()
+    };
+    let dropped = |index: u64| ("dropped_empty_text".to_owned(), index);
+    assert_eq!(repairs(&first), [dropped(1), dropped(2), dropped(2)]);
+
+    // The session holds the original: resent as is, every message is recognised.
+    let again = d.call("context.prepare", params);
+    assert_eq!(again["reconciliation"]["reused"], 4);
+    assert_eq!(again["reconciliation"]["appended"], 0);
+    assert_eq!(again["messages"], expected);
+    assert_eq!(
+        repairs(&again),
+        repairs(&first),
+        "each request is repaired and reported"
+    );
+
+    // A message of blank text only is not sent empty: it goes, and the user turns around it
+    // join, as for an empty message.
+    let more = [
+        json!({"role": "user", "content": [text(" ")]}),
+        json!({"role": "user", "content": "Submit it."}),
+    ];
+    let next = d.call(
+        "context.prepare",
+        json!({"session_id": "blank", "append": more, "expect_messages": 4}),
+    );
+    let messages = next["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 5, "{next}");
+    assert_eq!(messages[4], more[1]);
+    assert_eq!(
+        repairs(&next),
+        [
+            dropped(1),
+            dropped(2),
+            dropped(2),
+            dropped(4),
+            ("merged_same_role".to_owned(), 4)
+        ]
+    );
+    let inspect = d.call("context.inspect", json!({"session_id": "blank"}));
+    assert_eq!(inspect["messages"], 6, "the session keeps every message sent");
+
+    // What is compacted is archived as sent, blank blocks included.
+    d.call("context.compact", json!({"session_id": "blank"}));
+    let archived = crate::support::archived(dir.path(), "blank");
+    assert!(!archived.is_empty(), "context.compact archived nothing");
+    let sent: Vec<&Value> = history.iter().chain(&more).collect();
+    for (index, line) in archived {
+        assert_eq!(&line["message"], sent[index], "archived message {index}");
+    }
+    d.shutdown();
+}

@@ -846,6 +846,15 @@ fn a_span_over_the_input_budget_is_summarised_in_stages_with_progress() {
         json!({"llm_input_budget_tokens": budget, "llm_max_output_tokens": 100}),
     );
     let mut chat = Chat::start(Some(config), &[]);
+    // An LSP client taking work-done progress, accepting the token it is asked to create.
+    chat.answer = Some(Box::new(|frame| {
+        (frame["method"] == "window/workDoneProgress/create")
+            .then(|| json!({"jsonrpc": "2.0", "id": frame["id"], "result": null}))
+    }));
+    chat.call(
+        "initialize",
+        json!({"capabilities": {"window": {"workDoneProgress": true}}}),
+    );
     chat.open();
     chat.until_compactions(1);
     let requests = server.requests();
@@ -906,19 +915,26 @@ fn a_span_over_the_input_budget_is_summarised_in_stages_with_progress() {
         "the last stage wins"
     );
 
+    let created = chat.frames_of("window/workDoneProgress/create");
+    assert_eq!(created.len(), 1, "one token for the compaction: {created:?}");
+    let token = &created[0]["params"]["token"];
     let progress = chat.frames_of("$/progress");
-    assert_eq!(progress.len(), stages, "one notification per stage: {progress:?}");
-    for (i, frame) in progress.iter().enumerate() {
+    // begin, a report per stage, the last report at 100 %, end.
+    assert_eq!(progress.len(), stages + 3, "{progress:?}");
+    for frame in &progress {
         assert!(frame.get("id").is_none(), "a notification: {frame}");
-        let params = &frame["params"];
-        assert_eq!(params["token"], "compaction:llm-session");
-        assert_eq!(params["value"]["kind"], "report");
-        assert_eq!(
-            params["value"]["message"],
-            format!("summarising stage {} of {stages}", i + 1)
-        );
-        assert_eq!(n(&params["value"]["percentage"]) as usize, 100 * i / stages);
+        assert_eq!(&frame["params"]["token"], token);
     }
+    assert_eq!(progress[0]["params"]["value"]["kind"], "begin");
+    assert_eq!(progress[0]["params"]["value"]["title"], "Compacting llm-session");
+    for (i, frame) in progress[1..=stages].iter().enumerate() {
+        let value = &frame["params"]["value"];
+        assert_eq!(value["kind"], "report");
+        assert_eq!(value["message"], format!("summarising stage {} of {stages}", i + 1));
+        assert_eq!(n(&value["percentage"]) as usize, 100 * i / stages);
+    }
+    assert_eq!(progress[stages + 1]["params"]["value"]["percentage"], 100);
+    assert_eq!(progress[stages + 2]["params"]["value"]["kind"], "end");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1208,8 +1224,8 @@ fn the_client_runs_the_model_when_it_declared_it_can() {
     );
     assert_eq!(chat.inspect()["compactions"][0]["summarizer"], "client");
     assert!(
-        !chat.frames_of("$/progress").is_empty(),
-        "progress is reported to the client"
+        chat.frames_of("$/progress").is_empty(),
+        "no progress for a client that did not declare window.workDoneProgress"
     );
 }
 

@@ -20,6 +20,7 @@ mod hardening_storage;
 mod limits;
 mod llm;
 mod memory;
+mod progress;
 mod protocol_examples;
 mod pruning;
 mod replay;

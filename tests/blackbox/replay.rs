@@ -5,7 +5,8 @@
 //! * the returned list has one message per message sent, in the same order, with the same
 //!   roles, tool-call ids and tool-result ids, and keeps every tool call with its result;
 //! * every message is returned unchanged except for tool-result texts replaced by an excerpt
-//!   carrying a truncation notice;
+//!   carrying a truncation notice, and (Anthropic) for the blank text blocks the API rejects,
+//!   dropped and reported by one `dropped_empty_text` repair each;
 //! * every offloaded file holds the exact original bytes, and the excerpt's head followed by
 //!   `context.read` from where it stops gives back the original text.
 //!
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::checks::{blank_text_count, blank_texts_dropped};
 use crate::support::trajectories::{
     Format, NOTICE_START, Trajectory, call_ids, check_pairing, diff_strings, has_tool_call, load_shared_data,
     parse_notice, result_ids, result_text_pointers, role, str_field,
@@ -306,6 +308,10 @@ fn check_actions(
 ) -> Result<HashSet<(usize, String)>, String> {
     let mut truncated = HashSet::new();
     for action in actions {
+        if action["kind"] == "repaired" {
+            // Checked by `check_repairs`.
+            continue;
+        }
         let index = action["index"]
             .as_u64()
             .ok_or_else(|| format!("action without index: {action}"))? as usize;
@@ -352,6 +358,33 @@ fn check_actions(
     Ok(truncated)
 }
 
+/// Checks the `repaired` actions: the only repair the data needs is dropping the blank text
+/// blocks Anthropic rejects, one action per block at its message's index.
+fn check_repairs(actions: &[Value], sent: &[Value], format: Format) -> Result<(), String> {
+    let mut reported: HashMap<usize, usize> = HashMap::new();
+    for action in actions.iter().filter(|a| a["kind"] == "repaired") {
+        if action["repair"] != "dropped_empty_text" {
+            return Err(format!("unexpected repair of a valid list: {action}"));
+        }
+        let index = action["index"]
+            .as_u64()
+            .ok_or_else(|| format!("repair without index: {action}"))? as usize;
+        *reported.entry(index).or_default() += 1;
+    }
+    let blank: HashMap<usize, usize> = sent
+        .iter()
+        .enumerate()
+        .map(|(index, m)| (index, blank_text_count(m, format)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    if reported != blank {
+        return Err(format!(
+            "dropped_empty_text actions per message {reported:?}, blank text blocks sent {blank:?}"
+        ));
+    }
+    Ok(())
+}
+
 fn replay(
     daemon: &mut Daemon,
     workspace: &Path,
@@ -366,6 +399,12 @@ fn replay(
     // Texts an offloaded action announced, per (message index, pointer).
     let mut offloaded: HashSet<(usize, String)> = HashSet::new();
     let mut saw_call = false;
+    // The messages as a request carries them: without the blank text blocks Anthropic rejects.
+    let expected: Vec<Value> = t
+        .messages
+        .iter()
+        .map(|m| blank_texts_dropped(m, t.format).unwrap_or_else(|| m.clone()))
+        .collect();
     for i in 0..t.messages.len() {
         let sent = &t.messages[..=i];
         let mut params = json!({"session_id": t.session_id});
@@ -409,10 +448,11 @@ fn replay(
         }
 
         // (b) and (c).
-        let cuts = check_list(sent, returned, t.format).map_err(at)?;
+        let cuts = check_list(&expected[..=i], returned, t.format).map_err(at)?;
         let actions = result["actions"]
             .as_array()
             .ok_or_else(|| at("no `actions` list".into()))?;
+        check_repairs(actions, sent, t.format).map_err(at)?;
         let announced = check_actions(actions, sent, returned, workspace, files, &mut offloaded, stats).map_err(at)?;
 
         // Every excerpt the first time it is returned, and again whenever it changes (it leaves
@@ -458,7 +498,7 @@ fn replay(
     }
 
     // The final list, where most results are old: every excerpt once more.
-    let cuts = check_list(&t.messages, &previous, t.format).map_err(|e| format!("final list: {e}"))?;
+    let cuts = check_list(&expected, &previous, t.format).map_err(|e| format!("final list: {e}"))?;
     for cut in &cuts {
         verify_excerpt(daemon, workspace, cut, stats)
             .map_err(|e| format!("final list, message {} {}: {e}", cut.index, cut.pointer))?;
@@ -658,6 +698,27 @@ fn the_checkers_reject_what_they_must() {
     assert_eq!(
         (cuts.len(), cuts[0].index, cuts[0].pointer.as_str(), cuts[0].original),
         (1, 2, "/content", "a\nb")
+    );
+
+    // check_repairs: one dropped_empty_text per blank text block, and no other repair.
+    let mut blank = anthropic.clone();
+    blank[1]["content"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"type": "text", "text": "\n"}));
+    let dropped = json!({"kind": "repaired", "repair": "dropped_empty_text", "index": 1});
+    assert_eq!(
+        check_repairs(std::slice::from_ref(&dropped), &blank, Format::Anthropic),
+        Ok(())
+    );
+    assert!(check_repairs(&[], &blank, Format::Anthropic).is_err());
+    assert!(check_repairs(&[dropped.clone(), dropped.clone()], &blank, Format::Anthropic).is_err());
+    assert!(check_repairs(&[dropped], &anthropic, Format::Anthropic).is_err());
+    let merged = json!({"kind": "repaired", "repair": "merged_same_role", "index": 1});
+    assert!(check_repairs(&[merged], &anthropic, Format::Anthropic).is_err());
+    assert!(
+        check_list(&anthropic, &blank, Format::Anthropic).is_err(),
+        "a blank text block returned where none is expected is a change"
     );
 
     // parse_notice finds the real notice after an original that quotes one.

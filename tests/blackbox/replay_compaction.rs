@@ -53,6 +53,7 @@ use satchel_protocol::config::Tokenizer;
 use satchel_protocol::{CompactSummary, ContextMode};
 use serde_json::{Value, json};
 
+use crate::support::checks::blank_texts_dropped;
 use crate::support::trajectories::{
     Format, NOTICE_START, Trajectory, block_type, blocks, check_request_shape, content_texts, diff_strings, env_flag,
     has_tool_call, load_shared_data, parse_notice, parse_stub, report_path, result_ids, result_text_pointers, role,
@@ -408,7 +409,9 @@ fn match_live(
                 expected.len()
             ));
         };
-        let cuts = excerpts_of(&sent[index], got, format, mode)
+        // Blank text blocks, which Anthropic rejects, are dropped from the request.
+        let without_blank = blank_texts_dropped(&sent[index], format);
+        let cuts = excerpts_of(without_blank.as_ref().unwrap_or(&sent[index]), got, format, mode)
             .map_err(|e| format!("live message {index} (request position {position}) is not the message sent: {e}"))?;
         out.push((index, cuts));
     }

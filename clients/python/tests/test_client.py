@@ -224,7 +224,11 @@ def test_client_summarizer_answers_summarizer_complete(satchel_bin: str, workspa
     messages, max_tokens = calls[0]
     assert [m["role"] for m in messages] == ["system", "user"] and isinstance(max_tokens, int)
     assert any("client model" in goal for goal in result["compact_summary"]["goal"])
-    assert progress and progress[0]["token"] == "compaction:summarized"
+    # LSP work-done progress under the token satchel created: begin, reports, end at 100.
+    kinds = [p["value"]["kind"] for p in progress]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds, kinds
+    assert len({p["token"] for p in progress}) == 1 and progress[0]["token"].startswith("satchel-progress-")
+    assert [p["value"].get("percentage") for p in progress if p["value"]["kind"] == "report"][-1] == 100
 
 
 def test_failing_summarizer_is_an_error_reply_and_satchel_falls_back(

@@ -78,9 +78,9 @@ def test_a_missing_satchel_bin_names_it(tmp_path: Path, monkeypatch) -> None:
 # --- set_summarizer: what it sends, and when (as the TypeScript client's setSummarizer) ---
 
 EXPECTED_INITIALIZE = [
-    {"client_info": {"name": "satchel-client (python)", "version": "0.1.0"}, "capabilities": {"summarizer_complete": True}},
-    {"client_info": {"name": "my agent"}, "capabilities": {"summarizer_complete": True}},
-    {"client_info": {"name": "satchel-client (python)", "version": "0.1.0"}, "capabilities": {"summarizer_complete": False}},
+    {"client_info": {"name": "satchel-client (python)", "version": "0.1.0"}, "capabilities": {"summarizer_complete": True, "window": {"workDoneProgress": True}}},
+    {"client_info": {"name": "my agent"}, "capabilities": {"summarizer_complete": True, "window": {"workDoneProgress": True}}},
+    {"client_info": {"name": "satchel-client (python)", "version": "0.1.0"}, "capabilities": {"summarizer_complete": False, "window": {"workDoneProgress": True}}},
 ]
 
 

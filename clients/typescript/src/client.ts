@@ -103,6 +103,9 @@ type JsonRpcMessage = {
   error?: { code: number; message: string; data?: unknown };
 };
 
+/** The LSP request satchel sends before it reports a compaction's progress. */
+const WORK_DONE_PROGRESS_CREATE = 'window/workDoneProgress/create';
+
 export class SatchelClient {
   readonly #output: Writable;
   readonly #shutdown: () => void;
@@ -110,7 +113,8 @@ export class SatchelClient {
   readonly #kill: () => void;
   readonly #pending = new Map<number, Pending>();
   readonly #notificationHandlers = new Map<string, Set<NotificationHandler>>();
-  readonly #requestHandlers = new Map<string, RequestHandler>();
+  // A work-done progress token satchel creates is accepted as it is.
+  readonly #requestHandlers = new Map<string, RequestHandler>([[WORK_DONE_PROGRESS_CREATE, () => null]]);
   #nextId = 1;
   #closed: Error | null = null;
   #summarizer = false;
@@ -184,11 +188,18 @@ export class SatchelClient {
 
   /**
    * Sends `initialize` (with a default `client_info`); declares `summarizer_complete` when a
-   * summariser is set (`setSummarizer`), since satchel asks only the clients that declared it.
+   * summariser is set (`setSummarizer`), since satchel asks only the clients that declared it,
+   * and LSP work-done progress (`window.workDoneProgress`) always: the client answers
+   * `window/workDoneProgress/create`, so `$/progress` handlers see a compaction's begin,
+   * reports and end.
    */
   initialize(params: InitializeParams = {}, options?: CallOptions): Promise<InitializeResult> {
-    const capabilities = this.#summarizer ? { summarizer_complete: true, ...params.capabilities } : params.capabilities;
-    return this.call('initialize', { client_info: CLIENT_INFO, ...params, ...(capabilities ? { capabilities } : {}) }, options);
+    const capabilities = {
+      ...(this.#summarizer ? { summarizer_complete: true } : {}),
+      window: { workDoneProgress: true },
+      ...params.capabilities,
+    };
+    return this.call('initialize', { client_info: CLIENT_INFO, ...params, capabilities }, options);
   }
 
   /**

@@ -19,7 +19,8 @@ export type RepairKind =
   | 'dropped_orphan_result'
   | 'merged_same_role'
   | 'moved_results_first'
-  | 'inserted_leading_user';
+  | 'inserted_leading_user'
+  | 'dropped_empty_text';
 export type EventKind = 'prepare' | 'compact';
 export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated' | 'pruned';
 /** How a request over its threshold is made smaller: compact at once, or AceClaw's prune-first pipeline. */
@@ -127,6 +128,13 @@ export interface Config {
 export interface ClientCapabilities {
   /** The client answers `summarizer.complete` (see `SatchelClient.setSummarizer`). */
   summarizer_complete?: boolean;
+  /** LSP's window capabilities: `workDoneProgress` asks for a compaction's `$/progress`. */
+  window?: WindowCapabilities | null;
+}
+
+export interface WindowCapabilities {
+  /** The client answers `window/workDoneProgress/create` and takes `$/progress`. */
+  workDoneProgress?: boolean;
 }
 
 export interface InitializeParams {
@@ -730,7 +738,8 @@ export const METHODS = exact<keyof Methods>()([
 /** Fields of every object schema in openrpc.json (params, results and `$defs`), `?` = optional. */
 export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   InitializeParams: fields<InitializeParams>()(['client_info?', 'capabilities?']),
-  ClientCapabilities: fields<ClientCapabilities>()(['summarizer_complete?']),
+  ClientCapabilities: fields<ClientCapabilities>()(['summarizer_complete?', 'window?']),
+  WindowCapabilities: fields<WindowCapabilities>()(['workDoneProgress?']),
   InitializeResult: fields<InitializeResult>()(['server_name', 'server_version', 'protocol_version', 'workspace', 'config', 'methods']),
   Config: fields<Config>()([
     'max_input_length?', 'max_output_tokens?', 'context_mode?', 'prune_trigger_ratio?', 'prune_target_ratio?',
@@ -860,6 +869,7 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   IdentifierList: exact<IdentifierList>()(['constraints', 'files_read', 'files_modified', 'commands', 'errors', 'notes']),
   RepairKind: exact<RepairKind>()([
     'synthetic_result', 'dropped_orphan_result', 'merged_same_role', 'moved_results_first', 'inserted_leading_user',
+    'dropped_empty_text',
   ]),
   EventKind: exact<EventKind>()(['prepare', 'compact']),
   ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated', 'pruned']),

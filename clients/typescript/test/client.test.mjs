@@ -212,7 +212,13 @@ test('setSummarizer answers summarizer.complete, and the compaction says "client
   assert.equal(typeof asked[0].maxTokens, 'number');
   assert.ok(asked[0].messages.every((m) => typeof m.role === 'string' && typeof m.content === 'string'));
   assert.ok(res.compact_summary.goal.some((g) => g.includes('Explain every module')));
-  assert.ok(progress.length >= 1 && progress[0].token === 'compaction:sum');
+  // LSP work-done progress under the token satchel created: begin, reports, end at 100.
+  const kinds = progress.map((p) => p.value.kind);
+  assert.equal(kinds[0], 'begin');
+  assert.equal(kinds.at(-1), 'end');
+  assert.equal(new Set(progress.map((p) => p.token)).size, 1);
+  assert.ok(progress[0].token.startsWith('satchel-progress-'), progress[0].token);
+  assert.equal(progress.filter((p) => p.value.kind === 'report').at(-1).value.percentage, 100);
   unsubscribe();
   await client.close();
 });

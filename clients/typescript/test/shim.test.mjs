@@ -225,12 +225,12 @@ test('setSummarizer sends initialize declaring summarizer_complete at once, and 
     [
       {
         method: 'initialize',
-        params: { client_info: { name: 'satchel-client (typescript)', version: '0.1.0' }, capabilities: { summarizer_complete: true } },
+        params: { client_info: { name: 'satchel-client (typescript)', version: '0.1.0' }, capabilities: { summarizer_complete: true, window: { workDoneProgress: true } } },
       },
-      { method: 'initialize', params: { client_info: { name: 'my agent' }, capabilities: { summarizer_complete: true } } },
+      { method: 'initialize', params: { client_info: { name: 'my agent' }, capabilities: { summarizer_complete: true, window: { workDoneProgress: true } } } },
       {
         method: 'initialize',
-        params: { client_info: { name: 'satchel-client (typescript)', version: '0.1.0' }, capabilities: { summarizer_complete: false } },
+        params: { client_info: { name: 'satchel-client (typescript)', version: '0.1.0' }, capabilities: { summarizer_complete: false, window: { workDoneProgress: true } } },
       },
     ],
   );

@@ -63,6 +63,13 @@ pub enum Repair {
     /// Anthropic: the list started with an assistant message, so a placeholder user message
     /// was put first.
     InsertedLeadingUser,
+    /// Anthropic: a text block with no text or only whitespace, which the API rejects, was
+    /// dropped from the message at `index` (one per block). A message left with no content is
+    /// then dropped as empty, which is reported as [`Repair::MergedSameRole`].
+    DroppedEmptyText {
+        /// The message it was removed from, or where its message stood.
+        index: usize,
+    },
 }
 
 /// A message as the repair pass handles it: read in place, taken apart only when it must
@@ -211,18 +218,33 @@ fn close_openai<M: RepairItem>(calls: OpenCalls, out: &mut Vec<M>, repairs: &mut
     }
 }
 
+/// What was dropped inside or just before a turn, reported at its position.
+#[derive(Default, Clone, Copy)]
+struct Drops {
+    /// Blank text blocks.
+    texts: usize,
+    /// Empty messages (some of them empty only once their blank texts were dropped).
+    messages: usize,
+}
+
+impl Drops {
+    fn add(&mut self, other: Drops) {
+        self.texts += other.texts;
+        self.messages += other.messages;
+    }
+}
+
 /// Consecutive non-empty messages of one role, which the API needs as a single message.
 struct Turn<M> {
     messages: Vec<M>,
-    /// Empty messages dropped inside or just before the turn, reported at its position.
-    dropped_empty: usize,
+    dropped: Drops,
 }
 
 impl<M> Default for Turn<M> {
     fn default() -> Self {
         Turn {
             messages: Vec::new(),
-            dropped_empty: 0,
+            dropped: Drops::default(),
         }
     }
 }
@@ -246,12 +268,15 @@ fn repair_anthropic<M: RepairItem>(messages: Vec<M>, allow_pending_tail: bool) -
         open: None,
     };
     let mut turn = Turn::default();
-    let mut dropped_empty = 0;
+    let mut dropped = Drops::default();
     for message in messages {
+        let (message, blank) = drop_blank_texts(message);
+        dropped.texts += blank;
         // The API rejects empty messages, and one between two messages of a role would keep
-        // them from being merged.
+        // them from being merged. A message that held only blank text is one too: it has no
+        // call or result, so dropping it and joining its neighbours leaves every pair intact.
         if is_empty(message.value()) {
-            dropped_empty += 1;
+            dropped.messages += 1;
             continue;
         }
         if turn
@@ -261,26 +286,54 @@ fn repair_anthropic<M: RepairItem>(messages: Vec<M>, allow_pending_tail: bool) -
         {
             state.finish_turn(mem::take(&mut turn));
         }
-        turn.dropped_empty += mem::take(&mut dropped_empty);
+        turn.dropped.add(mem::take(&mut dropped));
         turn.messages.push(message);
     }
     if !turn.messages.is_empty() {
         state.finish_turn(turn);
     }
-    state.report_dropped_empty(dropped_empty, state.out.len());
+    state.report_dropped(dropped, state.out.len());
     if !allow_pending_tail {
         state.close_calls();
     }
     (state.out, state.repairs)
 }
 
+/// No content, or only whitespace, which the API rejects as it rejects a blank text block.
 fn is_empty(message: &Value) -> bool {
     match message.get("content") {
         None | Some(Value::Null) => true,
-        Some(Value::String(text)) => text.is_empty(),
+        Some(Value::String(text)) => text.trim().is_empty(),
         Some(Value::Array(blocks)) => blocks.is_empty(),
         Some(_) => false,
     }
+}
+
+/// A text block the API rejects: `text` empty or only whitespace ("text content blocks must
+/// be non-empty", "must contain non-whitespace text").
+fn is_blank_text(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("text")
+        && block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|text| text.trim().is_empty())
+}
+
+/// `message` without its blank text blocks, and how many there were. A message that has none
+/// is passed on as it came, without being copied.
+fn drop_blank_texts<M: RepairItem>(message: M) -> (M, usize) {
+    let blank = match message.value().get("content") {
+        Some(Value::Array(blocks)) => blocks.iter().filter(|block| is_blank_text(block)).count(),
+        _ => 0,
+    };
+    if blank == 0 {
+        return (message, 0);
+    }
+    let mut message = message.into_value();
+    if let Some(Value::Array(blocks)) = message.get_mut("content") {
+        blocks.retain(|block| !is_blank_text(block));
+    }
+    (M::from_value(message), blank)
 }
 
 fn is_result(block: &Value) -> bool {
@@ -349,7 +402,7 @@ impl<M: RepairItem> Anthropic<M> {
         let message = self.join(first, messages, index);
         self.open = Some(OpenCalls::of(message.value(), MessageFormat::Anthropic));
         self.out.push(message);
-        self.report_dropped_empty(turn.dropped_empty, index);
+        self.report_dropped(turn.dropped, index);
     }
 
     /// Joins `rest` into `first`, whose other fields the joined message keeps.
@@ -404,7 +457,7 @@ impl<M: RepairItem> Anthropic<M> {
         let mut messages = turn.messages.into_iter();
         if messages.len() == 1 && !moved && missing.is_empty() && !answers.contains(&false) {
             self.out.extend(messages);
-            self.report_dropped_empty(turn.dropped_empty, index);
+            self.report_dropped(turn.dropped, index);
             return;
         }
 
@@ -437,7 +490,7 @@ impl<M: RepairItem> Anthropic<M> {
             });
             results.push(synthetic_block(call_id));
         }
-        self.report_dropped_empty(turn.dropped_empty, index);
+        self.report_dropped(turn.dropped, index);
         results.append(&mut others);
         if results.is_empty() {
             // It carried only orphans, each reported as dropped.
@@ -471,9 +524,11 @@ impl<M: RepairItem> Anthropic<M> {
         }
     }
 
-    fn report_dropped_empty(&mut self, count: usize, index: usize) {
+    fn report_dropped(&mut self, dropped: Drops, index: usize) {
         self.repairs
-            .extend(iter::repeat_n(Repair::MergedSameRole { index }, count));
+            .extend(iter::repeat_n(Repair::DroppedEmptyText { index }, dropped.texts));
+        self.repairs
+            .extend(iter::repeat_n(Repair::MergedSameRole { index }, dropped.messages));
     }
 }
 
@@ -788,6 +843,83 @@ mod tests {
         );
     }
 
+    /// Repairs `messages`, checks that the list is valid and that repairing it again changes
+    /// nothing, and compares the report and the list with the snapshot `name`.
+    fn snapshot(name: &str, messages: Vec<Value>, format: MessageFormat, allow: bool) -> Vec<Value> {
+        let (out, repairs) = repair(messages, format, allow);
+        assert_eq!(validity(&out, format, allow), Ok(()), "{out:#?}");
+        assert_eq!(repair(out.clone(), format, allow), (out.clone(), vec![]));
+        let mut text = String::new();
+        for r in &repairs {
+            text.push_str(&format!("{r:?}\n"));
+        }
+        text.push_str("--\n");
+        for (i, message) in out.iter().enumerate() {
+            text.push_str(&format!("{i} {message}\n"));
+        }
+        insta::assert_snapshot!(name, text);
+        out
+    }
+
+    #[test]
+    fn anthropic_blank_text_blocks_are_dropped() {
+        // The shape of a real trajectory: a lone newline before the call.
+        let blank_first = json!({"role": "assistant", "content": [
+            text("\n"), {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "ls"}}]});
+        let messages = vec![
+            user("go"),
+            blank_first,
+            an_user(vec![text(""), an_result("t1"), text(" \t "), text("next")]),
+            an_assistant(&["t2"]),
+            an_user(vec![an_result("t2")]),
+        ];
+        let out = snapshot(
+            "anthropic_blank_text_blocks_are_dropped",
+            messages.clone(),
+            ANTHROPIC,
+            false,
+        );
+        // Messages without blank text pass unchanged; a blank block before the results does
+        // not count as moving them first.
+        assert_eq!((&out[0], &out[3], &out[4]), (&messages[0], &messages[3], &messages[4]));
+    }
+
+    #[test]
+    fn anthropic_message_of_only_blank_text_goes_and_its_neighbours_join() {
+        let messages = vec![
+            user("go"),
+            an_assistant(&["t1"]),
+            an_user(vec![an_result("t1")]),
+            json!({"role": "assistant", "content": [text("")]}),
+            user("next"),
+            json!({"role": "assistant", "content": "ok"}),
+            json!({"role": "user", "content": " \n"}),
+            json!({"role": "user", "content": "and then?"}),
+            an_assistant(&["t2"]),
+            // A blank prefill at the end, after a pending call.
+            json!({"role": "assistant", "content": [text(" "), text("")]}),
+        ];
+        snapshot(
+            "anthropic_message_of_only_blank_text_goes_and_its_neighbours_join",
+            messages,
+            ANTHROPIC,
+            true,
+        );
+    }
+
+    #[test]
+    fn openai_blank_content_is_left_alone() {
+        // OpenAI accepts empty and blank content.
+        let messages = vec![
+            user(""),
+            json!({"role": "assistant", "content": [{"type": "text", "text": ""}]}),
+            user(" \n"),
+            json!({"role": "assistant", "content": "", "tool_calls": oa_assistant(&["c1"])["tool_calls"]}),
+            oa_tool("c1"),
+        ];
+        assert_eq!(repair(messages.clone(), OPENAI, false), (messages, vec![]));
+    }
+
     #[test]
     fn huge_turns_repair_in_linear_time() {
         // Quadratic matching would take minutes here; linear takes milliseconds.
@@ -821,17 +953,22 @@ mod tests {
     enum Step {
         /// A user message, its text as a string or as a block.
         User { blocks: bool },
-        /// An assistant message with 0-3 calls, with or without text.
-        Assistant { calls: usize, text: bool },
+        /// An assistant message with 0-3 calls, with or without text, and (Anthropic) maybe
+        /// with a blank text block first, as some agents send.
+        Assistant { calls: usize, text: bool, blank: bool },
         /// Results (OpenAI: a run of `tool` messages; Anthropic: one user message, maybe with
-        /// text before or after them).
+        /// text before or after them, and maybe with a blank text block before them).
         Results {
             picks: Vec<Pick>,
             text_before: bool,
             text_after: bool,
+            blank: bool,
         },
         /// A message with empty content.
         Empty { user: bool },
+        /// A message of blank text only (Anthropic: blank text blocks; OpenAI: a whitespace
+        /// string, which OpenAI accepts).
+        Blank { user: bool },
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -842,10 +979,12 @@ mod tests {
         ];
         prop_oneof![
             2 => any::<bool>().prop_map(|blocks| Step::User { blocks }),
-            3 => (0usize..4, any::<bool>()).prop_map(|(calls, text)| Step::Assistant { calls, text }),
-            3 => (vec(pick, 1..4), any::<bool>(), any::<bool>())
-                .prop_map(|(picks, text_before, text_after)| Step::Results { picks, text_before, text_after }),
+            3 => (0usize..4, any::<bool>(), prop::bool::weighted(0.2))
+                .prop_map(|(calls, text, blank)| Step::Assistant { calls, text, blank }),
+            3 => (vec(pick, 1..4), any::<bool>(), any::<bool>(), prop::bool::weighted(0.2))
+                .prop_map(|(picks, text_before, text_after, blank)| Step::Results { picks, text_before, text_after, blank }),
             1 => any::<bool>().prop_map(|user| Step::Empty { user }),
+            1 => any::<bool>().prop_map(|user| Step::Blank { user }),
         ]
     }
 
@@ -929,11 +1068,22 @@ mod tests {
         for step in steps {
             match step {
                 Step::User { blocks } => messages.push(b.user(*blocks)),
-                Step::Assistant { calls, text } => messages.push(b.assistant(format, *calls, *text)),
+                Step::Assistant {
+                    calls,
+                    text: speaks,
+                    blank,
+                } => {
+                    let mut message = b.assistant(format, *calls, *speaks);
+                    if *blank && let Some(blocks) = message["content"].as_array_mut() {
+                        blocks.insert(0, text("\n"));
+                    }
+                    messages.push(message);
+                }
                 Step::Results {
                     picks,
                     text_before,
                     text_after,
+                    blank,
                 } => {
                     let ids: Vec<String> = picks.iter().map(|pick| b.pick(pick)).collect();
                     let results: Vec<Value> = ids.iter().map(|id| b.result(format, id)).collect();
@@ -941,6 +1091,9 @@ mod tests {
                         MessageFormat::Openai => messages.extend(results),
                         MessageFormat::Anthropic => {
                             let mut blocks = Vec::new();
+                            if *blank {
+                                blocks.push(text(""));
+                            }
                             if *text_before {
                                 blocks.push(text(&b.fresh("before ")));
                             }
@@ -957,6 +1110,13 @@ mod tests {
                 } else {
                     json!({"role": "assistant", "content": []})
                 }),
+                Step::Blank { user } => {
+                    let role = if *user { "user" } else { "assistant" };
+                    messages.push(match format {
+                        MessageFormat::Openai => json!({"role": role, "content": " \n"}),
+                        MessageFormat::Anthropic => json!({"role": role, "content": [text(""), text(" \t\n")]}),
+                    });
+                }
             }
         }
         messages
@@ -1031,6 +1191,9 @@ mod tests {
                 if kinds.windows(2).any(|w| !w[0] && w[1]) {
                     return Err(format!("message {i} has a tool result behind another block"));
                 }
+                if blank_texts(message) > 0 {
+                    return Err(format!("message {i} has a blank text block"));
+                }
             }
         }
         Ok(())
@@ -1045,6 +1208,19 @@ mod tests {
 
     fn pending_tail(messages: &[Value], format: MessageFormat) -> bool {
         pending_at(messages, format).is_some()
+    }
+
+    /// A text block with no text or only whitespace, recognised without the repair's helper.
+    fn blank(block: &Value) -> bool {
+        block["type"] == "text"
+            && block["text"]
+                .as_str()
+                .is_some_and(|t| t.chars().all(char::is_whitespace))
+    }
+
+    fn blank_texts(message: &Value) -> usize {
+        let blocks = message.get("content").and_then(Value::as_array).into_iter().flatten();
+        blocks.filter(|b| blank(b)).count()
     }
 
     fn results(messages: &[Value], format: MessageFormat) -> usize {
@@ -1068,16 +1244,18 @@ mod tests {
         contents.into_iter().filter(|c| *c == NO_RESULT).count()
     }
 
-    /// The texts and calls of the conversation in order, tool results aside.
+    /// The texts and calls of the conversation in order, tool results and blank texts aside.
     fn conversation(messages: &[Value], format: MessageFormat) -> Vec<String> {
         let mut seen = Vec::new();
         for message in messages.iter().filter(|m| role(m) != Some("tool")) {
             match message.get("content") {
-                Some(Value::String(said)) if !said.is_empty() && said != LEADING_USER => seen.push(said.clone()),
+                Some(Value::String(said)) if !said.trim().is_empty() && said != LEADING_USER => seen.push(said.clone()),
                 Some(Value::Array(blocks)) => {
                     for block in blocks {
                         match block.get("type").and_then(Value::as_str) {
-                            Some("text") => seen.push(block["text"].as_str().unwrap_or("").to_owned()),
+                            Some("text") if !blank(block) => {
+                                seen.push(block["text"].as_str().unwrap_or("").to_owned());
+                            }
                             Some("tool_use") => seen.push(block["id"].as_str().unwrap_or("").to_owned()),
                             _ => {}
                         }
@@ -1124,6 +1302,15 @@ mod tests {
             .iter()
             .filter(|r| matches!(r, Repair::DroppedOrphanResult { .. }))
             .count();
+        let reported_blank = repairs
+            .iter()
+            .filter(|r| matches!(r, Repair::DroppedEmptyText { .. }))
+            .count();
+        let blank: usize = match format {
+            MessageFormat::Openai => 0,
+            MessageFormat::Anthropic => input.iter().map(blank_texts).sum(),
+        };
+        prop_assert_eq!(reported_blank, blank);
         prop_assert_eq!(reported_synthetic, synthetic);
         prop_assert_eq!(
             reported_dropped,

@@ -84,6 +84,7 @@ fn repair_action(repair: &Repair) -> Action {
         Repair::MergedSameRole { index } => (*index, RepairKind::MergedSameRole, None),
         Repair::MovedResultsFirst { index } => (*index, RepairKind::MovedResultsFirst, None),
         Repair::InsertedLeadingUser => (0, RepairKind::InsertedLeadingUser, None),
+        Repair::DroppedEmptyText { index } => (*index, RepairKind::DroppedEmptyText, None),
     };
     Action::Repaired { index, repair, call_id }
 }

@@ -192,6 +192,27 @@ pub struct ClientCapabilities {
     /// model it already has a connection to (the `client` summariser).
     #[serde(default)]
     pub summarizer_complete: bool,
+    /// LSP's window capabilities; satchel reads `workDoneProgress` and accepts the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowCapabilities>,
+}
+
+impl ClientCapabilities {
+    /// Whether the client takes LSP work-done progress (`window.workDoneProgress`): then a
+    /// compaction that asks a model creates a progress token
+    /// (`window/workDoneProgress/create`) and reports `$/progress` `begin`, `report`, `end`.
+    pub fn work_done_progress(&self) -> bool {
+        self.window.as_ref().is_some_and(|w| w.work_done_progress)
+    }
+}
+
+/// LSP's `ClientCapabilities.window`. Its other members (`showMessage`, `showDocument`, …)
+/// are accepted and ignored.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct WindowCapabilities {
+    /// The client handles `window/workDoneProgress/create` and `$/progress` notifications.
+    #[serde(default, rename = "workDoneProgress")]
+    pub work_done_progress: bool,
 }
 
 /// Result of `initialize`.
@@ -414,6 +435,10 @@ pub enum RepairKind {
     MovedResultsFirst,
     /// The list started with an assistant message: a user message was put first.
     InsertedLeadingUser,
+    /// Anthropic: a text block with no text or only whitespace (which the API rejects) was
+    /// dropped from the message at `index`, one action per block. A message left with no
+    /// content is dropped too, reported as `merged_same_role`.
+    DroppedEmptyText,
 }
 
 /// Params of `context.prepare`. Exactly one of `messages` and `append` is given.

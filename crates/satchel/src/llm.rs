@@ -6,16 +6,18 @@
 //! An error's text becomes the summariser's fallback reason, which is stored in the session
 //! log and returned to clients. So whatever is kept of it is first [`redact`]ed: the API key,
 //! every extra header value, and anything that looks like a credential become `[redacted]`,
-//! and at most [`KEPT_CHARS`] characters are kept.
+//! and at most [`KEPT_CHARS`] characters are kept. Every failed completion is logged as a
+//! warning with that redacted reason.
 
 use std::time::Duration;
 
 use satchel_core::summary::llm::{ChatMessage, Completer, CompletionError};
+use satchel_engine::CallToken;
 use satchel_protocol::Config;
 use satchel_protocol::config::REDACTED;
 use serde_json::{Value, json};
 
-use crate::transport::ClientHandle;
+use crate::transport::{ClientHandle, ClientRequestError};
 
 /// Method satchel calls on its client to run a model.
 pub const CLIENT_COMPLETE_METHOD: &str = "summarizer.complete";
@@ -66,6 +68,18 @@ impl OpenAiCompleter {
 
 impl Completer for OpenAiCompleter {
     fn complete(&self, messages: &[ChatMessage], max_tokens: u64) -> Result<String, CompletionError> {
+        self.request(messages, max_tokens)
+            .inspect_err(|e| warn_failed(&self.name(), e))
+    }
+
+    fn name(&self) -> String {
+        format!("openai:{}", self.model)
+    }
+}
+
+impl OpenAiCompleter {
+    /// One `/chat/completions` request; its errors are redacted.
+    fn request(&self, messages: &[ChatMessage], max_tokens: u64) -> Result<String, CompletionError> {
         let body = json!({
             "model": self.model,
             "messages": messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
@@ -99,10 +113,11 @@ impl Completer for OpenAiCompleter {
             .map(str::to_owned)
             .ok_or_else(|| CompletionError("response has no choices[0].message.content".into()))
     }
+}
 
-    fn name(&self) -> String {
-        format!("openai:{}", self.model)
-    }
+/// Logs a failed completion; `error` is already redacted (see [`redact`]).
+fn warn_failed(backend: &str, error: &CompletionError) {
+    tracing::warn!(backend, reason = %error.0, "the summariser's model call failed");
 }
 
 /// A reqwest error without the URL or any header (no secret can leak into a log).
@@ -118,15 +133,20 @@ fn describe(error: reqwest::Error) -> String {
 
 /// The client runs the model: a `summarizer.complete {messages, max_tokens}` request over the
 /// same connection, answered with `{text}`.
+///
+/// A request it stops waiting for (timeout, the call cancelled, the stream ended) is
+/// cancelled with `$/cancelRequest`, so the client can stop its model.
 pub struct ClientCompleter {
     handle: ClientHandle,
     timeout: Duration,
+    /// The call the summary is for: once it is cancelled nobody needs the answer.
+    token: CallToken,
 }
 
 impl ClientCompleter {
-    /// A completer that asks the client behind `handle`.
-    pub fn new(handle: ClientHandle, timeout: Duration) -> Self {
-        ClientCompleter { handle, timeout }
+    /// A completer that asks the client behind `handle` for the call holding `token`.
+    pub fn new(handle: ClientHandle, timeout: Duration, token: CallToken) -> Self {
+        ClientCompleter { handle, timeout, token }
     }
 }
 
@@ -136,14 +156,24 @@ impl Completer for ClientCompleter {
             "messages": messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
             "max_tokens": max_tokens,
         });
-        let reply = self
+        let failed = |reason: String| {
+            let error = CompletionError(redact(&reason, &[]));
+            warn_failed("client", &error);
+            error
+        };
+        let reply = match self
             .handle
-            .request_blocking(CLIENT_COMPLETE_METHOD, params, self.timeout)
-            .map_err(|e| CompletionError(redact(&format!("client: {e}"), &[])))?;
-        reply["text"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| CompletionError("client reply has no `text`".into()))
+            .request_for_call(CLIENT_COMPLETE_METHOD, params, self.timeout, &self.token)
+        {
+            Ok(reply) => reply,
+            // Nobody needs the summary any more: not a failure of the model.
+            Err(e @ ClientRequestError::Cancelled) => return Err(CompletionError(format!("client: {e}"))),
+            Err(e) => return Err(failed(format!("client: {e}"))),
+        };
+        match reply["text"].as_str() {
+            Some(text) => Ok(text.to_owned()),
+            None => Err(failed("client reply has no `text`".into())),
+        }
     }
 
     fn name(&self) -> String {

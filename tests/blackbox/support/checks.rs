@@ -47,6 +47,38 @@ pub fn is_summary_message(m: &Value) -> bool {
     m["content"].as_str().is_some_and(|s| s.contains(SUMMARY_HEADING))
 }
 
+/// An Anthropic text block with no text or only whitespace, which the API rejects: satchel
+/// drops it from the request (a `dropped_empty_text` repair), never from the session.
+pub fn is_blank_text(block: &Value) -> bool {
+    block_type(block) == "text"
+        && block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.trim().is_empty())
+}
+
+/// How many blank text blocks of `message` satchel drops from a request in `format` (none in
+/// OpenAI format, which accepts them).
+pub fn blank_text_count(message: &Value, format: Format) -> usize {
+    match format {
+        Format::Openai => 0,
+        Format::Anthropic => blocks(message).filter(|b| is_blank_text(b)).count(),
+    }
+}
+
+/// `message` as a request in `format` carries it when it holds blank text blocks: without
+/// them. `None` when satchel returns it as sent.
+pub fn blank_texts_dropped(message: &Value, format: Format) -> Option<Value> {
+    if blank_text_count(message, format) == 0 {
+        return None;
+    }
+    let mut message = message.clone();
+    if let Some(content) = message.get_mut("content").and_then(Value::as_array_mut) {
+        content.retain(|b| !is_blank_text(b));
+    }
+    Some(message)
+}
+
 /// `returned` is `original` as sent, or `original` with the summary text block put first
 /// (Anthropic carries the summary in the first user message).
 pub fn same_modulo_summary(returned: &Value, original: &Value) -> bool {

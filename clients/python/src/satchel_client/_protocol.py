@@ -86,18 +86,26 @@ def without_none(**params: Any) -> Dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
+#: The LSP request satchel sends before it reports a compaction's progress.
+WORK_DONE_PROGRESS_CREATE = "window/workDoneProgress/create"
+
+
 def initialize_params(params: Dict[str, Any], has_summarizer: bool) -> Dict[str, Any]:
-    """``initialize`` params; declares ``summarizer_complete`` when a summarizer is registered.
+    """``initialize`` params; declares ``summarizer_complete`` when a summarizer is registered,
+    and LSP work-done progress (``window.workDoneProgress``) always.
 
     The daemon asks a client for summaries only if it declared the capability, so a client
     that registered a summarizer must say so, or its handler would never be called.
     """
     params = dict(params)
     params.setdefault("client_info", {"name": "satchel-client (python)", "version": VERSION})
+    capabilities = dict(params.get("capabilities") or {})
     if has_summarizer:
-        capabilities = dict(params.get("capabilities") or {})
         capabilities.setdefault("summarizer_complete", True)
-        params["capabilities"] = capabilities
+    # The client accepts LSP work-done progress (it answers window/workDoneProgress/create),
+    # so `$/progress` handlers see a compaction's begin, reports and end.
+    capabilities.setdefault("window", {"workDoneProgress": True})
+    params["capabilities"] = capabilities
     return params
 
 
@@ -208,7 +216,8 @@ class Handlers:
     """Registry of the callbacks for what the daemon sends unasked."""
 
     def __init__(self) -> None:
-        self._request_handlers: Dict[str, RequestHandler] = {}
+        # A work-done progress token satchel creates is accepted as it is.
+        self._request_handlers: Dict[str, RequestHandler] = {WORK_DONE_PROGRESS_CREATE: lambda params: None}
         self._notification_handlers: Dict[str, List[NotificationHandler]] = {}
 
     def on_request(self, method: str, fn: Optional[RequestHandler] = None) -> Any:

@@ -23,7 +23,12 @@ Pressure = Literal["low", "medium", "high", "critical"]
 Phase = Literal["recent", "old"]
 IdentifierList = Literal["constraints", "files_read", "files_modified", "commands", "errors", "notes"]
 RepairKind = Literal[
-    "synthetic_result", "dropped_orphan_result", "merged_same_role", "moved_results_first", "inserted_leading_user"
+    "synthetic_result",
+    "dropped_orphan_result",
+    "merged_same_role",
+    "moved_results_first",
+    "inserted_leading_user",
+    "dropped_empty_text",
 ]
 EventKind = Literal["prepare", "compact"]
 ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned"]
@@ -37,8 +42,15 @@ HitSource = Literal["bm25", "vector", "hybrid"]
 # --- params (the keyword arguments of the client's methods) ----------------------------------
 
 
+class WindowCapabilities(TypedDict, total=False):
+    """LSP's window capabilities: ``workDoneProgress`` asks for a compaction's ``$/progress``."""
+
+    workDoneProgress: bool
+
+
 class ClientCapabilities(TypedDict, total=False):
     summarizer_complete: bool
+    window: Optional[WindowCapabilities]
 
 
 class InitializeParams(TypedDict, total=False):

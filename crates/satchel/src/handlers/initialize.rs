@@ -26,6 +26,13 @@ impl Daemon {
             completing.remove(&connection);
         }
         drop(completing);
+        let mut progress = lock(&self.progress_clients);
+        if params.capabilities.work_done_progress() {
+            progress.insert(connection);
+        } else {
+            progress.remove(&connection);
+        }
+        drop(progress);
         if let Some(info) = &params.client_info {
             tracing::info!(client = %info, "initialize");
         }

@@ -2,8 +2,8 @@
 //! a reply, and tells the session's watchers what changed. One file per method.
 //!
 //! The engine does the work; what is here is what the engine must not know: connections
-//! (which client declared `summarizer_complete`, who watches which session), the model
-//! backends a compaction may use, and `$/progress` notifications.
+//! (which client declared `summarizer_complete` or `window.workDoneProgress`, who watches
+//! which session), the model backends a compaction may use, and LSP work-done progress.
 
 mod compact;
 mod initialize;
@@ -18,14 +18,15 @@ mod usage;
 mod watch;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use satchel_core::summary::llm::Completer;
-use satchel_engine::{CallContext, Engine, EngineError, ModelSource, ProgressSink, Ticket};
+use satchel_engine::{CallContext, CallToken, Engine, EngineError, ModelSource, ProgressSink, Ticket};
 use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::{Config, ContextEvent};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 #[cfg(feature = "memory")]
 pub use memory_index::next_merge;
@@ -41,6 +42,9 @@ pub struct Daemon {
     /// Connections whose client declared `summarizer_complete` in `initialize`; a connection
     /// leaves when it closes.
     completing_clients: Mutex<HashSet<u64>>,
+    /// Connections whose client declared LSP `window.workDoneProgress` in `initialize`: only
+    /// they get `$/progress`.
+    progress_clients: Mutex<HashSet<u64>>,
     /// Connections following a session (`context.watch`), by session.
     watchers: Mutex<HashMap<String, Vec<ClientHandle>>>,
     /// Held by the memory write in progress (`memory.write`, `memory.append`, a merge):
@@ -57,6 +61,7 @@ impl Daemon {
         Daemon {
             engine,
             completing_clients: Mutex::default(),
+            progress_clients: Mutex::default(),
             watchers: Mutex::default(),
             memory_writes: Mutex::default(),
             #[cfg(feature = "memory")]
@@ -79,6 +84,7 @@ impl Daemon {
     /// Forgets what was kept for a connection that closed.
     pub fn connection_closed(&self, connection: u64) {
         lock(&self.completing_clients).remove(&connection);
+        lock(&self.progress_clients).remove(&connection);
         let mut watchers = lock(&self.watchers);
         for list in watchers.values_mut() {
             list.retain(|c| c.connection_id() != connection);
@@ -121,24 +127,33 @@ impl Daemon {
     }
 
     /// What a session call needs from its connection: the models it may summarise with,
-    /// `$/progress` of a model summary, and its cancellation.
+    /// work-done progress of a model summary, and its cancellation.
     fn run_with_call<T>(
         &self,
         scope: &CallScope,
         session_id: &str,
         run: impl FnOnce(&CallContext<'_>) -> Result<T, EngineError>,
     ) -> Result<T, RpcError> {
-        let models = CallModels {
-            daemon: self,
-            client: &scope.client,
+        let models = CancellableModels {
+            models: CallModels {
+                daemon: self,
+                client: &scope.client,
+            },
+            token: &scope.token,
         };
+        let wants_progress = lock(&self.progress_clients).contains(&scope.client.connection_id());
+        let progress = wants_progress.then(|| Arc::new(WorkDone::new(scope.client.clone(), session_id)));
         let call = CallContext {
             models: &models,
-            progress: progress_sink(scope.client.clone(), session_id),
+            progress: progress_sink(progress.clone()),
             token: scope.token.clone(),
             max_result_bytes: Some(scope.max_result_bytes),
         };
-        Ok(run(&call)?)
+        let outcome = run(&call);
+        if let Some(progress) = progress {
+            progress.end(outcome.as_ref().err());
+        }
+        Ok(outcome?)
     }
 }
 
@@ -148,8 +163,33 @@ struct CallModels<'a> {
     client: &'a ClientHandle,
 }
 
+/// [`CallModels`] for a call that can be cancelled: a cancelled call stops waiting for the
+/// client's model (and tells the client so).
+struct CancellableModels<'a> {
+    models: CallModels<'a>,
+    token: &'a CallToken,
+}
+
 impl ModelSource for CallModels<'_> {
     fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String> {
+        self.completer_for(kind, config, &CallToken::new())
+    }
+}
+
+impl ModelSource for CancellableModels<'_> {
+    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String> {
+        self.models.completer_for(kind, config, self.token)
+    }
+}
+
+impl CallModels<'_> {
+    /// The completer for `kind`, for a call cancelled by `token`.
+    fn completer_for(
+        &self,
+        kind: SummarizerKind,
+        config: &Config,
+        token: &CallToken,
+    ) -> Result<Box<dyn Completer>, String> {
         match kind {
             SummarizerKind::Extractive => Err("the extractive summariser needs no model".into()),
             SummarizerKind::Openai => Ok(Box::new(OpenAiCompleter::from_config(config))),
@@ -159,25 +199,140 @@ impl ModelSource for CallModels<'_> {
                     return Err("the client did not declare summarizer_complete".into());
                 }
                 let timeout = Duration::from_secs_f64(config.llm_timeout_secs);
-                Ok(Box::new(ClientCompleter::new(self.client.clone(), timeout)))
+                Ok(Box::new(ClientCompleter::new(
+                    self.client.clone(),
+                    timeout,
+                    token.clone(),
+                )))
             }
         }
     }
 }
 
-/// Reports the stages of a model summary to the calling client as LSP `$/progress`.
-fn progress_sink(client: ClientHandle, session_id: &str) -> ProgressSink {
-    let token = format!("compaction:{session_id}");
-    Arc::new(move |stage: usize, stages: usize| {
-        client.notify(
-            "$/progress",
-            serde_json::json!({"token": token, "value": {
+/// How long the client has to accept a progress token; without its answer there is no progress.
+const CREATE_PROGRESS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Source of progress tokens, unique in this process.
+static NEXT_PROGRESS: AtomicU64 = AtomicU64::new(1);
+
+/// The stages of a model summary, for a call whose client declared `window.workDoneProgress`;
+/// other calls get a sink that does nothing.
+fn progress_sink(progress: Option<Arc<WorkDone>>) -> ProgressSink {
+    match progress {
+        Some(progress) => Arc::new(move |stage, stages| progress.stage(stage, stages)),
+        None => Arc::new(|_, _| {}),
+    }
+}
+
+/// LSP work-done progress of one call's compaction: at its first stage the client is asked
+/// to create a fresh token (`window/workDoneProgress/create`), and if it accepts, it gets
+/// `$/progress` `begin`, a `report` per stage, and (when the call ends) a last `report` at
+/// 100 % and `end`. A compaction that asks no model reports nothing.
+///
+/// No satchel method's params carry an LSP `workDoneToken` (their params refuse unknown
+/// fields), so the token is always satchel's own.
+struct WorkDone {
+    client: ClientHandle,
+    title: String,
+    state: Mutex<Progress>,
+}
+
+/// Where one call's progress is.
+enum Progress {
+    /// No stage yet.
+    Idle,
+    /// The client accepted `token`; `percentage` was the last one reported.
+    Running { token: String, percentage: usize },
+    /// The client refused the token or did not answer: no progress for this call.
+    Refused,
+}
+
+impl WorkDone {
+    fn new(client: ClientHandle, session_id: &str) -> Self {
+        WorkDone {
+            client,
+            title: format!("Compacting {session_id}"),
+            state: Mutex::new(Progress::Idle),
+        }
+    }
+
+    /// Stage `stage` of `stages` (1-based) is about to ask the model.
+    fn stage(&self, stage: usize, stages: usize) {
+        let mut state = lock(&self.state);
+        // A second compaction in the same call starts over under a fresh token.
+        if stage == 1
+            && let Progress::Running { token, .. } = &*state
+        {
+            self.send_end(token, None);
+            *state = Progress::Idle;
+        }
+        if let Progress::Idle = *state {
+            *state = self.begin();
+        }
+        let Progress::Running { token, percentage } = &mut *state else {
+            return;
+        };
+        // Never backwards, and 100 only once the call is done.
+        *percentage = (100 * stage.saturating_sub(1) / stages.max(1)).clamp(*percentage, 99);
+        self.send(
+            token,
+            json!({
                 "kind": "report",
                 "message": format!("summarising stage {stage} of {stages}"),
-                "percentage": (100 * stage.saturating_sub(1)) / stages.max(1),
-            }}),
+                "percentage": *percentage,
+            }),
         );
-    })
+    }
+
+    /// Asks the client for a fresh token and begins the progress under it.
+    fn begin(&self) -> Progress {
+        let token = format!("satchel-progress-{}", NEXT_PROGRESS.fetch_add(1, Ordering::Relaxed));
+        let created = self.client.request_blocking(
+            "window/workDoneProgress/create",
+            json!({ "token": token }),
+            CREATE_PROGRESS_TIMEOUT,
+        );
+        if let Err(e) = created {
+            tracing::debug!(
+                token,
+                "no progress reported: window/workDoneProgress/create failed: {e}"
+            );
+            return Progress::Refused;
+        }
+        self.send(
+            &token,
+            json!({"kind": "begin", "title": self.title, "cancellable": true, "percentage": 0}),
+        );
+        Progress::Running { token, percentage: 0 }
+    }
+
+    /// The call is over: the progress, if any, reaches 100 % (when the call succeeded) and ends.
+    fn end(&self, error: Option<&EngineError>) {
+        let state = std::mem::replace(&mut *lock(&self.state), Progress::Idle);
+        if let Progress::Running { token, .. } = state {
+            self.send_end(&token, error);
+        }
+    }
+
+    fn send_end(&self, token: &str, error: Option<&EngineError>) {
+        let message = match error {
+            None => {
+                self.send(
+                    token,
+                    json!({"kind": "report", "message": "summarised", "percentage": 100}),
+                );
+                "done".to_owned()
+            }
+            Some(EngineError::Cancelled) => "cancelled".to_owned(),
+            Some(e) => format!("failed: {e}"),
+        };
+        self.send(token, json!({"kind": "end", "message": message}));
+    }
+
+    fn send(&self, token: &str, value: Value) {
+        self.client
+            .notify("$/progress", json!({"token": token, "value": value}));
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

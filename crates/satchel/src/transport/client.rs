@@ -13,14 +13,19 @@
 //! handler can never hold up the writer or the read loop that delivers its answer. When the
 //! stream ends nobody can answer any more, so every waiting request fails at once with
 //! [`ClientRequestError::Disconnected`] instead of sitting out its timeout.
+//!
+//! A request satchel stops waiting for is abandoned the LSP way: the client gets a
+//! `$/cancelRequest {id}` for it, whether the wait timed out, the call that needed the answer
+//! was cancelled, or the stream ended (sent if the writer still runs).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc as std_mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jsonrpsee::types::Id;
 use jsonrpsee::types::error::ErrorCode;
+use satchel_engine::CallToken;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -30,6 +35,12 @@ use super::queue::WeakWriteQueue;
 
 /// Prefix of the ids of requests sent to the client.
 const ID_PREFIX: &str = "satchel-";
+
+/// The notification that abandons a request, in either direction.
+const CANCEL_METHOD: &str = "$/cancelRequest";
+
+/// How often a request waiting on behalf of a call looks whether the call was cancelled.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// Why a request to the client produced no result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +59,9 @@ pub enum ClientRequestError {
     /// The connection closed (or its writer failed) before the client answered.
     #[error("the client is disconnected")]
     Disconnected,
+    /// The call the answer was for was cancelled first.
+    #[error("the call was cancelled")]
+    Cancelled,
 }
 
 /// What a waiting request gets.
@@ -98,27 +112,79 @@ impl ClientHandle {
     /// Returns the response's `result`, or an error on timeout, on an error response, or
     /// when the connection is gone. Blocks the calling thread, so never call it from an
     /// async task: on a single-threaded runtime the answer could not even be read until the
-    /// timeout. A `$/cancelRequest` for the calling method
-    /// replies at once but cannot stop the thread, which waits on until the answer comes.
+    /// timeout. A `$/cancelRequest` for the calling method replies at once but cannot stop
+    /// the thread: [`request_for_call`](Self::request_for_call) stops waiting then.
+    ///
+    /// On timeout the client gets a `$/cancelRequest` for the request.
     pub fn request_blocking(
         &self,
         method: &str,
         params: Value,
         timeout: Duration,
     ) -> Result<Value, ClientRequestError> {
+        self.request_waiting(method, params, timeout, None)
+    }
+
+    /// [`request_blocking`](Self::request_blocking) on behalf of a call: it stops waiting
+    /// (within [`CANCEL_POLL`]) with [`ClientRequestError::Cancelled`] once `token` is
+    /// cancelled, and the client gets a `$/cancelRequest` for the request.
+    pub fn request_for_call(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        token: &CallToken,
+    ) -> Result<Value, ClientRequestError> {
+        self.request_waiting(method, params, timeout, Some(token))
+    }
+
+    fn request_waiting(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        token: Option<&CallToken>,
+    ) -> Result<Value, ClientRequestError> {
+        if token.is_some_and(CallToken::is_cancelled) {
+            return Err(ClientRequestError::Cancelled);
+        }
         let (tx, rx) = std_mpsc::sync_channel(1);
         let id = self.peer.start(method, params, Waiter::Blocking(tx))?;
-        match rx.recv_timeout(timeout) {
-            Ok(reply) => reply,
-            Err(std_mpsc::RecvTimeoutError::Disconnected) => Err(ClientRequestError::Disconnected),
-            Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                if self.peer.forget(&id) {
-                    return Err(ClientRequestError::Timeout);
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return self.abandon(&id, &rx, ClientRequestError::Timeout);
+            }
+            let wait = if token.is_some() { left.min(CANCEL_POLL) } else { left };
+            match rx.recv_timeout(wait) {
+                Ok(reply) => return reply,
+                // `close` took the waiter (and sent the cancel if it could).
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return Err(ClientRequestError::Disconnected),
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                    if token.is_some_and(CallToken::is_cancelled) {
+                        return self.abandon(&id, &rx, ClientRequestError::Cancelled);
+                    }
                 }
-                // The answer was being delivered as the time ran out; it comes at once.
-                rx.recv().unwrap_or(Err(ClientRequestError::Disconnected))
             }
         }
+    }
+
+    /// Stops waiting for request `id` and tells the client so; returns `why`, or the answer
+    /// if it was being delivered at that moment.
+    fn abandon(
+        &self,
+        id: &str,
+        rx: &std_mpsc::Receiver<Reply>,
+        why: ClientRequestError,
+    ) -> Result<Value, ClientRequestError> {
+        if self.peer.forget(id) {
+            tracing::debug!(id, reason = %why, "request to the client abandoned");
+            self.peer.cancel(id);
+            return Err(why);
+        }
+        // The answer was being delivered as the wait ended; it comes at once.
+        rx.recv().unwrap_or(Err(ClientRequestError::Disconnected))
     }
 }
 
@@ -217,8 +283,17 @@ impl Peer {
         if !waiters.is_empty() {
             tracing::debug!(count = waiters.len(), "requests to the client failed: the stream ended");
         }
-        for waiter in waiters.into_values() {
+        for (id, waiter) in waiters {
+            // The client may still read what the running calls write.
+            self.cancel(&id);
             waiter.send(Err(ClientRequestError::Disconnected));
+        }
+    }
+
+    /// Tells the client that nobody waits for the answer to request `id` any more.
+    fn cancel(&self, id: &str) {
+        if !self.push(None, CANCEL_METHOD, serde_json::json!({ "id": id })) {
+            tracing::debug!(id, "$/cancelRequest not sent: the connection is gone");
         }
     }
 
@@ -318,6 +393,7 @@ mod tests {
             ClientRequestError::Timeout => 1,
             ClientRequestError::Rejected { .. } => 2,
             ClientRequestError::Disconnected => 3,
+            ClientRequestError::Cancelled => 4,
         };
         ErrorObject::owned(code, error.to_string(), None::<()>)
     }
@@ -342,6 +418,18 @@ mod tests {
                 let (client, forwarded, timeout) = ask_args(&params, &ext)?;
                 client
                     .request_blocking("client.echo", forwarded, timeout)
+                    .map_err(failure)
+            })
+            .expect("fresh name");
+        module
+            .register_blocking_method("ask_for_call", |params, _, ext| {
+                let (client, forwarded, timeout) = ask_args(&params, &ext)?;
+                let token = &ext
+                    .get::<super::super::CallScope>()
+                    .expect("serve inserts a CallScope")
+                    .token;
+                client
+                    .request_for_call("client.echo", forwarded, timeout, token)
                     .map_err(failure)
             })
             .expect("fresh name");
@@ -443,11 +531,44 @@ mod tests {
                 .await;
             let (id, params) = next_request(&mut client, Framing::Ndjson).await;
             assert_eq!(params, Value::Null, "null params are left out");
+            let (_, abandoned) = client.recv().await;
+            let cancel = json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}});
+            assert_eq!(abandoned, cancel, "the client is told the request is abandoned");
             let (_, reply) = client.recv().await;
             assert_eq!(reply["error"]["code"], json!(1), "{reply}");
             assert!(started.elapsed() >= Duration::from_millis(100));
             client.send(Framing::Ndjson, &result(&id, json!("late"))).await;
         }
+        client.send(Framing::Ndjson, &call(json!(2), "echo", json!([2]))).await;
+        let rest = client.finish().await;
+        assert_eq!(
+            rest,
+            vec![(Framing::Ndjson, json!({"jsonrpc": "2.0", "id": 2, "result": [2]}))]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_call_abandons_its_request_to_the_client() {
+        let mut client = start();
+        client
+            .send(
+                Framing::Ndjson,
+                &call(json!(1), "ask_for_call", json!([{"q": 1}, 10_000])),
+            )
+            .await;
+        let (id, _) = next_request(&mut client, Framing::Ndjson).await;
+        let started = Instant::now();
+        client
+            .send(Framing::Ndjson, &notify("$/cancelRequest", json!({"id": 1})))
+            .await;
+        let (_, reply) = client.recv().await;
+        assert_eq!(reply["error"]["code"], json!(-32800), "{reply}");
+        let (_, abandoned) = client.recv().await;
+        let cancel = json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}});
+        assert_eq!(abandoned, cancel);
+        assert!(started.elapsed() < Duration::from_secs(2), "not after the timeout");
+        // The late answer finds nobody waiting.
+        client.send(Framing::Ndjson, &result(&id, json!("late"))).await;
         client.send(Framing::Ndjson, &call(json!(2), "echo", json!([2]))).await;
         let rest = client.finish().await;
         assert_eq!(
@@ -465,11 +586,19 @@ mod tests {
         client
             .send(Framing::Ndjson, &call(json!(2), "ask", json!([2, 10_000])))
             .await;
-        next_request(&mut client, Framing::Ndjson).await;
-        next_request(&mut client, Framing::Ndjson).await;
+        let (first, _) = next_request(&mut client, Framing::Ndjson).await;
+        let (second, _) = next_request(&mut client, Framing::Ndjson).await;
         let started = Instant::now();
-        let replies = by_id(client.finish().await);
+        let (cancels, replies): (Vec<_>, Vec<_>) = client
+            .finish()
+            .await
+            .into_iter()
+            .partition(|(_, frame)| frame["method"] == "$/cancelRequest");
+        let replies = by_id(replies);
         assert!(started.elapsed() < Duration::from_secs(2));
+        let mut cancelled: Vec<Value> = cancels.iter().map(|(_, c)| c["params"]["id"].clone()).collect();
+        cancelled.sort_by_key(Value::to_string);
+        assert_eq!(cancelled, vec![first, second], "the requests are abandoned");
         let error = json!({"code": 3, "message": "the client is disconnected"});
         assert_eq!(
             replies,

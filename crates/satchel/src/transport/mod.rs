@@ -31,7 +31,6 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::task::{AbortHandle, JoinHandle};
 
 pub use client::ClientHandle;
-#[allow(unused_imports, reason = "the daemon's handlers will match on it")]
 pub use client::ClientRequestError;
 use client::Peer;
 use framing::{Frame, FrameReader, Framing, Incoming};

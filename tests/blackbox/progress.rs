@@ -1,0 +1,274 @@
+//! Black-box tests of LSP work-done progress and of abandoned requests to the client. The
+//! test plays a client that runs the model (`summarizer.complete`): a `context.compact`
+//! summarised in stages reports `window/workDoneProgress/create`, then `$/progress`
+//! `begin`, `report`s and `end` under the created token, only to a client that declared
+//! `window.workDoneProgress`; a `summarizer.complete` satchel stops waiting for is
+//! cancelled with `$/cancelRequest`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::builders::{SYSTEM, assistant, system, user};
+use crate::support::{Daemon, expect_result};
+
+const SESSION: &str = "progress-session";
+
+/// A valid model summary.
+const SUMMARY: &str = "## Goal
+- Make the parser crate build again
+
+## Progress
+### Done
+- [x] Read the build log
+
+## Next Steps
+1. Run the tests again
+";
+
+/// Per-call config of `context.compact`: the client summariser, a small window so most of
+/// the session is compacted, and a small input budget so it is summarised in several stages.
+fn config() -> Value {
+    json!({
+        "summarizer": "client",
+        "max_input_length": 8192,
+        "tokenizer": "estimate",
+        "llm_input_budget_tokens": 1000,
+        "llm_max_output_tokens": 100,
+    })
+}
+
+/// A daemon (with `env`) whose client declared `capabilities`, holding a session long enough
+/// for a staged summary and far below any compaction threshold.
+fn start(capabilities: Value, env: &[(&str, &str)]) -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), env);
+    daemon.call("initialize", json!({"capabilities": capabilities}));
+    let mut messages = vec![system(SYSTEM)];
+    for turn in 0..30 {
+        let detail = "the lexer reports an unexpected token in module parser::expr; ".repeat(5);
+        messages.push(user(&format!("Step {turn}: fix the next build error. {detail}")));
+        messages.push(assistant(&format!("Step {turn} is fixed: {detail}")));
+    }
+    let prepared = daemon.call("context.prepare", json!({"session_id": SESSION, "messages": messages}));
+    assert!(
+        prepared["actions"]
+            .as_array()
+            .is_none_or(|a| a.iter().all(|a| a["kind"] != "compacted")),
+        "the setup compacted already: {prepared}"
+    );
+    (dir, daemon)
+}
+
+/// Calls `context.compact`, answering `summarizer.complete` with `summarize(id)` and
+/// `window/workDoneProgress/create` with `create(id)`; returns the reply and every other
+/// frame, in order.
+fn compact(
+    daemon: &mut Daemon,
+    mut summarize: impl FnMut(&Value) -> Option<Value>,
+    mut create: impl FnMut(&Value) -> Option<Value>,
+) -> (Value, Vec<Value>) {
+    let mut frames = Vec::new();
+    let reply = daemon.call_raw_answering(
+        "context.compact",
+        json!({"session_id": SESSION, "config": config()}),
+        |frame| {
+            frames.push(frame.clone());
+            match frame["method"].as_str() {
+                Some("summarizer.complete") => summarize(&frame["id"]),
+                Some("window/workDoneProgress/create") => create(&frame["id"]),
+                _ => None,
+            }
+        },
+    );
+    (reply, frames)
+}
+
+fn answer(id: &Value, result: Value) -> Option<Value> {
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+fn summarized(id: &Value) -> Option<Value> {
+    answer(id, json!({"text": SUMMARY}))
+}
+
+fn of<'a>(frames: &'a [Value], method: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f["method"] == method).collect()
+}
+
+#[test]
+fn a_staged_compaction_reports_lsp_work_done_progress() {
+    let capabilities = json!({"summarizer_complete": true, "window": {"workDoneProgress": true, "showMessage": {}}});
+    let (_dir, mut daemon) = start(capabilities, &[]);
+    let (reply, frames) = compact(&mut daemon, summarized, |id| answer(id, Value::Null));
+    let result = expect_result("context.compact", reply);
+    assert_eq!(result["compaction"]["summarizer"], "client", "{result}");
+    let stages = of(&frames, "summarizer.complete").len();
+    assert!(stages >= 2, "a staged summary, got {stages} stage(s)");
+
+    // create, then begin, reports and end, all under the created token.
+    let progress: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["method"] == "window/workDoneProgress/create" || f["method"] == "$/progress")
+        .collect();
+    let create = progress[0];
+    assert_eq!(create["method"], "window/workDoneProgress/create", "{progress:?}");
+    assert!(create["id"].is_string(), "a request: {create}");
+    let token = create["params"]["token"].clone();
+    assert!(token.is_string() || token.is_number(), "{create}");
+    assert_eq!(
+        of(&frames, "window/workDoneProgress/create").len(),
+        1,
+        "one token per compaction"
+    );
+
+    let values: Vec<&Value> = progress[1..].iter().map(|f| &f["params"]["value"]).collect();
+    for frame in &progress[1..] {
+        assert!(frame.get("id").is_none(), "a notification: {frame}");
+        assert_eq!(frame["params"]["token"], token, "{frame}");
+    }
+    let kinds: Vec<&str> = values.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"begin"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"end"), "{kinds:?}");
+    assert!(
+        kinds[1..kinds.len() - 1].iter().all(|k| *k == "report") && kinds.len() >= 3,
+        "{kinds:?}"
+    );
+    assert_eq!(values[0]["title"], format!("Compacting {SESSION}"));
+    assert_eq!(values[0]["cancellable"], true);
+    let percentages: Vec<u64> = values[1..values.len() - 1]
+        .iter()
+        .map(|v| v["percentage"].as_u64().expect("a report has a percentage"))
+        .collect();
+    assert!(
+        percentages.windows(2).all(|w| w[0] <= w[1]),
+        "percentages go back: {percentages:?}"
+    );
+    assert_eq!(percentages.last(), Some(&100), "{percentages:?}");
+    assert!(
+        values[1..values.len() - 1].iter().all(|v| v["message"].is_string()),
+        "{values:?}"
+    );
+
+    // The begin comes after the client accepted the token, and each stage is reported
+    // before its model call.
+    let position = |pred: &dyn Fn(&Value) -> bool| frames.iter().position(pred).unwrap();
+    let begin = position(&|f| f["params"]["value"]["kind"] == "begin");
+    let first_request = position(&|f| f["method"] == "summarizer.complete");
+    assert!(begin < first_request, "{frames:?}");
+
+    // A second compaction gets a fresh token.
+    let (_, again) = compact(&mut daemon, summarized, |id| answer(id, Value::Null));
+    let creates = of(&again, "window/workDoneProgress/create");
+    if let Some(second) = creates.first() {
+        assert_ne!(second["params"]["token"], token, "a fresh token per compaction");
+    }
+    daemon.shutdown();
+}
+
+#[test]
+fn a_client_that_refuses_the_token_gets_no_progress() {
+    let capabilities = json!({"summarizer_complete": true, "window": {"workDoneProgress": true}});
+    let (_dir, mut daemon) = start(capabilities, &[]);
+    let (reply, frames) = compact(&mut daemon, summarized, |id| {
+        Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "no"}}))
+    });
+    let result = expect_result("context.compact", reply);
+    assert_eq!(result["compaction"]["summarizer"], "client", "{result}");
+    assert_eq!(of(&frames, "window/workDoneProgress/create").len(), 1);
+    assert!(of(&frames, "$/progress").is_empty(), "{frames:?}");
+    daemon.shutdown();
+}
+
+#[test]
+fn a_client_without_the_capability_gets_no_progress() {
+    for capabilities in [
+        json!({"summarizer_complete": true}),
+        json!({"summarizer_complete": true, "window": {"workDoneProgress": false}}),
+        json!({"summarizer_complete": true, "window": {}, "general": {"positionEncodings": ["utf-16"]}}),
+    ] {
+        let (_dir, mut daemon) = start(capabilities.clone(), &[]);
+        let (reply, frames) = compact(&mut daemon, summarized, |_| {
+            panic!("create sent without the capability")
+        });
+        let result = expect_result("context.compact", reply);
+        assert_eq!(result["compaction"]["summarizer"], "client", "{capabilities}: {result}");
+        assert!(!of(&frames, "summarizer.complete").is_empty());
+        assert!(of(&frames, "$/progress").is_empty(), "{capabilities}: {frames:?}");
+        assert!(
+            of(&frames, "window/workDoneProgress/create").is_empty(),
+            "{capabilities}: {frames:?}"
+        );
+        daemon.shutdown();
+    }
+}
+
+#[test]
+fn an_unanswered_summarizer_request_is_cancelled_and_the_compaction_falls_back() {
+    let capabilities = json!({"summarizer_complete": true});
+    let (_dir, mut daemon) = start(capabilities, &[("SATCHEL_LLM_TIMEOUT_SECS", "1")]);
+    let started = Instant::now();
+    let (reply, frames) = compact(&mut daemon, |_| None, |_| None);
+    let result = expect_result("context.compact", reply);
+    let backend = result["compaction"]["summarizer"].as_str().unwrap();
+    assert!(
+        backend.starts_with("extractive (fallback: ") && backend.contains("did not answer in time"),
+        "{backend}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    let requests = of(&frames, "summarizer.complete");
+    assert_eq!(requests.len(), 2, "one attempt and one retry: {frames:?}");
+    let cancelled: Vec<&Value> = of(&frames, "$/cancelRequest")
+        .iter()
+        .map(|f| &f["params"]["id"])
+        .collect();
+    let asked: Vec<&Value> = requests.iter().map(|r| &r["id"]).collect();
+    assert_eq!(cancelled, asked, "each abandoned request is cancelled: {frames:?}");
+    // Each cancel comes after its request and before the retry.
+    let at = |id: &Value, method: &str| {
+        frames
+            .iter()
+            .position(|f| f["method"] == method && (f["id"] == *id || f["params"]["id"] == *id))
+            .unwrap()
+    };
+    assert!(at(asked[0], "summarizer.complete") < at(asked[0], "$/cancelRequest"));
+    assert!(at(asked[0], "$/cancelRequest") < at(asked[1], "summarizer.complete"));
+    daemon.shutdown();
+}
+
+#[test]
+fn a_cancelled_compaction_cancels_its_summarizer_request() {
+    let capabilities = json!({"summarizer_complete": true});
+    let (_dir, mut daemon) = start(capabilities, &[("SATCHEL_LLM_TIMEOUT_SECS", "60")]);
+    let id = daemon.request("context.compact", json!({"session_id": SESSION, "config": config()}));
+    let request = loop {
+        let (_, frame) = daemon.next_frame();
+        if frame["method"] == "summarizer.complete" {
+            break frame;
+        }
+    };
+    let started = Instant::now();
+    let framing = daemon.framing;
+    daemon.send(
+        &json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": id}}),
+        framing,
+    );
+    let (mut reply, mut cancel) = (None, None);
+    while reply.is_none() || cancel.is_none() {
+        let (_, frame) = daemon.next_frame();
+        if frame["id"] == json!(id) && frame.get("method").is_none() {
+            reply = Some(frame);
+        } else if frame["method"] == "$/cancelRequest" {
+            cancel = Some(frame);
+        }
+    }
+    let reply = reply.unwrap();
+    assert_eq!(reply["error"]["code"], -32800, "{reply}");
+    assert_eq!(cancel.unwrap()["params"]["id"], request["id"]);
+    assert!(started.elapsed() < Duration::from_secs(10), "not after the timeout");
+    // The session is as it was: the next call sees every message.
+    let inspect = daemon.call("context.inspect", json!({"session_id": SESSION}));
+    assert_eq!(inspect["compactions"].as_array().map_or(0, Vec::len), 0, "{inspect}");
+    daemon.shutdown();
+}
