@@ -621,12 +621,18 @@ fn inspect_renders_lists_json_and_details() {
         "{steered}"
     );
 
-    // --detail compaction:0 is the compaction record.
-    let record = succeeded(&inspect(None, &["chat", "--socket", sock, "--detail", "compaction:0"]));
+    // --detail compaction:0 is the compaction record: text, and as sent with --json.
+    let record = succeeded(&inspect(
+        None,
+        &["chat", "--socket", sock, "--detail", "compaction:0", "--json"],
+    ));
     assert_eq!(
         serde_json::from_str::<Value>(&record).unwrap(),
         inspected["compactions"][0]
     );
+    let record = succeeded(&inspect(None, &["chat", "--socket", sock, "--detail", "compaction:0"]));
+    assert!(record.starts_with("compaction:0  "), "{record}");
+    assert!(record.contains("  summarizer  "), "{record}");
 
     // --detail offload:0 names the file and shows its first lines.
     let offload = succeeded(&inspect(Some(dir.path()), &["build", "--detail", "offload:0"]));
@@ -799,5 +805,90 @@ fn inspect_shows_the_live_numbers_of_a_session_driven_over_stdio() {
         assert!(out.contains(&format!("{} messages live", messages.len())), "{out}");
         messages.push(assistant(&format!("Step {turn} done.")));
     }
+    daemon.shutdown();
+}
+
+/// Issue 17 item 4: the session view opens with a bar of the window and a legend per part,
+/// counts read "1 message" / "2 messages", there is no colour off a terminal, and a session
+/// not loaded since the daemon restarted says so instead of showing zeros.
+#[test]
+fn inspect_shows_the_window_bar_plurals_and_sessions_not_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let sock = path_str(&socket);
+    let mut daemon = serve_with_socket(dir.path(), &[], Some(&socket));
+    let one = prepare(&mut daemon, "one", &[user("Where is the lexer?")]);
+    prepare(
+        &mut daemon,
+        "two",
+        &[
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            user("Where is the lexer?"),
+            assistant("In src/lexer.rs."),
+        ],
+    );
+
+    let out = succeeded(&inspect(None, &["one", "--socket", sock]));
+    assert!(!out.contains('\x1b'), "no colour off a terminal: {out}");
+    assert!(out.contains("): 1 message live, 0 archived"), "{out}");
+    let bar = out
+        .lines()
+        .find(|l| l.starts_with("  [") && l.ends_with(']'))
+        .unwrap_or_else(|| panic!("no bar: {out}"));
+    assert_eq!(bar.chars().count(), 64, "60 cells: {bar}");
+    let tokens = &one["tokens"];
+    let legend = |name: &str| {
+        out.lines()
+            .find(|l| l.len() > 4 && l[4..].starts_with(name) && l[4 + name.len()..].starts_with(' '))
+            .unwrap_or_else(|| panic!("no legend line for {name}: {out}"))
+            .to_owned()
+    };
+    for name in [
+        "system",
+        "sections",
+        "tools",
+        "summary",
+        "messages",
+        "free space",
+        "compaction buffer",
+    ] {
+        assert!(legend(name).contains('%'), "{name}: {out}");
+    }
+    let k = |n: u64| {
+        if n < 1000 {
+            n.to_string()
+        } else {
+            format!("{:.1}k", n as f64 / 1000.0).replace(".0k", "k")
+        }
+    };
+    assert!(
+        legend("messages").contains(&format!(" {} ", k(tokens["messages"].as_u64().unwrap()))),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "window   {} / {} tokens used",
+            k(tokens["total"].as_u64().unwrap()),
+            k(tokens["limit"].as_u64().unwrap())
+        )),
+        "{out}"
+    );
+    let two = succeeded(&inspect(None, &["two", "--socket", sock]));
+    assert!(two.contains("): 3 messages live"), "{two}");
+    daemon.shutdown();
+
+    // After a restart: not loaded, and said so, in the list and in the session view.
+    let daemon = serve_with_socket(dir.path(), &[], Some(&socket));
+    let listed = succeeded(&inspect(None, &["--socket", sock]));
+    assert!(
+        listed.contains("not loaded since the daemon started; its numbers come with its next call"),
+        "{listed}"
+    );
+    let out = succeeded(&inspect(None, &["one", "--socket", sock]));
+    assert!(
+        out.contains("context  not loaded since the daemon started; its numbers come with its next call"),
+        "{out}"
+    );
+    assert!(!out.contains("zone "), "no table of zeros: {out}");
     daemon.shutdown();
 }

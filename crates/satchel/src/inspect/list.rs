@@ -5,11 +5,12 @@ use std::io::{self, Write};
 
 use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PromptAssembly, RequestFocus};
 
+use super::window::{NOT_LOADED, k, not_loaded, plural, write_window};
 use super::{level_label, pressure_label, sections, share};
 
 /// How to print the list view.
 pub(super) struct ListOptions<'a> {
-    /// ANSI colours (stdout is a terminal).
+    /// ANSI colours (stdout is a terminal and `NO_COLOR` is not set).
     pub colour: bool,
     /// The `--query` the sections were assembled for, if any.
     pub query: Option<&'a str>,
@@ -17,61 +18,37 @@ pub(super) struct ListOptions<'a> {
 
 /// Writes the list view of `r`.
 pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &ListOptions) -> io::Result<()> {
-    let t = &r.tokens;
     writeln!(
         out,
-        "session {} ({}): {} messages live, {} archived",
+        "session {} ({}): {} live, {} archived",
         r.session_id,
         r.format
             .map_or("format unknown".to_owned(), |f| format!("{f:?}").to_lowercase()),
-        r.messages,
+        plural(r.messages as u64, "message"),
         r.archived_messages
     )?;
-    writeln!(
-        out,
-        "context  {} / {} tokens ({} of the window)  pressure {}  peak {}  threshold {}",
-        t.total,
-        t.limit,
-        share(t.total, t.limit),
-        pressure_label(r.pressure, options.colour),
-        r.peak_tokens,
-        t.threshold
-    )?;
-    write_monitor(out, &r.monitor, options.colour)?;
-    write_calibration(out, &r.calibration)?;
-    writeln!(
-        out,
-        "system prompt {} tokens ({} of the window)",
-        t.system,
-        share(t.system, t.limit)
-    )?;
-    writeln!(out, "\nzone          tokens   share of request")?;
-    for (zone, tokens) in [
-        ("system", t.system),
-        ("tools", t.tools),
-        ("summary", t.summary),
-        ("compactable", t.compactable),
-        ("reserved", t.reserved),
-    ] {
-        writeln!(out, "{zone:<12} {tokens:>8}   {}", share(tokens, t.total))?;
+    if not_loaded(r) {
+        writeln!(out, "context  {NOT_LOADED}")?;
+    } else {
+        write_numbers(out, r, options.colour)?;
     }
     let saved: u64 = r
         .compactions
         .iter()
         .map(|c| c.tokens_before.saturating_sub(c.tokens_after))
         .sum();
-    writeln!(out, "\ncompactions {} (tokens saved {saved})", r.compactions.len())?;
+    writeln!(out, "\ncompactions {} (tokens saved {})", r.compactions.len(), k(saved))?;
     for (n, c) in r.compactions.iter().enumerate() {
         let archive = c.archive.as_ref().map_or("not archived".to_owned(), |a| {
             format!("{} lines {}-{}", a.file, a.start_line, a.end_line)
         });
         writeln!(
             out,
-            "  compaction:{n}  {}  {} messages  {} -> {} tokens  {}{}  [{}]",
+            "  compaction:{n:<3} {}  {:>13}  {:>6} -> {:>6} tokens  {}{}  [{}]",
             c.at,
-            c.messages,
-            c.tokens_before,
-            c.tokens_after,
+            plural(c.messages as u64, "message"),
+            k(c.tokens_before),
+            k(c.tokens_after),
             archive,
             if c.manual { "  manual" } else { "" },
             c.summarizer
@@ -81,8 +58,12 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
     for (n, o) in r.offloaded.iter().enumerate() {
         writeln!(
             out,
-            "  offload:{n}  message {}  {}  {} bytes / {} lines",
-            o.index, o.file, o.total_bytes, o.total_lines
+            "  {:<12} message {}  {}  {} / {}",
+            format!("offload:{n}"),
+            o.index,
+            o.file,
+            plural(o.total_bytes as u64, "byte"),
+            plural(o.total_lines as u64, "line")
         )?;
     }
     match &r.prompt {
@@ -99,6 +80,45 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         "\ndetail keys: summary, compaction:N, offload:N, section:KEY (satchel inspect {} --detail KEY)",
         r.session_id
     )
+}
+
+/// The numbers of the last request: the total, the window bar, the monitor, the calibration
+/// and the zones.
+fn write_numbers(out: &mut impl Write, r: &InspectResult, colour: bool) -> io::Result<()> {
+    let t = &r.tokens;
+    writeln!(
+        out,
+        "context  {} / {} tokens ({} of the window)  pressure {}  peak {}  threshold {}",
+        t.total,
+        t.limit,
+        share(t.total, t.limit),
+        pressure_label(r.pressure, colour),
+        r.peak_tokens,
+        t.threshold
+    )?;
+    writeln!(out)?;
+    write_window(out, r, colour)?;
+    writeln!(out)?;
+    write_monitor(out, &r.monitor, colour)?;
+    write_calibration(out, &r.calibration)?;
+    writeln!(
+        out,
+        "system prompt {} tokens ({} of the window)",
+        t.system,
+        share(t.system, t.limit)
+    )?;
+    writeln!(out, "\nzones of the last request")?;
+    writeln!(out, "{:<12} {:>8} {:>7}", "zone", "tokens", "share")?;
+    for (zone, tokens) in [
+        ("system", t.system),
+        ("tools", t.tools),
+        ("summary", t.summary),
+        ("compactable", t.compactable),
+        ("reserved", t.reserved),
+    ] {
+        writeln!(out, "{zone:<12} {tokens:>8} {:>7}", share(tokens, t.total))?;
+    }
+    Ok(())
 }
 
 /// The live numbers of AceClaw's `ContextMonitor`.
@@ -213,8 +233,8 @@ mod tests {
         // Today's parts.
         assert!(text.contains("context  9000 / 128000 tokens (7.0% of the window)  pressure LOW  peak 101000"));
         assert!(text.lines().any(|l| l.starts_with("system ") && l.contains(" 2100 ")));
-        assert!(text.contains("compactions 1 (tokens saved 93000)"));
-        assert!(text.contains("  offload:0  message 7"));
+        assert!(text.contains("compactions 1 (tokens saved 93k)"));
+        assert!(text.contains("  offload:0    message 7"));
         // The monitor and calibration.
         assert!(text.contains("monitor  current 9000 tokens  level NORMAL  peak 101000"));
         assert!(text.contains("pruned only 2  last request reached prune, summarize"));

@@ -8,13 +8,16 @@
 mod list;
 mod memory;
 mod sections;
+mod window;
 
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
-use satchel_protocol::{CompactSummary, InspectParams, InspectResult, Pressure, SessionsResult};
+use satchel_protocol::{
+    CompactSummary, CompactionReport, InspectParams, InspectResult, OffloadedResult, Pressure, SessionsResult,
+};
 use satchel_storage::Layout;
 use serde_json::{Value, json};
 
@@ -28,7 +31,8 @@ pub struct InspectArgs {
     /// Socket of the daemon (default: found through the workspace's `run/daemon.json`).
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Print the raw JSON of `context.inspect` (or `context.sessions`).
+    /// Print the raw JSON of `context.inspect` (or `context.sessions`; with `--detail
+    /// compaction:N` or `offload:N`, that record).
     #[arg(long)]
     json: bool,
     /// Keep following the session's events (`context.watch`) until interrupted.
@@ -153,7 +157,7 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
     };
     let mut conn = Connection::open(&socket, found_in.as_deref())?;
     let stdout = std::io::stdout();
-    let colour = stdout.is_terminal();
+    let colour = use_colour(stdout.is_terminal(), std::env::var_os("NO_COLOR").is_some());
     let mut out = stdout.lock();
     if args.memory {
         let status = conn.call("memory.status", json!({}))?;
@@ -187,6 +191,10 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
         }
     };
     if args.json {
+        if let Some(record) = detail_record(&raw, args.detail.as_deref())? {
+            writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
+            return Ok(());
+        }
         if let Some(key) = section {
             // The same error as the text view when the section is unknown.
             sections::find_detail(&serde_json::from_value(raw.clone())?, key)?;
@@ -231,6 +239,29 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Colours only on a terminal, and not when `NO_COLOR` is set (to any value).
+fn use_colour(terminal: bool, no_color: bool) -> bool {
+    terminal && !no_color
+}
+
+/// With `--json`, the record `--detail compaction:N` or `offload:N` names, as the daemon sent it.
+fn detail_record(raw: &Value, detail: Option<&str>) -> anyhow::Result<Option<Value>> {
+    let Some((kind, n)) = detail.and_then(|d| d.split_once(':')) else {
+        return Ok(None);
+    };
+    let list = match kind {
+        "compaction" => "compactions",
+        "offload" => "offloaded",
+        _ => return Ok(None),
+    };
+    let record = n
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| raw[list].get(n))
+        .with_context(|| format!("no {kind}:{n}"))?;
+    Ok(Some(record.clone()))
 }
 
 /// `text` in the ANSI colour `code` when `colour` is on.
@@ -284,6 +315,7 @@ fn write_sessions(out: &mut impl Write, result: &SessionsResult, colour: bool) -
     )?;
     for s in &result.sessions {
         let num = |v: Option<usize>| v.map_or("-".to_owned(), |n| n.to_string());
+        // Not in memory: its numbers come with its next call.
         writeln!(
             out,
             "{:<40} {:>8} {:>10} {:>9}  {}",
@@ -295,7 +327,7 @@ fn write_sessions(out: &mut impl Write, result: &SessionsResult, colour: bool) -
                 || if s.live {
                     "-".to_owned()
                 } else {
-                    "(not loaded)".to_owned()
+                    format!("({})", window::NOT_LOADED)
                 },
                 |p| pressure_label(p, colour)
             ),
@@ -318,11 +350,11 @@ fn write_detail(out: &mut impl Write, conn: &mut Connection, r: &InspectResult, 
         },
         ("compaction", Some(n)) => {
             let c = r.compactions.get(n).with_context(|| format!("no compaction:{n}"))?;
-            writeln!(out, "{}", serde_json::to_string_pretty(c)?)?;
+            write_compaction(out, n, c)?;
         }
         ("offload", Some(n)) => {
             let o = r.offloaded.get(n).with_context(|| format!("no offload:{n}"))?;
-            writeln!(out, "{}", serde_json::to_string_pretty(o)?)?;
+            write_offload(out, n, o)?;
             let head = conn.call("context.read", json!({"path": o.file, "max_bytes": 2000}))?;
             writeln!(
                 out,
@@ -334,6 +366,56 @@ fn write_detail(out: &mut impl Write, conn: &mut Connection, r: &InspectResult, 
         _ => bail!("unknown key {key:?}: use summary, compaction:N, offload:N or section:KEY"),
     }
     Ok(())
+}
+
+/// `--detail compaction:N` as text.
+fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std::io::Result<()> {
+    writeln!(out, "compaction:{n}  {}", c.id)?;
+    writeln!(
+        out,
+        "  at          {} ({})",
+        c.at,
+        if c.manual {
+            "manual, context.compact"
+        } else {
+            "automatic, over the threshold"
+        }
+    )?;
+    writeln!(out, "  compacted   {}", window::plural(c.messages as u64, "message"))?;
+    writeln!(
+        out,
+        "  tokens      {} -> {} (saved {})",
+        c.tokens_before,
+        c.tokens_after,
+        c.tokens_before.saturating_sub(c.tokens_after)
+    )?;
+    match &c.archive {
+        Some(a) => writeln!(
+            out,
+            "  archive     {} lines {}-{} ({}, indices {}-{})",
+            a.file,
+            a.start_line,
+            a.end_line,
+            window::plural(a.messages as u64, "message"),
+            a.first_index,
+            a.last_index
+        )?,
+        None => writeln!(out, "  archive     not archived")?,
+    }
+    writeln!(out, "  summarizer  {}", c.summarizer)
+}
+
+/// `--detail offload:N` as text (its first lines follow).
+fn write_offload(out: &mut impl Write, n: usize, o: &OffloadedResult) -> std::io::Result<()> {
+    writeln!(out, "offload:{n}  message {}", o.index)?;
+    writeln!(out, "  file     {}", o.file)?;
+    writeln!(out, "  pointer  {}", o.pointer)?;
+    writeln!(
+        out,
+        "  size     {}, {}",
+        window::plural(o.total_bytes as u64, "byte"),
+        window::plural(o.total_lines as u64, "line")
+    )
 }
 
 /// The summary as the model reads it, then (for the person reading) the instruction that
@@ -448,5 +530,97 @@ pub(crate) mod fixture {
         let mut out = Vec::new();
         print(&mut out).expect("writing to a Vec");
         String::from_utf8(out).expect("UTF-8 output")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(use_colour(true, false));
+        assert!(!use_colour(true, true));
+        assert!(!use_colour(false, false));
+        assert!(!use_colour(false, true));
+    }
+
+    #[test]
+    fn detail_of_a_compaction_and_an_offload_is_text() {
+        let r = fixture::result();
+        let text = fixture::render(|out| {
+            write_compaction(out, 0, &r.compactions[0])?;
+            write_offload(out, 0, &r.offloaded[0])
+        });
+        assert!(!text.contains('{'), "not JSON: {text}");
+        insta::assert_snapshot!("compaction_and_offload_detail", text);
+    }
+
+    #[test]
+    fn json_detail_is_the_record_as_sent() {
+        let raw = fixture::json();
+        assert_eq!(
+            detail_record(&raw, Some("compaction:0")).unwrap(),
+            Some(raw["compactions"][0].clone())
+        );
+        assert_eq!(
+            detail_record(&raw, Some("offload:0")).unwrap(),
+            Some(raw["offloaded"][0].clone())
+        );
+        assert!(detail_record(&raw, Some("offload:3")).is_err());
+        assert_eq!(detail_record(&raw, Some("summary")).unwrap(), None);
+        assert_eq!(detail_record(&raw, Some("section:git:status")).unwrap(), None);
+        assert_eq!(detail_record(&raw, None).unwrap(), None);
+    }
+
+    #[test]
+    fn sessions_table_is_aligned_and_names_sessions_not_loaded() {
+        let sessions: SessionsResult = serde_json::from_value(json!({"sessions": [
+            {"session_id": "chat", "live": true, "messages": 14, "tokens": 9000, "pressure": "low", "compactions": 1},
+            {"session_id": "busy", "live": true, "messages": null, "tokens": null, "pressure": null, "compactions": null},
+            {"session_id": "old", "live": false, "messages": null, "tokens": null, "pressure": null, "compactions": null}
+        ]}))
+        .unwrap();
+        let text = fixture::render(|out| write_sessions(out, &sessions, false));
+        assert!(text.contains(window::NOT_LOADED), "{text}");
+        insta::assert_snapshot!("sessions", text);
+    }
+
+    #[test]
+    fn list_view_of_a_session_not_loaded_since_the_daemon_started() {
+        let mut json = fixture::json();
+        for key in [
+            "system",
+            "tools",
+            "summary",
+            "compactable",
+            "reserved",
+            "messages",
+            "total",
+        ] {
+            json["tokens"][key] = 0.into();
+        }
+        json["monitor"]["current_tokens"] = 0.into();
+        json["monitor"]["peak_tokens"] = 0.into();
+        json["peak_tokens"] = 0.into();
+        json["messages"] = 1.into();
+        let r: InspectResult = serde_json::from_value(json).unwrap();
+        let text = fixture::render(|out| {
+            list::write_list(
+                out,
+                &r,
+                &list::ListOptions {
+                    colour: false,
+                    query: None,
+                },
+            )
+        });
+        assert!(
+            text.starts_with("session chat (openai): 1 message live, 20 archived\n"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("context  {}\n", window::NOT_LOADED)), "{text}");
+        assert!(!text.contains("0 / 128000"), "no zeros: {text}");
+        assert!(!text.contains("zone "), "no zone table: {text}");
     }
 }
