@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 
 use crate::support::builders::{assistant, openai_calls, tool_result, user};
 use crate::support::checks::error_code;
-use crate::support::{Daemon, Framing, MARKER, actions, append, number_after, prepare, quoted_after, reconstruct};
+use crate::support::{
+    CONTEXT_READ_PATH, Daemon, Framing, MARKER, actions, append, number_after, prepare, quoted_after, reconstruct,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Conversation builders
@@ -82,7 +84,7 @@ fn notice(excerpt: &str) -> Notice {
     Notice {
         head: number_after(notice, "covers the next ").expect("head byte count"),
         tail: number_after(notice, "The last ").unwrap_or(0),
-        file: quoted_after(notice, "file_path=").expect("file path"),
+        file: quoted_after(notice, CONTEXT_READ_PATH).expect("file path"),
     }
 }
 
@@ -156,6 +158,7 @@ fn initialize_reports_identity_and_spec_defaults() {
     assert_eq!(config["pruning_recent_msg_max_bytes"], 50000);
     assert_eq!(config["max_input_length"], 131072);
     assert_eq!(config["offload_retention_days"], 5.0);
+    assert_eq!(config["offload_notice_path"], "absolute");
     let methods = init["methods"].as_array().unwrap();
     for method in ["initialize", "context.prepare", "context.read"] {
         assert!(methods.contains(&json!(method)), "{method} missing from {methods:?}");
@@ -277,6 +280,64 @@ fn large_tool_result_is_offloaded_then_truncated_further_when_old() {
     assert!(actions(&second, "offloaded").is_empty(), "nothing new to offload");
     assert_eq!(reconstruct(&mut d, &old_excerpt), log);
     assert_eq!(offload_files(dir.path()).len(), 1);
+    d.shutdown();
+}
+
+#[test]
+fn the_read_file_path_of_a_notice_is_absolute_unless_configured_relative() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let log = multibyte_build_log("abs", 60_000);
+
+    // By default the agent's own `read_file` gets a path it can open from anywhere.
+    let first = prepare(&mut d, "s1", &bash_conversation(&log));
+    let excerpt = text_at(&first, 2, "/content").to_owned();
+    let n = assert_excerpt(&excerpt, &log, 50_000);
+    let absolute = quoted_after(&excerpt, "file_path=").expect("read_file path");
+    assert!(Path::new(&absolute).is_absolute(), "{absolute}");
+    assert_eq!(
+        Path::new(&absolute),
+        dir.path().canonicalize().unwrap().join(&n.file),
+        "the workspace root joined with the file context.read takes"
+    );
+    assert!(
+        std::fs::read(&absolute).unwrap() == log.as_bytes(),
+        "{absolute} holds the original bytes"
+    );
+    assert_eq!(
+        reconstruct(&mut d, &excerpt),
+        log,
+        "context.read keeps the relative path"
+    );
+
+    // `relative` gives the old form, in the same session (a re-render) and in a new one.
+    let relative = json!({"offload_notice_path": "relative"});
+    for session in ["s1", "s2"] {
+        let result = d.call(
+            "context.prepare",
+            json!({"session_id": session, "messages": bash_conversation(&log), "config": relative}),
+        );
+        let excerpt = text_at(&result, 2, "/content");
+        assert!(
+            excerpt.contains(&format!(
+                "`read_file` with file_path={} start_line=",
+                Value::from(n.file.as_str())
+            )),
+            "{session}: {excerpt:.300}"
+        );
+        assert!(!excerpt.contains(&absolute), "{session}");
+        assert_eq!(
+            quoted_after(excerpt, CONTEXT_READ_PATH).as_deref(),
+            Some(n.file.as_str())
+        );
+    }
+
+    // An unknown value is refused by name.
+    let bad = d.call_err(
+        "context.prepare",
+        json!({"session_id": "s3", "messages": bash_conversation(&log), "config": {"offload_notice_path": "cwd"}}),
+    );
+    assert!(bad.to_string().contains("offload_notice_path"), "{bad}");
     d.shutdown();
 }
 

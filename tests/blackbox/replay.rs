@@ -30,7 +30,7 @@ use crate::support::trajectories::{
     Format, NOTICE_START, Trajectory, call_ids, check_pairing, diff_strings, has_tool_call, load_shared_data,
     parse_notice, result_ids, result_text_pointers, role, str_field,
 };
-use crate::support::{Daemon, MARKER, number_after, quoted_after, read_from, reconstruct};
+use crate::support::{CONTEXT_READ_PATH, Daemon, MARKER, number_after, quoted_after, read_from, reconstruct};
 
 /// Separates the notice from the kept tail.
 const TAIL_MARKER: &str = "<<<TAIL>>>";
@@ -275,7 +275,7 @@ fn verify_excerpt(daemon: &mut Daemon, workspace: &Path, cut: &Cut<'_>, stats: &
     // Head + context.read gives the original back; through the shared harness when its simple
     // parse (first occurrence of each phrase) finds the same notice.
     let simple = number_after(excerpt, "covers the next ") == Some(notice.head_bytes)
-        && quoted_after(excerpt, "file_path=").as_deref() == Some(notice.path.as_str());
+        && quoted_after(excerpt, CONTEXT_READ_PATH).as_deref() == Some(notice.path.as_str());
     let rebuilt = if simple {
         reconstruct(daemon, excerpt)
     } else {
@@ -343,7 +343,7 @@ fn check_actions(
             }
             Some("truncated") => {
                 let shown = returned[index].pointer(&pointer).and_then(Value::as_str).unwrap_or("");
-                let names_file = shown.contains(&format!("file_path={}", Value::from(file.as_str())));
+                let names_file = shown.contains(&format!("{CONTEXT_READ_PATH}{}", Value::from(file.as_str())));
                 if shown == original || !names_file {
                     return Err(format!(
                         "truncated action for a text not cut into an excerpt of {file}: {action}"
@@ -729,7 +729,8 @@ fn the_checkers_reject_what_they_must() {
     let excerpt = format!(
         "{head}{NOTICE_START}{} lines in total ({} bytes).\nThis excerpt starts at line 1 and covers the next {} \
          bytes (lines 1-3).\nIf the current content is not enough, call `read_file` with \
-         file_path=\"tool_result/f.txt\" start_line=4 to read more.",
+         file_path=\"/ws/tool_result/f.txt\" start_line=4 to read more, or satchel's `context.read` \
+         with {{\"path\": \"tool_result/f.txt\", \"start_line\": 4}}.",
         line_count(&original),
         original.len(),
         head.len()

@@ -1821,7 +1821,8 @@ fn the_checkers_reject_what_they_must() {
     let excerpt = format!(
         "{head}{NOTICE_START}501 lines in total ({} bytes).\nThis excerpt starts at line 1 and covers the next {} \
          bytes (lines 1-1).\nIf the current content is not enough, call `read_file` with \
-         file_path=\"tool_result/f.txt\" start_line=2 to read more.",
+         file_path=\"/ws/tool_result/f.txt\" start_line=2 to read more, or satchel's `context.read` \
+         with {{\"path\": \"tool_result/f.txt\", \"start_line\": 2}}.",
         original.len(),
         head.len()
     );

@@ -25,6 +25,8 @@ export type EventKind = 'prepare' | 'compact';
 export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated' | 'pruned';
 /** How a request over its threshold is made smaller: compact at once, or AceClaw's prune-first pipeline. */
 export type ContextMode = 'qwenpaw' | 'aceclaw';
+/** The path a truncation notice gives the agent's `read_file`: absolute (default) or workspace-relative. */
+export type OffloadNoticePath = 'absolute' | 'relative';
 /** How `memory.search` ranks: `auto` is hybrid when BM25 and vectors are both on, else whichever is. */
 export type SearchMode = 'auto' | 'bm25' | 'vector' | 'hybrid';
 /** Which ranking found a `memory.search` result. */
@@ -81,6 +83,7 @@ export interface Config {
   markdown_file_extensions?: string[];
   read_file_tool_names?: string[];
   offload_retention_days?: number;
+  offload_notice_path?: OffloadNoticePath;
   /** Daemon-wide (ignored per request): sessions kept in memory; the least recently used beyond it leave memory. */
   max_live_sessions?: number;
   /** Daemon-wide (ignored per request): a session idle this long leaves memory (reloaded from its log when used). */
@@ -751,7 +754,8 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
     'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
-    'read_file_tool_names?', 'offload_retention_days?', 'max_live_sessions?', 'session_idle_secs?',
+    'read_file_tool_names?', 'offload_retention_days?', 'offload_notice_path?', 'max_live_sessions?',
+    'session_idle_secs?',
     'memory_index_enabled?', 'fts_enabled?', 'memory_store_backend?', 'memory_extra_paths?', 'memory_watch_enabled?',
     'memory_watch_debounce_ms?', 'memory_watch_poll_ms?', 'memory_max_results?', 'memory_min_score?',
     'memory_vector_weight?', 'memory_candidate_multiplier?', 'memory_merge_enabled?', 'memory_merge_time?',
@@ -874,6 +878,7 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   EventKind: exact<EventKind>()(['prepare', 'compact']),
   ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated', 'pruned']),
   ContextMode: exact<ContextMode>()(['qwenpaw', 'aceclaw']),
+  OffloadNoticePath: exact<OffloadNoticePath>()(['absolute', 'relative']),
   SearchMode: exact<SearchMode>()(['auto', 'bm25', 'vector', 'hybrid']),
   HitSource: exact<HitSource>()(['bm25', 'vector', 'hybrid']),
 };

@@ -117,7 +117,15 @@ fn bench_render(bencher: Bencher, shape: Shape, size: usize, phase: Phase) {
     let config = Config::default();
     bencher
         .counter(BytesCount::new(offloaded[0].stats.total_bytes))
-        .bench(|| render_message(divan::black_box(&message), &offloaded, phase, &config));
+        .bench(|| {
+            render_message(
+                divan::black_box(&message),
+                &offloaded,
+                phase,
+                &config,
+                "/home/user/workspace",
+            )
+        });
 }
 
 /// First phase (50,000 bytes): 10 KB stays whole, larger outputs are cut.
@@ -140,6 +148,7 @@ fn bench_excerpt(bencher: Bencher, shape: Shape, size: usize, phase: Phase) {
     let limits = offload::excerpt_limits(kind, phase, &config).expect("plain results have limits");
     let file = FileRef {
         path: "tool_result/0f8fad5b-d9cb-469f-a165-70867728950e.txt",
+        root: Some("/home/user/workspace"),
     };
     bencher
         .counter(BytesCount::new(text.len()))

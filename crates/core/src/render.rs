@@ -9,7 +9,7 @@
 //! [`insert_summary`] then puts the summary of the compacted past in front of the rendered
 //! messages.
 
-use satchel_protocol::{Config, MessageFormat, Phase};
+use satchel_protocol::{Config, MessageFormat, OffloadNoticePath, Phase};
 use serde_json::{Value, json};
 
 use crate::compact::is_user_turn;
@@ -74,12 +74,17 @@ pub fn excerpt_of(full: &str, stats: &TextStats, limits: &ExcerptLimits, file: &
 const NOTICE_MARGIN_BYTES: usize = 32;
 
 /// Renders one message in `phase`: offloaded texts become excerpts where their limit requires.
+///
+/// `workspace_root` is the absolute workspace directory: with `offload_notice_path: absolute`
+/// the notices give the agent's `read_file` the offload file's absolute path under it.
 pub fn render_message(
     original: &Value,
     offloaded: &[OffloadedText],
     phase: Phase,
     config: &Config,
+    workspace_root: &str,
 ) -> (Value, Vec<RenderedText>) {
+    let root = notice_root(config, workspace_root);
     let mut message = original.clone();
     let mut texts = Vec::with_capacity(offloaded.len());
     for text in offloaded {
@@ -87,7 +92,7 @@ pub fn render_message(
         let slot = message.pointer_mut(&text.pointer);
         let excerpt = match (limits, slot) {
             (Some(limits), Some(Value::String(full))) => {
-                let excerpt = excerpt_of(full, &text.stats, &limits, &FileRef { path: &text.file });
+                let excerpt = excerpt_of(full, &text.stats, &limits, &FileRef { path: &text.file, root });
                 excerpt
                     .filter(|excerpt| excerpt.text.len() < full.len())
                     .map(|excerpt| {
@@ -106,6 +111,14 @@ pub fn render_message(
         });
     }
     (message, texts)
+}
+
+/// The root a notice joins with the offload file's path for `read_file`, under `config`.
+pub fn notice_root<'a>(config: &Config, workspace_root: &'a str) -> Option<&'a str> {
+    match config.offload_notice_path {
+        OffloadNoticePath::Absolute => Some(workspace_root),
+        OffloadNoticePath::Relative => None,
+    }
 }
 
 /// Puts the summary message first, in the form the format needs: a user message (OpenAI,
@@ -237,6 +250,7 @@ mod tests {
                         o,
                         if i >= recent_start { Phase::Recent } else { Phase::Old },
                         &config,
+                        "/ws",
                     )
                 })
                 .collect()
@@ -277,7 +291,10 @@ mod tests {
                             &o.stats,
                             &offload::excerpt_limits(offload::classify(o.call.as_ref(), &config), phase, &config)
                                 .unwrap(),
-                            &FileRef { path: &o.file },
+                            &FileRef {
+                                path: &o.file,
+                                root: notice_root(&config, "/ws"),
+                            },
                         )
                         .unwrap();
                         prop_assert!(seen.starts_with(&full[..head.head_bytes]));
@@ -309,11 +326,42 @@ mod tests {
                 stats: TextStats::of(&full),
                 call: Some(call.clone()),
             }];
-            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config);
+            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws");
             let shown = shown["content"].as_str().unwrap();
             assert!(shown.len() < full.len(), "{size}: {} >= {}", shown.len(), full.len());
             assert!(texts[0].kept_bytes.is_some(), "{size} is past the slack: cut");
         }
+    }
+
+    #[test]
+    fn offload_notice_path_picks_the_read_file_path() {
+        let full = "line of output\n".repeat(400);
+        let message = serde_json::json!({"role": "tool", "tool_call_id": "c", "content": full});
+        let offloaded = [OffloadedText {
+            pointer: "/content".into(),
+            file: "tool_result/x.txt".into(),
+            stats: TextStats::of(&full),
+            call: None,
+        }];
+        let shown = |notice_path| {
+            let config = Config {
+                offload_notice_path: notice_path,
+                ..Config::default()
+            };
+            let (shown, _) = render_message(&message, &offloaded, Phase::Old, &config, "/srv/ws");
+            shown["content"].as_str().unwrap().to_owned()
+        };
+        let context_read = "`context.read` with {\"path\": \"tool_result/x.txt\", \"start_line\": ";
+
+        let absolute = shown(OffloadNoticePath::Absolute);
+        assert_eq!(Config::default().offload_notice_path, OffloadNoticePath::Absolute);
+        assert!(absolute.contains("`read_file` with file_path=\"/srv/ws/tool_result/x.txt\" start_line="));
+        assert!(absolute.contains(context_read));
+
+        let relative = shown(OffloadNoticePath::Relative);
+        assert!(relative.contains("`read_file` with file_path=\"tool_result/x.txt\" start_line="));
+        assert!(!relative.contains("/srv/ws"));
+        assert!(relative.contains(context_read));
     }
 
     proptest! {

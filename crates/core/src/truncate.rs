@@ -47,8 +47,33 @@ impl ExcerptLimits {
 /// Where the full text lives, as the agent should be told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileRef<'a> {
-    /// Workspace-relative path, e.g. `tool_result/<uuid>.txt`.
+    /// Workspace-relative path, e.g. `tool_result/<uuid>.txt`: what `context.read` takes.
     pub path: &'a str,
+    /// The workspace root (absolute), when the notice should give the agent's own `read_file`
+    /// tool the absolute path of the file; `None` gives it `path` as it is.
+    pub root: Option<&'a str>,
+}
+
+impl FileRef<'_> {
+    /// The path the notice gives `read_file`: `root` joined with `path` (with the root's
+    /// separator), or `path` alone when there is no root.
+    pub fn read_file_path(&self) -> String {
+        match self.root {
+            None => self.path.to_owned(),
+            Some(root) => {
+                // A Windows root (`C:\ws`) gets backslashes throughout; any other gets `/`.
+                let windows = root.contains('\\') && !root.contains('/');
+                let sep = if windows { '\\' } else { '/' };
+                let rel = if windows {
+                    self.path.replace('/', "\\")
+                } else {
+                    self.path.to_owned()
+                };
+                let root = root.trim_end_matches(sep);
+                format!("{root}{sep}{rel}")
+            }
+        }
+    }
 }
 
 /// Facts about the full text, computed once when it enters so that rendering never scans it.
@@ -137,12 +162,13 @@ pub fn render_excerpt(text: &str, stats: &TextStats, limits: &ExcerptLimits, fil
     debug_assert!(tail.is_none_or(|t| t.byte_offset > head_bytes));
 
     let path = serde_json::Value::from(file.path).to_string();
+    let read_path = serde_json::Value::from(file.read_file_path()).to_string();
     let (total_lines, total_bytes) = (stats.total_lines, stats.total_bytes);
     let (coverage, continuation) = if whole_lines.is_some() {
         (
             format!("(lines 1-{head_end_line})"),
             format!(
-                "`read_file` with file_path={path} start_line={next_line} to read more, \
+                "`read_file` with file_path={read_path} start_line={next_line} to read more, \
                  or satchel's `context.read` with {{\"path\": {path}, \"start_line\": {next_line}}}."
             ),
         )
@@ -150,14 +176,14 @@ pub fn render_excerpt(text: &str, stats: &TextStats, limits: &ExcerptLimits, fil
         (
             "(the first part of line 1, which is longer than the limit)".to_owned(),
             format!(
-                "`read_file` with file_path={path} start_line=1 to read more, \
+                "`read_file` with file_path={read_path} start_line=1 to read more, \
                  or satchel's `context.read` with {{\"path\": {path}, \"byte_offset\": {head_bytes}}} \
                  to continue exactly where this excerpt stops."
             ),
         )
     };
 
-    let mut out = String::with_capacity(limits.max_bytes + 3 * path.len() + 640);
+    let mut out = String::with_capacity(limits.max_bytes + 2 * path.len() + read_path.len() + 640);
     out.push_str(head);
     if !head.is_empty() && !head.ends_with('\n') {
         out.push('\n');
@@ -282,7 +308,7 @@ mod tests {
     }
 
     fn render(text: &str, limits: &ExcerptLimits) -> Option<Excerpt> {
-        render_excerpt(text, &TextStats::of(text), limits, &FileRef { path: PATH })
+        render_excerpt(text, &TextStats::of(text), limits, &FileRef { path: PATH, root: None })
     }
 
     #[test]
@@ -336,6 +362,58 @@ mod tests {
             (12, 2, 3, 12)
         );
         assert_eq!(e.tail, None);
+    }
+
+    #[test]
+    fn with_a_root_read_file_gets_the_absolute_path_and_context_read_the_relative_one() {
+        let text = "line1\nline2\nline3\nline4\n";
+        let file = FileRef {
+            path: PATH,
+            root: Some("/ws"),
+        };
+        let e = render_excerpt(text, &TextStats::of(text), &limits(13, 0.0), &file).unwrap();
+        assert!(e.text.ends_with(
+            "If the current content is not enough, call `read_file` with \
+             file_path=\"/ws/tool_result/a b.txt\" start_line=3 to read more, or satchel's \
+             `context.read` with {\"path\": \"tool_result/a b.txt\", \"start_line\": 3}."
+        ));
+        // Without a root, the old workspace-relative form.
+        let e = render(text, &limits(13, 0.0)).unwrap();
+        assert!(e.text.contains("file_path=\"tool_result/a b.txt\" start_line=3"));
+        // A long first line: the absolute path for `read_file`, the byte offset for `context.read`.
+        let long = "x".repeat(100);
+        let e = render_excerpt(&long, &TextStats::of(&long), &limits(30, 0.0), &file).unwrap();
+        assert!(e.text.contains(
+            "`read_file` with file_path=\"/ws/tool_result/a b.txt\" start_line=1 to read more, \
+             or satchel's `context.read` with {\"path\": \"tool_result/a b.txt\", \"byte_offset\": 30}"
+        ));
+    }
+
+    #[test]
+    fn read_file_path_joins_the_root_with_its_separator() {
+        let at = |root| {
+            FileRef {
+                path: "tool_result/x.txt",
+                root,
+            }
+            .read_file_path()
+        };
+        assert_eq!(at(None), "tool_result/x.txt");
+        assert_eq!(at(Some("/ws")), "/ws/tool_result/x.txt");
+        assert_eq!(at(Some("/ws/")), "/ws/tool_result/x.txt");
+        assert_eq!(at(Some("/")), "/tool_result/x.txt");
+        assert_eq!(at(Some(r"C:\ws")), r"C:\ws\tool_result\x.txt");
+        // Quotes and backslashes in the root are escaped in the notice.
+        let text = "a\nb\nc\n";
+        let file = FileRef {
+            path: "tool_result/x.txt",
+            root: Some("/w \"s\""),
+        };
+        let e = render_excerpt(text, &TextStats::of(text), &limits(2, 0.0), &file).unwrap();
+        assert!(
+            e.text
+                .contains(r#"file_path="/w \"s\"/tool_result/x.txt" start_line=2"#)
+        );
     }
 
     #[test]
@@ -521,7 +599,7 @@ mod tests {
 
     fn check(text: &str, l: &ExcerptLimits) {
         let stats = TextStats::of(text);
-        let file = FileRef { path: PATH };
+        let file = FileRef { path: PATH, root: None };
         let got = render_excerpt(text, &stats, l, &file);
         assert_eq!(got, render_excerpt(text, &stats, l, &file), "deterministic");
         assert_eq!(got.is_none(), text.len() <= l.max_bytes + l.slack_bytes);

@@ -186,7 +186,7 @@ impl Entry {
                 }
             } else {
                 let (full, measured) = self.full(offloads);
-                let (value, texts) = render_message(&full, &measured, phase, config);
+                let (value, texts) = render_message(&full, &measured, phase, config, offloads.workspace_root());
                 View {
                     raw: to_raw(&value),
                     value: Some(value),
@@ -450,7 +450,7 @@ pub fn format_or_default(format: Option<MessageFormat>) -> MessageFormat {
 /// What the renderings depend on.
 fn render_key(config: &Config) -> String {
     format!(
-        "{}/{}/{}/{}/{}/{}/{}/{:?}/{:?}",
+        "{}/{}/{}/{}/{}/{}/{}/{:?}/{:?}/{:?}",
         config.pruning_enabled,
         config.pruning_recent_msg_max_bytes,
         config.pruning_old_msg_max_bytes,
@@ -460,6 +460,7 @@ fn render_key(config: &Config) -> String {
         config.pruning_tail_ratio,
         config.read_file_tool_names,
         config.markdown_tool_names,
+        config.offload_notice_path,
     )
 }
 

@@ -63,6 +63,19 @@ pub enum ContextMode {
     Aceclaw,
 }
 
+/// Which path a truncation notice gives the agent's own `read_file` tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OffloadNoticePath {
+    /// The absolute path of the offload file (the workspace root joined with the relative
+    /// path), which the agent's file tool can open from any working directory.
+    #[default]
+    Absolute,
+    /// The workspace-relative path (`tool_result/<hash>.txt`), for agents whose working
+    /// directory is the workspace.
+    Relative,
+}
+
 /// Every tunable of satchel. Unknown keys are rejected so that a typo is an error, not a no-op.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -170,6 +183,10 @@ pub struct Config {
     pub read_file_tool_names: Vec<String>,
     /// Offloaded files older than this many days are swept, unless a session still refers to them.
     pub offload_retention_days: f64,
+    /// The path a truncation notice gives for the agent's `read_file` tool: `absolute` (the
+    /// default: the workspace root joined with the file's path) or `relative` (workspace-relative,
+    /// as before). The `context.read` form in the notice is always workspace-relative.
+    pub offload_notice_path: OffloadNoticePath,
     /// Sessions kept in memory at most; past it the least recently used idle one is dropped
     /// (its log stays, and the next call on it reloads it). Daemon-only: set in
     /// `<workspace>/config.json` or `SATCHEL_MAX_LIVE_SESSIONS`, never per request.
@@ -293,6 +310,7 @@ impl Default for Config {
             markdown_file_extensions: vec![".md".into(), ".mdx".into(), ".markdown".into()],
             read_file_tool_names: vec!["read_file".into(), "Read".into(), "view_file".into(), "read".into()],
             offload_retention_days: 5.0,
+            offload_notice_path: OffloadNoticePath::Absolute,
             max_live_sessions: 256,
             session_idle_secs: 1800.0,
             memory_index_enabled: true,

@@ -22,7 +22,7 @@ pub use assembly::{
     Calibration, CalibrationSample, PromptAssembly, PromptBudget, PromptSection, ProviderUsage, PruneReport,
     RequestFocus, SectionReport, UsageParams,
 };
-pub use config::{Config, ContextMode};
+pub use config::{Config, ContextMode, OffloadNoticePath};
 pub use errors::ErrorCode;
 pub use methods::*;
 pub use summary::{

@@ -301,9 +301,10 @@ fn number_after(text: &str, prefix: &str) -> Option<usize> {
     text[start..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
-/// The offload file a notice names (`file_path="..."`).
+/// The workspace-relative offload file a notice gives `context.read` (`{"path": "..."}`); the
+/// `read_file` form (`file_path="..."`) may be absolute.
 fn offload_path(excerpt: &str) -> Option<String> {
-    let start = excerpt.find("file_path=\"")? + "file_path=\"".len();
+    let start = excerpt.find("{\"path\": \"")? + "{\"path\": \"".len();
     let end = excerpt[start..].find('"')?;
     Some(excerpt[start..start + end].to_owned())
 }

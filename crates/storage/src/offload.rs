@@ -60,6 +60,8 @@ pub struct SweepReport {
 #[derive(Debug, Clone)]
 pub struct OffloadStore {
     dir: PathBuf,
+    /// The workspace root as text, for the absolute paths notices show.
+    root: String,
 }
 
 impl OffloadStore {
@@ -67,7 +69,14 @@ impl OffloadStore {
     pub fn new(workspace: &Workspace) -> Self {
         OffloadStore {
             dir: workspace.layout().offload_dir(),
+            root: workspace.root().to_string_lossy().into_owned(),
         }
+    }
+
+    /// The absolute workspace root, as text: what a notice joins with a file's
+    /// workspace-relative path to give the agent an absolute one.
+    pub fn workspace_root(&self) -> &str {
+        &self.root
     }
 
     /// Saves a full text and returns its path; see [`OffloadStore::save_all`].

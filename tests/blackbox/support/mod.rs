@@ -483,7 +483,7 @@ pub fn parse_json_any_depth(bytes: &[u8]) -> serde_json::Result<Value> {
 /// then `context.read` by byte offset until the end of the file.
 pub fn reconstruct(daemon: &mut Daemon, excerpt: &str) -> String {
     let head_bytes = number_after(excerpt, "covers the next ").expect("notice states its byte count");
-    let path = quoted_after(excerpt, "file_path=").expect("notice names a file");
+    let path = quoted_after(excerpt, CONTEXT_READ_PATH).expect("notice names a file");
     read_from(daemon, &excerpt[..head_bytes], &path)
 }
 
@@ -507,6 +507,11 @@ pub fn number_after(text: &str, prefix: &str) -> Option<usize> {
     let start = text.find(prefix)? + prefix.len();
     text[start..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
+
+/// What precedes the workspace-relative offload file in a notice's `context.read` form
+/// (`{"path": "tool_result/<hash>.txt", ...}`); the `read_file` form's `file_path=` is absolute
+/// unless `offload_notice_path` is `relative`.
+pub const CONTEXT_READ_PATH: &str = "{\"path\": ";
 
 /// The JSON string right after `prefix` (e.g. `file_path="a b.txt"`).
 pub fn quoted_after(text: &str, prefix: &str) -> Option<String> {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::{number_after, quoted_after};
+use super::{CONTEXT_READ_PATH, number_after, quoted_after};
 
 /// How a notice starts, right after the kept head.
 pub const NOTICE_START: &str = "<<<TRUNCATED>>>\nThe output above was truncated.\n\
@@ -414,7 +414,7 @@ pub fn parse_notice(excerpt: &str, original: &str) -> Option<Notice> {
         Some(Notice {
             head_bytes,
             start,
-            path: quoted_after(notice, "file_path=")?,
+            path: quoted_after(notice, CONTEXT_READ_PATH)?,
             total_lines: number_after(notice, "and contains ")?,
             total_bytes: number_after(notice, "lines in total (")?,
         })

@@ -33,6 +33,7 @@ RepairKind = Literal[
 EventKind = Literal["prepare", "compact"]
 ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned"]
 ContextMode = Literal["qwenpaw", "aceclaw"]
+OffloadNoticePath = Literal["absolute", "relative"]
 #: How ``memory.search`` ranks: ``auto`` is hybrid when BM25 and vectors are both on, else
 #: whichever is.
 SearchMode = Literal["auto", "bm25", "vector", "hybrid"]
@@ -253,6 +254,7 @@ class Config(TypedDict, total=False):
     markdown_file_extensions: List[str]
     read_file_tool_names: List[str]
     offload_retention_days: float
+    offload_notice_path: OffloadNoticePath
     max_live_sessions: int
     session_idle_secs: float
     # Long-term memory (daemon-wide: set on the daemon, not per request).

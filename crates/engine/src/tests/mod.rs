@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use satchel_protocol::config::Tokenizer;
-use satchel_protocol::{Config, FormatHint, InspectParams, InspectResult, PrepareParams};
+use satchel_protocol::{Config, FormatHint, InspectParams, InspectResult, OffloadNoticePath, PrepareParams};
 use satchel_storage::Workspace;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -36,6 +36,9 @@ fn small_window() -> Config {
         max_input_length: 4096,
         summary_max_tokens: 500,
         tokenizer: Tokenizer::Estimate,
+        // The temporary workspace's random name would otherwise change the notices' sizes,
+        // and with them the snapshots' token counts.
+        offload_notice_path: OffloadNoticePath::Relative,
         ..Config::default()
     }
 }
