@@ -65,22 +65,33 @@ fn start(capabilities: Value, env: &[(&str, &str)]) -> (tempfile::TempDir, Daemo
 /// frame, in order.
 fn compact(
     daemon: &mut Daemon,
+    summarize: impl FnMut(&Value) -> Option<Value>,
+    create: impl FnMut(&Value) -> Option<Value>,
+) -> (Value, Vec<Value>) {
+    compact_with(
+        daemon,
+        json!({"session_id": SESSION, "config": config()}),
+        summarize,
+        create,
+    )
+}
+
+/// [`compact`] with these params.
+fn compact_with(
+    daemon: &mut Daemon,
+    params: Value,
     mut summarize: impl FnMut(&Value) -> Option<Value>,
     mut create: impl FnMut(&Value) -> Option<Value>,
 ) -> (Value, Vec<Value>) {
     let mut frames = Vec::new();
-    let reply = daemon.call_raw_answering(
-        "context.compact",
-        json!({"session_id": SESSION, "config": config()}),
-        |frame| {
-            frames.push(frame.clone());
-            match frame["method"].as_str() {
-                Some("summarizer.complete") => summarize(&frame["id"]),
-                Some("window/workDoneProgress/create") => create(&frame["id"]),
-                _ => None,
-            }
-        },
-    );
+    let reply = daemon.call_raw_answering("context.compact", params, |frame| {
+        frames.push(frame.clone());
+        match frame["method"].as_str() {
+            Some("summarizer.complete") => summarize(&frame["id"]),
+            Some("window/workDoneProgress/create") => create(&frame["id"]),
+            _ => None,
+        }
+    });
     (reply, frames)
 }
 
@@ -163,6 +174,38 @@ fn a_staged_compaction_reports_lsp_work_done_progress() {
     if let Some(second) = creates.first() {
         assert_ne!(second["params"]["token"], token, "a fresh token per compaction");
     }
+    daemon.shutdown();
+}
+
+#[test]
+fn progress_goes_under_the_clients_own_work_done_token() {
+    // LSP: a request may carry `workDoneToken`; then no token is created, and the client
+    // needs no capability for it.
+    for token in [json!(7), json!("edit-42")] {
+        let (_dir, mut daemon) = start(json!({"summarizer_complete": true}), &[]);
+        let params = json!({"session_id": SESSION, "config": config(), "workDoneToken": token});
+        let (reply, frames) = compact_with(&mut daemon, params, summarized, |_| {
+            panic!("no token is created when the client sent one")
+        });
+        expect_result("context.compact", reply);
+        let progress = of(&frames, "$/progress");
+        assert!(progress.iter().all(|f| f["params"]["token"] == token), "{progress:?}");
+        let kinds: Vec<&str> = progress
+            .iter()
+            .map(|f| f["params"]["value"]["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds.first(), Some(&"begin"), "{kinds:?}");
+        assert_eq!(kinds.last(), Some(&"end"), "{kinds:?}");
+        assert_eq!(kinds.iter().filter(|k| **k == "begin").count(), 1, "{kinds:?}");
+        daemon.shutdown();
+    }
+    // The token of `context.prepare` too, and a token of another type is refused by name.
+    let (_dir, mut daemon) = start(json!({"summarizer_complete": true}), &[]);
+    let reply = daemon.call_raw(
+        "context.prepare",
+        json!({"session_id": SESSION, "append": [], "workDoneToken": {"no": 1}}),
+    );
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
     daemon.shutdown();
 }
 

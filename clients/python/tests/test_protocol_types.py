@@ -73,6 +73,8 @@ def schema_shape(schema: Any, named: Dict[str, dict]) -> frozenset:
         target = named[name]
         if "oneOf" in target and all("const" in alt for alt in target["oneOf"]):
             shapes.add(("literal", frozenset(alt["const"] for alt in target["oneOf"])))
+        elif "anyOf" in target and "properties" not in target:  # an untagged union of scalars
+            shapes |= schema_shape({"anyOf": target["anyOf"]}, named)
         else:
             shapes.add(name)
     for alt in schema.get("anyOf", []):
@@ -87,6 +89,9 @@ def schema_shape(schema: Any, named: Dict[str, dict]) -> frozenset:
             shapes.add(kind)  # string, integer, number, boolean, null, object
     return frozenset(shapes)
 
+
+#: Keyword arguments named in snake_case for params LSP names in camelCase.
+CAMEL_CASE = {"work_done_token": "workDoneToken"}
 
 PRIMITIVES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
@@ -183,7 +188,8 @@ def test_methods_cover_the_protocol_with_its_params(openrpc: dict, cls: type) ->
         if method["name"] == "initialize":  # by keyword, passed through
             assert any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
             continue
-        names = [p for p in signature.parameters if p != "self"]
+        # LSP's camelCase params (`workDoneToken`) are snake_case keywords in Python.
+        names = [CAMEL_CASE.get(p, p) for p in signature.parameters if p != "self"]
         assert set(names) == set(params.get("properties", {})), f"{cls.__name__}.{fn.__name__} params differ"
         required = [p.name for p in signature.parameters.values() if p.name != "self" and p.default is p.empty]
         assert set(required) == set(params.get("required", [])), f"{cls.__name__}.{fn.__name__} required differ"

@@ -213,6 +213,8 @@ export interface PrepareParams {
    */
   memory?: MemoryRecall | null;
   tools?: unknown[] | null;
+  /** LSP's work-done token: a compaction's `$/progress` goes under it. */
+  workDoneToken?: number | string;
   config?: Config | null;
 }
 
@@ -455,6 +457,7 @@ export interface PrepareResult {
 export interface CompactParams {
   session_id: string;
   instruction?: string | null;
+  workDoneToken?: number | string;
   config?: Config | null;
 }
 
@@ -765,7 +768,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ]),
   PrepareParams: fields<PrepareParams>()([
     'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'sections?', 'usage?', 'memory?',
-    'tools?', 'config?',
+    'tools?', 'workDoneToken?', 'config?',
   ]),
   MemoryRecall: fields<MemoryRecall>()(['max_results?', 'min_score?', 'priority?']),
   PromptSection: fields<PromptSection>()([
@@ -815,7 +818,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ItemGroup: fields<ItemGroup>()(['name', 'count']),
   UserRequest: fields<UserRequest>()(['text', 'chars', 'index', 'archived?', 'demonstration?']),
   ArchiveLine: fields<ArchiveLine>()(['file', 'line']),
-  CompactParams: fields<CompactParams>()(['session_id', 'instruction?', 'config?']),
+  CompactParams: fields<CompactParams>()(['session_id', 'instruction?', 'workDoneToken?', 'config?']),
   CompactResult: fields<CompactResult>()(['session_id', 'compacted', 'compaction?', 'summary?', 'summary_text?']),
   ReadParams: fields<ReadParams>()(['path', 'start_line?', 'byte_offset?', 'max_bytes?']),
   ReadResult: fields<ReadResult>()([

@@ -165,6 +165,7 @@ mod tests {
             sections: None,
             memory: None,
             usage: None,
+            work_done_token: None,
             config: None,
         }
     }

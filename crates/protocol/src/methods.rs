@@ -277,6 +277,16 @@ impl Method for ContextCompact {
     type Result = CompactResult;
 }
 
+/// LSP's progress token: a string or an integer, sent back exactly as the client gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ProgressToken {
+    /// An integer token.
+    Integer(i64),
+    /// A string token.
+    String(String),
+}
+
 /// Params of `context.compact`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -286,6 +296,11 @@ pub struct CompactParams {
     /// Steers the summary, e.g. "keep requirements and decisions only".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instruction: Option<String>,
+    /// LSP's `workDoneToken`: when given, a compaction's work-done progress is reported under
+    /// this token (no `window/workDoneProgress/create`), even without the
+    /// `window.workDoneProgress` capability.
+    #[serde(default, rename = "workDoneToken", skip_serializing_if = "Option::is_none")]
+    pub work_done_token: Option<ProgressToken>,
     /// Per-request overrides of any [`Config`] key but the daemon-only ones
     /// ([`Config::DAEMON_ONLY_KEYS`]: model endpoint, key, headers; archive path; live-session
     /// limits), which are refused.
@@ -492,6 +507,11 @@ pub struct PrepareParams<M = Value> {
     /// Tool definitions sent with the request; counted in the tools zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Value>>,
+    /// LSP's `workDoneToken`: when given, a compaction's work-done progress is reported under
+    /// this token (no `window/workDoneProgress/create`), even without the
+    /// `window.workDoneProgress` capability.
+    #[serde(default, rename = "workDoneToken", skip_serializing_if = "Option::is_none")]
+    pub work_done_token: Option<ProgressToken>,
     /// Per-request overrides of any [`Config`] key but the daemon-only ones
     /// ([`Config::DAEMON_ONLY_KEYS`]: model endpoint, key, headers; archive path; live-session
     /// limits), which are refused.

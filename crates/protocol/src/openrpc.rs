@@ -52,7 +52,7 @@ pub fn document() -> Value {
         "x-satchel-errors": errors,
         "x-satchel-notifications": [
             { "name": "$/cancelRequest", "direction": "client→server", "params": { "id": "id of the request to cancel" } },
-            { "name": "$/progress", "direction": "server→client", "params": { "token": "satchel-progress-<n>, created by window/workDoneProgress/create", "value": { "kind": "begin | report | end", "title": "string (begin)", "cancellable": "boolean (begin)", "message": "string", "percentage": "integer, reaching 100" } } },
+            { "name": "$/progress", "direction": "server→client", "params": { "token": "the request's workDoneToken, or satchel-progress-<n> created by window/workDoneProgress/create", "value": { "kind": "begin | report | end", "title": "string (begin)", "cancellable": "boolean (begin)", "message": "string", "percentage": "integer, reaching 100" } } },
             { "name": "$/cancelRequest", "direction": "server→client", "params": { "id": "id of a summarizer.complete satchel stopped waiting for" } },
             { "name": "context.event", "direction": "server→client", "params": schema_of::<ContextEvent>() }
         ],

@@ -121,6 +121,7 @@ def prepare_params(
     sections: Optional[List[Any]] = None,
     usage: Any = None,
     memory: Any = None,
+    work_done_token: Union[int, str, None] = None,
 ) -> Dict[str, Any]:
     return without_none(
         session_id=session_id,
@@ -133,6 +134,7 @@ def prepare_params(
         usage=provider_usage(usage),
         memory=memory_recall(memory),
         tools=tools,
+        workDoneToken=work_done_token,
         config=config,
     )
 

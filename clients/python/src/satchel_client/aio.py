@@ -173,23 +173,44 @@ class AsyncClient(P.Handlers):
         sections: Optional[List[PromptSection]] = None,
         usage: Union[ProviderUsage, int, None] = None,
         memory: Union[MemoryRecall, bool, None] = None,
+        work_done_token: Union[int, str, None] = None,
     ) -> PrepareResult:
         """``context.prepare`` with ``messages`` (full list) or ``append`` (new ones only);
-        ``expect_messages`` guards an ``append``, ``sections``, ``usage`` and ``memory`` are as
-        in ``Client.prepare``."""
+        ``expect_messages`` guards an ``append``, ``sections``, ``usage``, ``memory`` and
+        ``work_done_token`` are as in ``Client.prepare``."""
         return await self.call(
             "context.prepare",
             P.prepare_params(
-                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage, memory
+                session_id,
+                messages,
+                append,
+                format,
+                system,
+                tools,
+                config,
+                expect_messages,
+                sections,
+                usage,
+                memory,
+                work_done_token,
             ),
         )
 
     async def compact(
-        self, session_id: str, instruction: Optional[str] = None, config: Optional[Dict[str, Any]] = None
+        self,
+        session_id: str,
+        instruction: Optional[str] = None,
+        config: Optional[Dict[str, Any]] = None,
+        *,
+        work_done_token: Union[int, str, None] = None,
     ) -> CompactResult:
-        """``context.compact``: compact everything but the recent reserve now."""
+        """``context.compact``: compact everything but the recent reserve now (``$/progress``
+        under ``work_done_token`` when given)."""
         return await self.call(
-            "context.compact", P.without_none(session_id=session_id, instruction=instruction, config=config)
+            "context.compact",
+            P.without_none(
+                session_id=session_id, instruction=instruction, workDoneToken=work_done_token, config=config
+            ),
         )
 
     async def read(

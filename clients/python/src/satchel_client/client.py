@@ -158,6 +158,7 @@ class Client(P.Handlers):
         sections: Optional[List[PromptSection]] = None,
         usage: Union[ProviderUsage, int, None] = None,
         memory: Union[MemoryRecall, bool, None] = None,
+        work_done_token: Union[int, str, None] = None,
     ) -> PrepareResult:
         """``context.prepare``: send ``messages`` (the full list) or ``append`` (only new ones);
         get back the request-ready conversation, tokens per zone and what was done.
@@ -179,21 +180,42 @@ class Client(P.Handlers):
         ``min_score``, ``priority``; ``{}`` or ``True`` for the defaults) adds the top
         :meth:`memory_search` hits for the newest user message to the prompt as the section
         ``memory:recall``; it raises :class:`~satchel_client.MemoryUnavailable` when the
-        daemon's memory search is off.
+        daemon's memory search is off. ``work_done_token`` is LSP's ``workDoneToken``: a
+        compaction's ``$/progress`` goes under it.
         """
         return self.call(
             "context.prepare",
             P.prepare_params(
-                session_id, messages, append, format, system, tools, config, expect_messages, sections, usage, memory
+                session_id,
+                messages,
+                append,
+                format,
+                system,
+                tools,
+                config,
+                expect_messages,
+                sections,
+                usage,
+                memory,
+                work_done_token,
             ),
         )
 
     def compact(
-        self, session_id: str, instruction: Optional[str] = None, config: Optional[Dict[str, Any]] = None
+        self,
+        session_id: str,
+        instruction: Optional[str] = None,
+        config: Optional[Dict[str, Any]] = None,
+        *,
+        work_done_token: Union[int, str, None] = None,
     ) -> CompactResult:
-        """``context.compact``: compact everything but the recent reserve now."""
+        """``context.compact``: compact everything but the recent reserve now. With
+        ``work_done_token`` (LSP's ``workDoneToken``), its ``$/progress`` goes under that token."""
         return self.call(
-            "context.compact", P.without_none(session_id=session_id, instruction=instruction, config=config)
+            "context.compact",
+            P.without_none(
+                session_id=session_id, instruction=instruction, workDoneToken=work_done_token, config=config
+            ),
         )
 
     def read(

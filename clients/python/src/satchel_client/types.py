@@ -120,6 +120,8 @@ class PrepareParams(_PrepareParamsRequired, total=False):
     #: ``memory:recall``); raises ``MemoryUnavailable`` when memory search is off.
     memory: Optional[MemoryRecall]
     tools: Optional[List[Any]]
+    #: LSP's work-done token: a compaction's ``$/progress`` goes under it.
+    workDoneToken: Optional[Union[int, str]]
     config: Optional[Dict[str, Any]]
 
 
@@ -129,6 +131,7 @@ class _CompactParamsRequired(TypedDict):
 
 class CompactParams(_CompactParamsRequired, total=False):
     instruction: Optional[str]
+    workDoneToken: Optional[Union[int, str]]
     config: Optional[Dict[str, Any]]
 
 

@@ -160,6 +160,7 @@ fn params(messages: Option<&[Value]>, append: Option<&[Value]>) -> PrepareParams
         sections: None,
         memory: None,
         usage: None,
+        work_done_token: None,
         config: None,
     }
 }

@@ -8,11 +8,12 @@ use crate::transport::CallScope;
 
 impl Daemon {
     /// `context.compact`.
-    pub fn compact(&self, params: CompactParams, scope: &CallScope) -> Result<CompactResult, RpcError> {
+    pub fn compact(&self, mut params: CompactParams, scope: &CallScope) -> Result<CompactResult, RpcError> {
         let config = self.effective_config(params.config.as_ref())?;
         let ticket = self.ticket(scope, &params.session_id)?;
         let session_id = params.session_id.clone();
-        let outcome = self.run_with_call(scope, &session_id, |call| {
+        let work_done_token = params.work_done_token.take();
+        let outcome = self.run_with_call(scope, &session_id, work_done_token, |call| {
             self.engine().compact_now(ticket, params, &config, call)
         })?;
         self.publish(outcome.event);

@@ -25,7 +25,7 @@ use std::time::Duration;
 use satchel_core::summary::llm::Completer;
 use satchel_engine::{CallContext, CallToken, Engine, EngineError, ModelSource, ProgressSink, Ticket};
 use satchel_protocol::config::SummarizerKind;
-use satchel_protocol::{Config, ContextEvent};
+use satchel_protocol::{Config, ContextEvent, ProgressToken};
 use serde_json::{Map, Value, json};
 
 #[cfg(feature = "memory")]
@@ -128,10 +128,14 @@ impl Daemon {
 
     /// What a session call needs from its connection: the models it may summarise with,
     /// work-done progress of a model summary, and its cancellation.
+    ///
+    /// `work_done_token` is the LSP `workDoneToken` the call's params carried, if any: progress
+    /// is then reported under it, whether or not the client declared the capability.
     fn run_with_call<T>(
         &self,
         scope: &CallScope,
         session_id: &str,
+        work_done_token: Option<ProgressToken>,
         run: impl FnOnce(&CallContext<'_>) -> Result<T, EngineError>,
     ) -> Result<T, RpcError> {
         let models = CancellableModels {
@@ -141,8 +145,13 @@ impl Daemon {
             },
             token: &scope.token,
         };
-        let wants_progress = lock(&self.progress_clients).contains(&scope.client.connection_id());
-        let progress = wants_progress.then(|| Arc::new(WorkDone::new(scope.client.clone(), session_id)));
+        let progress = match work_done_token {
+            Some(token) => Some(WorkDone::under(scope.client.clone(), session_id, token)),
+            None => lock(&self.progress_clients)
+                .contains(&scope.client.connection_id())
+                .then(|| WorkDone::new(scope.client.clone(), session_id)),
+        }
+        .map(Arc::new);
         let call = CallContext {
             models: &models,
             progress: progress_sink(progress.clone()),
@@ -229,11 +238,14 @@ fn progress_sink(progress: Option<Arc<WorkDone>>) -> ProgressSink {
 /// `$/progress` `begin`, a `report` per stage, and (when the call ends) a last `report` at
 /// 100 % and `end`. A compaction that asks no model reports nothing.
 ///
-/// No satchel method's params carry an LSP `workDoneToken` (their params refuse unknown
-/// fields), so the token is always satchel's own.
+/// When the call's params carried a `workDoneToken`, that token is used instead (nothing is
+/// created), and since LSP allows one begin–end per token, a second compaction in the same
+/// call goes on reporting under it.
 struct WorkDone {
     client: ClientHandle,
     title: String,
+    /// The client's own token (from the params), if it sent one.
+    given: Option<Value>,
     state: Mutex<Progress>,
 }
 
@@ -242,7 +254,7 @@ enum Progress {
     /// No stage yet.
     Idle,
     /// The client accepted `token`; `percentage` was the last one reported.
-    Running { token: String, percentage: usize },
+    Running { token: Value, percentage: usize },
     /// The client refused the token or did not answer: no progress for this call.
     Refused,
 }
@@ -252,7 +264,16 @@ impl WorkDone {
         WorkDone {
             client,
             title: format!("Compacting {session_id}"),
+            given: None,
             state: Mutex::new(Progress::Idle),
+        }
+    }
+
+    /// Progress under the client's own `workDoneToken`.
+    fn under(client: ClientHandle, session_id: &str, token: ProgressToken) -> Self {
+        WorkDone {
+            given: Some(serde_json::to_value(token).unwrap_or_default()),
+            ..WorkDone::new(client, session_id)
         }
     }
 
@@ -261,6 +282,7 @@ impl WorkDone {
         let mut state = lock(&self.state);
         // A second compaction in the same call starts over under a fresh token.
         if stage == 1
+            && self.given.is_none()
             && let Progress::Running { token, .. } = &*state
         {
             self.send_end(token, None);
@@ -286,7 +308,13 @@ impl WorkDone {
 
     /// Asks the client for a fresh token and begins the progress under it.
     fn begin(&self) -> Progress {
-        let token = format!("satchel-progress-{}", NEXT_PROGRESS.fetch_add(1, Ordering::Relaxed));
+        if let Some(token) = &self.given {
+            return self.begun(token.clone());
+        }
+        let token = Value::from(format!(
+            "satchel-progress-{}",
+            NEXT_PROGRESS.fetch_add(1, Ordering::Relaxed)
+        ));
         let created = self.client.request_blocking(
             "window/workDoneProgress/create",
             json!({ "token": token }),
@@ -294,11 +322,16 @@ impl WorkDone {
         );
         if let Err(e) = created {
             tracing::debug!(
-                token,
+                %token,
                 "no progress reported: window/workDoneProgress/create failed: {e}"
             );
             return Progress::Refused;
         }
+        self.begun(token)
+    }
+
+    /// Sends `begin` under `token`.
+    fn begun(&self, token: Value) -> Progress {
         self.send(
             &token,
             json!({"kind": "begin", "title": self.title, "cancellable": true, "percentage": 0}),
@@ -314,7 +347,7 @@ impl WorkDone {
         }
     }
 
-    fn send_end(&self, token: &str, error: Option<&EngineError>) {
+    fn send_end(&self, token: &Value, error: Option<&EngineError>) {
         let message = match error {
             None => {
                 self.send(
@@ -329,7 +362,7 @@ impl WorkDone {
         self.send(token, json!({"kind": "end", "message": message}));
     }
 
-    fn send(&self, token: &str, value: Value) {
+    fn send(&self, token: &Value, value: Value) {
         self.client
             .notify("$/progress", json!({"token": token, "value": value}));
     }
