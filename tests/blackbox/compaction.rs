@@ -1100,7 +1100,15 @@ fn compaction_history_survives_a_restart() {
     assert_eq!(after["summary"], before["summary"]);
     assert_eq!(after["messages"], before["messages"]);
     assert_eq!(after["archived_messages"], before["archived_messages"]);
-    assert_eq!(after["offloaded"], before["offloaded"]);
+    // What is sent of each offloaded result is known again once the restarted daemon prepares.
+    let stored = |offloaded: &Value| {
+        let mut offloaded = offloaded.clone();
+        for o in offloaded.as_array_mut().unwrap() {
+            o.as_object_mut().unwrap().retain(|k, _| k != "phase" && k != "sent_bytes");
+        }
+        offloaded
+    };
+    assert_eq!(after["offloaded"], stored(&before["offloaded"]));
     assert_eq!(
         after["compactions"], before["compactions"],
         "the compaction history reads differently after a restart"

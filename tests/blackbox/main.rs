@@ -17,6 +17,7 @@ mod compaction;
 mod conformance;
 mod continuity;
 mod hardening_storage;
+mod inspect;
 mod limits;
 mod llm;
 mod memory;

@@ -3,13 +3,11 @@
 //! Each test spawns the real binary on a fresh temporary workspace.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -17,7 +15,7 @@ use crate::support::builders::{assistant, openai_calls, tool_result, user};
 use crate::support::{Daemon, Framing, Rpc, SocketClient, prepare, satchel_bin, wait_for_path};
 
 /// A window small enough for a manual compaction of a short chat (reserve 409 tokens).
-const SMALL_WINDOW: [(&str, &str); 1] = [("SATCHEL_MAX_INPUT_LENGTH", "4096")];
+pub(crate) const SMALL_WINDOW: [(&str, &str); 1] = [("SATCHEL_MAX_INPUT_LENGTH", "4096")];
 /// How long a process may take to exit after being told to.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -25,7 +23,7 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-fn default_socket(workspace: &Path) -> PathBuf {
+pub(crate) fn default_socket(workspace: &Path) -> PathBuf {
     workspace.join("run").join("satchel.sock")
 }
 
@@ -40,7 +38,7 @@ fn daemon_info(workspace: &Path) -> Value {
 
 /// Starts `serve --socket [PATH]` and waits for its first stdio reply: the socket is bound
 /// and `run/daemon.json` written before stdio is served.
-fn serve_with_socket(workspace: &Path, env: &[(&str, &str)], socket: Option<&Path>) -> Daemon {
+pub(crate) fn serve_with_socket(workspace: &Path, env: &[(&str, &str)], socket: Option<&Path>) -> Daemon {
     let mut args = vec!["--socket"];
     if let Some(path) = socket {
         args.push(path.to_str().expect("UTF-8 temp path"));
@@ -65,7 +63,7 @@ fn serve_once(workspace: &Path, args: &[&str]) -> Output {
 }
 
 /// `satchel [--workspace W] inspect ARGS`.
-fn inspect(workspace: Option<&Path>, args: &[&str]) -> Output {
+pub(crate) fn inspect(workspace: Option<&Path>, args: &[&str]) -> Output {
     let mut cmd = Command::new(satchel_bin());
     if let Some(workspace) = workspace {
         cmd.arg("--workspace").arg(workspace);
@@ -80,7 +78,7 @@ fn inspect(workspace: Option<&Path>, args: &[&str]) -> Output {
 }
 
 /// Stdout of a command that must succeed.
-fn succeeded(output: &Output) -> String {
+pub(crate) fn succeeded(output: &Output) -> String {
     assert!(
         output.status.success(),
         "exit {}: {}",
@@ -91,7 +89,7 @@ fn succeeded(output: &Output) -> String {
 }
 
 /// Stderr of a command that must fail.
-fn failed(output: &Output) -> String {
+pub(crate) fn failed(output: &Output) -> String {
     assert!(
         !output.status.success(),
         "unexpectedly succeeded: {}",
@@ -100,7 +98,7 @@ fn failed(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-fn path_str(path: &Path) -> &str {
+pub(crate) fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 temp path")
 }
 
@@ -122,7 +120,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// A plain chat of `n` messages of about 60 tokens each, user first.
-fn chat(n: usize) -> Vec<Value> {
+pub(crate) fn chat(n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| {
             let text = format!(
@@ -138,7 +136,7 @@ fn chat(n: usize) -> Vec<Value> {
 const LOG_HEAD: [&str; 2] = ["BUILD LOG of crates/parser", "   Compiling lexer v0.3.1 (crates/lexer)"];
 
 /// A build log of about 4 KB: over the offload threshold (3,000 + 100 bytes by default).
-fn offloaded_build_log() -> String {
+pub(crate) fn offloaded_build_log() -> String {
     let mut log = format!("{}\n{}\n", LOG_HEAD[0], LOG_HEAD[1]);
     let mut i = 0;
     while log.len() < 4_000 {
@@ -153,7 +151,7 @@ fn offloaded_build_log() -> String {
 }
 
 /// An OpenAI tool loop whose one tool result is a large build log (offloaded).
-fn build_conversation() -> Vec<Value> {
+pub(crate) fn build_conversation() -> Vec<Value> {
     vec![
         user("Fix the build of the parser crate."),
         openai_calls(&[("call_1", "bash", json!({"command": "cargo build -p parser"}))]),
@@ -162,7 +160,7 @@ fn build_conversation() -> Vec<Value> {
     ]
 }
 
-fn inspect_rpc(conn: &mut impl Rpc, session: &str) -> Value {
+pub(crate) fn inspect_rpc(conn: &mut impl Rpc, session: &str) -> Value {
     conn.call_method("context.inspect", json!({"session_id": session}))
 }
 
@@ -699,80 +697,6 @@ fn inspect_without_a_running_daemon_fails_clearly() {
     daemon.call("initialize", json!({}));
     let stderr = failed(&inspect(Some(dir.path()), &[]));
     assert!(stderr.contains("no running daemon found"), "{stderr}");
-    daemon.shutdown();
-}
-
-/// Lines of a child's stdout, read on a thread.
-fn lines_of(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-#[test]
-fn inspect_watch_prints_a_line_per_event() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut daemon = serve_with_socket(dir.path(), &SMALL_WINDOW, None);
-    let messages = chat(12);
-    prepare(&mut daemon, "chat", &messages);
-    let mut watch = Command::new(satchel_bin())
-        .args([
-            "inspect",
-            "chat",
-            "--watch",
-            "--socket",
-            path_str(&default_socket(dir.path())),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn satchel inspect --watch");
-    let lines = lines_of(watch.stdout.take().unwrap());
-
-    // The watcher subscribes after printing the list view; resending the same conversation
-    // changes nothing but is an event, so send it until the watcher has seen one.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let (line, prepared) = 'seen: loop {
-        assert!(Instant::now() < deadline, "no event line from inspect --watch");
-        let prepared = prepare(&mut daemon, "chat", &messages);
-        while let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) {
-            if line.starts_with("prepare") {
-                break 'seen (line, prepared);
-            }
-        }
-    };
-    let tokens = &prepared["tokens"];
-    assert!(
-        line.contains(&format!("{} / {} tokens", tokens["total"], tokens["limit"])),
-        "{line}"
-    );
-    assert!(line.contains("messages 12"), "{line}");
-
-    // Once subscribed, each event is one line, in order.
-    let compacted = daemon.call("context.compact", json!({"session_id": "chat"}));
-    let next = loop {
-        let line = lines
-            .recv_timeout(crate::support::REPLY_TIMEOUT)
-            .expect("a line for the compaction");
-        if !line.starts_with("prepare") {
-            break line;
-        }
-    };
-    assert!(next.starts_with("compact"), "{next}");
-    let tokens_after = compacted["compaction"]["tokens_after"].to_string();
-    assert!(next.contains(&format!("{tokens_after} / 4096 tokens")), "{next}");
-    assert!(next.contains("compactions 1"), "{next}");
-    assert!(next.ends_with("compacted"), "{next}");
-
-    watch.kill().unwrap();
-    watch.wait().unwrap();
     daemon.shutdown();
 }
 

@@ -503,12 +503,29 @@ export interface OffloadedResult {
   file: string;
   total_bytes: number;
   total_lines: number;
+  tool?: string | null;
+  /** The phase it is rendered in now; absent while the session is not `loaded`. */
+  phase?: Phase | null;
+  /** Bytes really sent now (excerpt and notice); `total_bytes - sent_bytes` is the saving. */
+  sent_bytes?: number | null;
+}
+
+/** `tokens.messages` by role; the three add up to it. */
+export interface MessageRoleTokens {
+  user: number;
+  assistant: number;
+  tool_results: number;
 }
 
 export interface InspectResult {
   session_id: string;
   format?: MessageFormat | null;
+  /** Prepared since the daemon loaded it; false: `tokens` are zeros until its next call. */
+  loaded: boolean;
   tokens: TokenUsage;
+  message_tokens: MessageRoleTokens;
+  /** The `config` overrides of the session's last `context.prepare`. */
+  config_overrides: Record<string, unknown>;
   pressure: Pressure;
   messages: number;
   archived_messages: number;
@@ -827,11 +844,15 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ]),
   InspectParams: fields<InspectParams>()(['session_id', 'query_hint?', 'detail_key?']),
   InspectResult: fields<InspectResult>()([
-    'session_id', 'format?', 'tokens', 'pressure', 'messages', 'archived_messages', 'summary?', 'offloaded', 'compactions',
-    'peak_tokens', 'monitor', 'calibration', 'sessionId?', 'totalChars?', 'estimatedTokens?', 'contextWindowTokens?',
-    'systemPromptSharePct?', 'requestFocus?', 'budget?', 'truncatedSectionKeys?', 'sections?', 'overBudget?', 'detail?',
+    'session_id', 'format?', 'loaded', 'tokens', 'message_tokens', 'config_overrides', 'pressure', 'messages',
+    'archived_messages', 'summary?', 'offloaded', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
+    'totalChars?', 'estimatedTokens?', 'contextWindowTokens?', 'systemPromptSharePct?', 'requestFocus?', 'budget?',
+    'truncatedSectionKeys?', 'sections?', 'overBudget?', 'detail?',
   ]),
-  OffloadedResult: fields<OffloadedResult>()(['index', 'pointer', 'file', 'total_bytes', 'total_lines']),
+  MessageRoleTokens: fields<MessageRoleTokens>()(['user', 'assistant', 'tool_results']),
+  OffloadedResult: fields<OffloadedResult>()([
+    'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'tool?', 'phase?', 'sent_bytes?',
+  ]),
   SessionsParams: fields<SessionsParams>()([]),
   SessionsResult: fields<SessionsResult>()(['sessions']),
   SessionSummary: fields<SessionSummary>()(['session_id', 'live', 'messages?', 'tokens?', 'pressure?', 'compactions?']),

@@ -88,6 +88,7 @@ impl Engine {
                     tracing::debug!(session = %id, "a usage report for a request of a previous daemon is ignored");
                 }
             }
+            self.remember_config(&id, session, params.config.as_ref(), config)?;
             self.prepare_in(&id, session, incoming, declared, extras, config, call)
         })
     }

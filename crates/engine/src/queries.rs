@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use satchel_core::slice::{SliceRequest, slice_text};
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::{
-    InspectParams, InspectResult, OffloadedResult, PromptAssembly, ReadParams, ReadResult, SectionDetail,
+    InspectParams, InspectResult, MessageRoleTokens, PromptAssembly, ReadParams, ReadResult, SectionDetail,
     SessionSummary, SessionsResult, TokenUsage,
 };
 use satchel_storage::{StorageError, SweepReport};
@@ -16,6 +16,7 @@ use crate::call::CallToken;
 use crate::compact::report_of;
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::inspection;
 use crate::live::Ticket;
 use crate::session::Session;
 
@@ -36,27 +37,25 @@ impl Engine {
                 tokenizer: self.config.tokenizer,
                 ..TokenUsage::default()
             });
+            let loaded = session.last_usage.is_some();
+            let config = session.requests.last_config.clone();
+            let config = loaded.then(|| config.as_deref().unwrap_or(&self.config));
+            let message_tokens = match config {
+                Some(config) => inspection::role_tokens(session, config, tokens.messages),
+                None => MessageRoleTokens::default(),
+            };
             Ok(InspectResult {
                 session_id: params.session_id.clone(),
                 format: session.format,
+                loaded,
                 pressure: tokens.pressure(),
                 tokens,
+                message_tokens,
+                config_overrides: session.requests.config_overrides.clone(),
                 messages: session.entries.len(),
                 archived_messages: session.archived_count(),
                 summary: session.summary().cloned(),
-                offloaded: session
-                    .entries
-                    .iter()
-                    .flat_map(|e| {
-                        e.offloaded.iter().map(|o| OffloadedResult {
-                            index: e.index,
-                            pointer: o.pointer.clone(),
-                            file: o.file.clone(),
-                            total_bytes: o.stats.total_bytes,
-                            total_lines: o.stats.total_lines,
-                        })
-                    })
-                    .collect(),
+                offloaded: inspection::offloaded(session, config),
                 compactions: session
                     .compactions
                     .iter()

@@ -24,6 +24,7 @@ impl Engine {
         let format = format_or_default(log.format);
         let mut session = Session::new(log.format, self.offloads.clone());
         session.requests.calibration = log.calibration.unwrap_or_default();
+        session.requests.config_overrides = log.config_overrides;
         session.original_hashes = log.original_hashes.iter().map(|h| stored_hash(h)).collect();
         session.text_hashes = vec![None; session.original_hashes.len()];
         for (index, stored) in log.messages {

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use satchel_protocol::{Calibration, ContextMonitor, TokenUsage};
+use satchel_protocol::{Calibration, Config, ContextMonitor, TokenUsage};
+use serde_json::{Map, Value};
 
 use crate::assembly::PromptState;
 
@@ -48,6 +49,12 @@ pub struct RequestState {
     pub last_tokens_saved: u64,
     /// Tokens pruning and compaction took off requests since the session was loaded.
     pub total_tokens_saved: u64,
+    /// The per-request `config` overrides of the last `context.prepare`; persisted in the
+    /// log when they change.
+    pub config_overrides: Map<String, Value>,
+    /// The effective configuration of the last `context.prepare`, which inspect renders and
+    /// counts with (the daemon's own when no prepare ran since the session was loaded).
+    pub last_config: Option<Arc<Config>>,
 }
 
 impl RequestState {

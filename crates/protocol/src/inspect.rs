@@ -3,9 +3,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use crate::assembly::{Calibration, PromptAssembly, SectionReport};
-use crate::{CompactSummary, CompactionReport, MessageFormat, Method, Pressure, TokenUsage};
+use crate::{CompactSummary, CompactionReport, MessageFormat, Method, Phase, Pressure, TokenUsage};
 
 /// `context.inspect`: what satchel holds for a session and what it did.
 pub enum ContextInspect {}
@@ -80,6 +81,30 @@ pub struct OffloadedResult {
     pub total_bytes: usize,
     /// Lines of the full text.
     pub total_lines: usize,
+    /// The tool whose result it is, when its call is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The phase the message is rendered in now (recent or old limit); absent while the
+    /// session is not `loaded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Bytes of the text really sent now: the excerpt with its notice, or the whole text when
+    /// it fits its phase's limit. `total_bytes - sent_bytes` is the saving. Absent while the
+    /// session is not `loaded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_bytes: Option<usize>,
+}
+
+/// The messages zone (`tokens.messages`) by who wrote each message; the three add up to it.
+/// Each message counts as rendered, so offloaded tool results count as their excerpts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MessageRoleTokens {
+    /// User messages (and any other non-system role that is not the assistant's nor a tool's).
+    pub user: u64,
+    /// Assistant messages, with their tool calls and reasoning.
+    pub assistant: u64,
+    /// Tool results: OpenAI `tool` messages, Anthropic user messages carrying `tool_result` blocks.
+    pub tool_results: u64,
 }
 
 /// Result of `context.inspect`.
@@ -89,8 +114,17 @@ pub struct InspectResult {
     pub session_id: String,
     /// Format of the session, once known.
     pub format: Option<MessageFormat>,
+    /// A `context.prepare` of this session ran since the daemon loaded it: `tokens`,
+    /// `message_tokens`, the monitor and the offloads' `sent_bytes` are its numbers. False for
+    /// a session known from its log only: those are zeros (or absent) until its next call.
+    pub loaded: bool,
     /// Tokens per zone as of the last `context.prepare` of this daemon (zeros before one).
     pub tokens: TokenUsage,
+    /// `tokens.messages` split by role.
+    pub message_tokens: MessageRoleTokens,
+    /// The per-request `config` overrides of the session's last `context.prepare` (empty
+    /// when it sent none), kept in the session log so a restarted daemon shows them too.
+    pub config_overrides: Map<String, Value>,
     /// How full the window is.
     pub pressure: Pressure,
     /// Messages in the session now.

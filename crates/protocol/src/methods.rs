@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 pub use crate::assembly::ContextUsage;
 use crate::assembly::{PromptAssembly, PromptSection, ProviderUsage, PruneReport};
 pub use crate::inspect::{
-    ContextInspect, ContextMonitor, InspectParams, InspectResult, OffloadedResult, SectionDetail,
+    ContextInspect, ContextMonitor, InspectParams, InspectResult, MessageRoleTokens, OffloadedResult, SectionDetail,
 };
 pub use crate::memory::{MemoryAppend, MemoryGet, MemoryMerge, MemoryRecall, MemorySearch, MemoryStatus, MemoryWrite};
 use crate::{CompactSummary, Config, Method, openrpc::schema_of, summary::ArchiveRange};

@@ -80,6 +80,13 @@ pub enum SessionRecord {
     },
     /// The client reported the provider's usage: counts are corrected by this from now on.
     Calibration(Calibration),
+    /// A `context.prepare` sent other per-request `config` overrides than the session's
+    /// previous one (empty: none), kept for inspection after a restart. Logs written before
+    /// this record existed simply have none.
+    RequestConfig {
+        /// The overrides as sent.
+        overrides: serde_json::Map<String, Value>,
+    },
 }
 
 /// A compaction as logged when it starts.
@@ -137,6 +144,8 @@ pub struct SessionLog {
     pub pending: Option<(CompactionBegun, Vec<(usize, StoredMessage)>)>,
     /// The correction learned from the provider's reported usage, the latest.
     pub calibration: Option<Calibration>,
+    /// The per-request config overrides of the last `context.prepare`, the latest logged.
+    pub config_overrides: serde_json::Map<String, Value>,
 }
 
 impl SessionLog {
@@ -155,6 +164,7 @@ impl SessionLog {
                 *self = SessionLog {
                     format: self.format,
                     calibration: self.calibration,
+                    config_overrides: std::mem::take(&mut self.config_overrides),
                     compactions: std::mem::take(&mut self.compactions),
                     ..Default::default()
                 };
@@ -169,6 +179,7 @@ impl SessionLog {
                 self.pending = Some((*begun, removed));
             }
             SessionRecord::Calibration(calibration) => self.calibration = Some(calibration),
+            SessionRecord::RequestConfig { overrides } => self.config_overrides = overrides,
             SessionRecord::CompactionDone {
                 id,
                 range,
@@ -572,6 +583,40 @@ mod tests {
         );
         assert_eq!(log.original_hashes, ["a", "c"]);
         assert_eq!(store.list().unwrap(), ["s1"]);
+    }
+
+    #[test]
+    fn the_latest_request_config_is_replayed_and_survives_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        store.append("s1", &[msg("a")]).unwrap();
+        assert!(store.load("s1").unwrap().unwrap().config_overrides.is_empty());
+        let overrides = |n: u64| {
+            let serde_json::Value::Object(map) = serde_json::json!({"max_input_length": n}) else {
+                unreachable!()
+            };
+            map
+        };
+        store
+            .append(
+                "s1",
+                &[
+                    SessionRecord::RequestConfig {
+                        overrides: overrides(1),
+                    },
+                    SessionRecord::RequestConfig {
+                        overrides: overrides(2),
+                    },
+                    SessionRecord::Reset,
+                ],
+            )
+            .unwrap();
+        assert_eq!(store.load("s1").unwrap().unwrap().config_overrides, overrides(2));
+        let line = fs::read_to_string(dir.path().join("sessions/s1.jsonl")).unwrap();
+        assert!(
+            line.contains(r#"{"record":"request_config","overrides":{"max_input_length":1}}"#),
+            "{line}"
+        );
     }
 
     #[test]

@@ -590,7 +590,7 @@ class ReadResult(_ReadResultRequired, total=False):
     next_byte_offset: Optional[int]
 
 
-class OffloadedResult(TypedDict):
+class _OffloadedResultRequired(TypedDict):
     index: int
     pointer: str
     file: str
@@ -598,9 +598,29 @@ class OffloadedResult(TypedDict):
     total_lines: int
 
 
+class OffloadedResult(_OffloadedResultRequired, total=False):
+    """``sent_bytes`` (what is really sent now, in ``phase``) is absent while the session is
+    not ``loaded``; ``total_bytes - sent_bytes`` is the saving."""
+
+    tool: Optional[str]
+    phase: Optional[Phase]
+    sent_bytes: Optional[int]
+
+
+class MessageRoleTokens(TypedDict):
+    """``tokens.messages`` by role; the three add up to it."""
+
+    user: int
+    assistant: int
+    tool_results: int
+
+
 class _InspectResultRequired(TypedDict):
     session_id: str
+    loaded: bool
     tokens: TokenUsage
+    message_tokens: MessageRoleTokens
+    config_overrides: Dict[str, Any]
     pressure: Pressure
     messages: int
     archived_messages: int

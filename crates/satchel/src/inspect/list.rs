@@ -4,9 +4,10 @@
 use std::io::{self, Write};
 
 use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PromptAssembly, RequestFocus};
+use serde_json::{Map, Value};
 
-use super::window::{NOT_LOADED, k, not_loaded, plural, write_window};
-use super::{level_label, pressure_label, sections, share};
+use super::window::{NOT_LOADED, k, plural, write_window};
+use super::{level_label, offloads, pressure_label, sections, share};
 
 /// How to print the list view.
 pub(super) struct ListOptions<'a> {
@@ -27,7 +28,8 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         plural(r.messages as u64, "message"),
         r.archived_messages
     )?;
-    if not_loaded(r) {
+    writeln!(out, "config   {}", overrides(&r.config_overrides))?;
+    if !r.loaded {
         writeln!(out, "context  {NOT_LOADED}")?;
     } else {
         write_numbers(out, r, options.colour)?;
@@ -54,18 +56,7 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
             c.summarizer
         )?;
     }
-    writeln!(out, "\noffloaded results {}", r.offloaded.len())?;
-    for (n, o) in r.offloaded.iter().enumerate() {
-        writeln!(
-            out,
-            "  {:<12} message {}  {}  {} / {}",
-            format!("offload:{n}"),
-            o.index,
-            o.file,
-            plural(o.total_bytes as u64, "byte"),
-            plural(o.total_lines as u64, "line")
-        )?;
-    }
+    offloads::write_offloads(out, &r.offloaded, &r.session_id)?;
     match &r.prompt {
         Some(prompt) => write_prompt(out, prompt, options.query)?,
         None => {
@@ -80,6 +71,21 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         "\ndetail keys: summary, compaction:N, offload:N, section:KEY (satchel inspect {} --detail KEY)",
         r.session_id
     )
+}
+
+/// The per-request config overrides of the session's last `context.prepare`, `key=value`.
+fn overrides(overrides: &Map<String, Value>) -> String {
+    if overrides.is_empty() {
+        return "the daemon's (the last prepare sent no overrides)".to_owned();
+    }
+    let pairs: Vec<String> = overrides
+        .iter()
+        .map(|(key, value)| match value {
+            Value::String(text) => format!("{key}={text}"),
+            other => format!("{key}={other}"),
+        })
+        .collect();
+    format!("overrides of the last prepare: {}", pairs.join(", "))
 }
 
 /// The numbers of the last request: the total, the window bar, the monitor, the calibration
@@ -234,7 +240,26 @@ mod tests {
         assert!(text.contains("context  9000 / 128000 tokens (7.0% of the window)  pressure LOW  peak 101000"));
         assert!(text.lines().any(|l| l.starts_with("system ") && l.contains(" 2100 ")));
         assert!(text.contains("compactions 1 (tokens saved 93k)"));
-        assert!(text.contains("  offload:0    message 7"));
+        assert!(text.contains("offloaded results 1: 52 KB in full, 3.4 KB sent, 48.6 KB saved"));
+        let row = text.lines().find(|l| l.starts_with("  offload:0 ")).unwrap();
+        let words: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            words[..10],
+            [
+                "offload:0",
+                "7",
+                "bash",
+                "recent",
+                "52",
+                "KB",
+                "3.4",
+                "KB",
+                "48.6",
+                "KB"
+            ],
+            "{row}"
+        );
+        assert!(text.contains("config   the daemon's (the last prepare sent no overrides)"));
         // The monitor and calibration.
         assert!(text.contains("monitor  current 9000 tokens  level NORMAL  peak 101000"));
         assert!(text.contains("pruned only 2  last request reached prune, summarize"));
@@ -280,6 +305,19 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("injection cost"), "{text}");
+    }
+
+    #[test]
+    fn inspect_list_view_names_the_config_overrides() {
+        let mut json = fixture::json();
+        json["config_overrides"] = serde_json::json!({"max_input_length": 16384, "offload_notice_path": "relative"});
+        let text = list(&serde_json::from_value(json).unwrap(), None);
+        assert!(
+            text.contains(
+                "\nconfig   overrides of the last prepare: max_input_length=16384, offload_notice_path=relative\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

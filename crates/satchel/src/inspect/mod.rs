@@ -7,16 +7,20 @@
 
 mod list;
 mod memory;
+mod offloads;
 mod sections;
+mod watch;
 mod window;
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 use satchel_protocol::{
-    CompactSummary, CompactionReport, InspectParams, InspectResult, OffloadedResult, Pressure, SessionsResult,
+    CompactSummary, CompactionReport, ErrorCode, InspectParams, InspectResult, OffloadedResult, Pressure,
+    SessionsResult,
 };
 use satchel_storage::Layout;
 use serde_json::{Value, json};
@@ -57,6 +61,32 @@ struct Connection {
     writer: UnixStream,
     reader: BufReader<UnixStream>,
     next_id: u64,
+    /// Notifications that arrived while a call waited for its reply (a watch subscribed
+    /// before the call), in order.
+    events: VecDeque<Value>,
+}
+
+/// An error reply of the daemon.
+#[derive(Debug)]
+struct RpcFailure {
+    method: String,
+    code: i64,
+    message: String,
+}
+
+impl std::fmt::Display for RpcFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.method, self.message)
+    }
+}
+
+impl std::error::Error for RpcFailure {}
+
+/// Whether `error` is the daemon saying the session does not exist.
+fn is_unknown_session(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<RpcFailure>()
+        .is_some_and(|e| e.code == i64::from(ErrorCode::UnknownSession.code()))
 }
 
 impl Connection {
@@ -88,6 +118,7 @@ impl Connection {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
             next_id: 1,
+            events: VecDeque::new(),
         })
     }
 
@@ -103,10 +134,26 @@ impl Connection {
             let message = self.next_message()?;
             if message["id"] == json!(id) {
                 if let Some(error) = message.get("error") {
-                    bail!("{method}: {}", error["message"].as_str().unwrap_or("error"));
+                    return Err(RpcFailure {
+                        method: method.to_owned(),
+                        code: error["code"].as_i64().unwrap_or(0),
+                        message: error["message"].as_str().unwrap_or("error").to_owned(),
+                    }
+                    .into());
                 }
                 return Ok(message["result"].clone());
             }
+            if message.get("method").is_some() {
+                self.events.push_back(message);
+            }
+        }
+    }
+
+    /// The next notification, those that arrived during a call first.
+    fn next_event(&mut self) -> anyhow::Result<Value> {
+        match self.events.pop_front() {
+            Some(event) => Ok(event),
+            None => self.next_message(),
         }
     }
 
@@ -179,8 +226,22 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
     };
     let query = args.query.as_deref();
     let section = section_key(args.detail.as_deref());
+    // Subscribed before the session is read, so no event falls between the view and the lines.
+    if args.watch {
+        conn.call("context.watch", json!({"session_id": session}))?;
+    }
     let raw = match conn.call("context.inspect", inspect_params(session, query, section)?) {
         Ok(raw) => raw,
+        Err(error) if args.watch && is_unknown_session(&error) => {
+            let waiting = format!("waiting for session {session}: it does not exist yet; its events follow");
+            if args.json {
+                eprintln!("{waiting}");
+            } else {
+                writeln!(out, "{waiting}")?;
+            }
+            out.flush()?;
+            return watch::follow(&mut out, &mut conn, watch::Seen::default(), args.json, colour);
+        }
         Err(error) => {
             // A daemon may refuse a key it does not know: then say which keys it knows.
             if let Some(key) = section {
@@ -190,6 +251,7 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
             return Err(error);
         }
     };
+    let inspected: InspectResult = serde_json::from_value(raw.clone())?;
     if args.json {
         if let Some(record) = detail_record(&raw, args.detail.as_deref())? {
             writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
@@ -197,11 +259,10 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
         }
         if let Some(key) = section {
             // The same error as the text view when the section is unknown.
-            sections::find_detail(&serde_json::from_value(raw.clone())?, key)?;
+            sections::find_detail(&inspected, key)?;
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&raw)?)?;
     } else {
-        let inspected: InspectResult = serde_json::from_value(raw)?;
         match &args.detail {
             Some(key) => write_detail(&mut out, &mut conn, &inspected, key)?,
             None => list::write_list(&mut out, &inspected, &list::ListOptions { colour, query })?,
@@ -209,34 +270,7 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
     }
     out.flush()?;
     if args.watch {
-        conn.call("context.watch", json!({"session_id": session}))?;
-        loop {
-            let message = conn.next_message()?;
-            if message["method"] != "context.event" {
-                continue;
-            }
-            let event = &message["params"];
-            if args.json {
-                writeln!(out, "{event}")?;
-            } else {
-                let pressure: Pressure = serde_json::from_value(event["pressure"].clone())?;
-                writeln!(
-                    out,
-                    "{:<8} {:>8} / {} tokens  {}  messages {}  compactions {}  {}",
-                    event["kind"].as_str().unwrap_or(""),
-                    event["tokens"]["total"],
-                    event["tokens"]["limit"],
-                    pressure_label(pressure, colour),
-                    event["messages"],
-                    event["compactions"],
-                    event["actions"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
-                        .unwrap_or_default()
-                )?;
-            }
-            out.flush()?;
-        }
+        watch::follow(&mut out, &mut conn, watch::Seen::of(&inspected), args.json, colour)?;
     }
     Ok(())
 }
@@ -444,6 +478,9 @@ pub(crate) mod fixture {
         json!({
             "session_id": "chat",
             "format": "openai",
+            "loaded": true,
+            "message_tokens": {"user": 1500, "assistant": 2100, "tool_results": 2600},
+            "config_overrides": {},
             "tokens": {
                 "system": 2100, "tools": 300, "summary": 400, "compactable": 5200, "reserved": 1000,
                 "messages": 6200, "total": 9000, "limit": 128000, "threshold": 96000,
@@ -454,7 +491,8 @@ pub(crate) mod fixture {
             "archived_messages": 20,
             "summary": null,
             "offloaded": [
-                {"index": 7, "pointer": "/content", "file": "offload/chat/7.txt", "total_bytes": 52000, "total_lines": 900}
+                {"index": 7, "pointer": "/content", "file": "offload/chat/7.txt", "total_bytes": 52000, "total_lines": 900,
+                 "tool": "bash", "phase": "recent", "sent_bytes": 3400}
             ],
             "compactions": [{
                 "id": "c1", "at": "2025-01-01T10:00:00Z", "manual": false, "messages": 20,
@@ -589,6 +627,7 @@ mod tests {
     #[test]
     fn list_view_of_a_session_not_loaded_since_the_daemon_started() {
         let mut json = fixture::json();
+        json["loaded"] = false.into();
         for key in [
             "system",
             "tools",
@@ -601,7 +640,6 @@ mod tests {
             json["tokens"][key] = 0.into();
         }
         json["monitor"]["current_tokens"] = 0.into();
-        json["monitor"]["peak_tokens"] = 0.into();
         json["peak_tokens"] = 0.into();
         json["messages"] = 1.into();
         let r: InspectResult = serde_json::from_value(json).unwrap();

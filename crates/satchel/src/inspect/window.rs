@@ -1,11 +1,13 @@
 //! The window at a glance, like Claude Code's `/context`: a bar of the window split into what
-//! fills it (system, sections, tools, summary, messages), the free space and the compaction
-//! buffer, with a legend line per part.
+//! fills it (system, sections, tools, summary, messages by user / assistant / tool results),
+//! the free space and the compaction buffer, with a legend line per part. The numbers are of
+//! the request as sent: an offloaded tool result counts as its excerpt.
 
 use std::io::{self, Write};
 
 use satchel_protocol::InspectResult;
 
+use super::offloads::{Savings, size};
 use super::paint;
 
 /// Cells of the bar.
@@ -33,12 +35,7 @@ pub(super) fn plural(n: impl Into<u64>, word: &str) -> String {
     }
 }
 
-/// No request of this session since the daemon started: its numbers are zeros, not news.
-pub(super) fn not_loaded(r: &InspectResult) -> bool {
-    r.tokens.total == 0 && r.monitor.current_tokens == 0 && r.peak_tokens == 0
-}
-
-/// One part of the window.
+/// One part of the window (a blank glyph: a subtotal line of the legend, not in the bar).
 struct Part {
     glyph: char,
     name: &'static str,
@@ -50,6 +47,7 @@ struct Part {
 /// The parts of the window, in bar order.
 fn parts(r: &InspectResult) -> Vec<Part> {
     let t = &r.tokens;
+    let m = &r.message_tokens;
     // The assembled prompt, as counted for the request; the rest of `system` is the client's
     // own system prompt and system-role messages.
     let sections = r.prompt.as_ref().map_or(0, |p| p.estimated_tokens.min(t.system));
@@ -70,7 +68,13 @@ fn parts(r: &InspectResult) -> Vec<Part> {
         part('C', "summary", t.summary, "33"),
         Part {
             note: Some(format!("{} compactable, {} recent", k(t.compactable), k(t.reserved))),
-            ..part('M', "messages", t.messages, "32")
+            ..part(' ', "messages", t.messages, "0")
+        },
+        part('U', "  user", m.user, "32"),
+        part('A', "  assistant", m.assistant, "92"),
+        Part {
+            note: tool_results_note(r),
+            ..part('R', "  tool results", m.tool_results, "96")
         },
         part('.', "free space", free, "2"),
         Part {
@@ -78,6 +82,20 @@ fn parts(r: &InspectResult) -> Vec<Part> {
             ..part('~', "compaction buffer", buffer, "90")
         },
     ]
+}
+
+/// What the tool results cost as sent against their full texts, when some were offloaded.
+fn tool_results_note(r: &InspectResult) -> Option<String> {
+    let savings = Savings::of(&r.offloaded);
+    (savings.results > 0).then(|| {
+        format!(
+            "{} of them offloaded: {} sent of {}, {} saved",
+            savings.results,
+            size(savings.sent),
+            size(savings.full),
+            size(savings.saved())
+        )
+    })
 }
 
 /// Cells of each part: proportional (largest remainder), at least one for a part that has
@@ -111,7 +129,7 @@ fn cells(tokens: &[u64], width: usize) -> Vec<usize> {
 /// Writes the bar and its legend.
 pub(super) fn write_window(out: &mut impl Write, r: &InspectResult, colour: bool) -> io::Result<()> {
     let t = &r.tokens;
-    if not_loaded(r) {
+    if !r.loaded {
         return writeln!(out, "window   {NOT_LOADED}");
     }
     writeln!(
@@ -122,7 +140,9 @@ pub(super) fn write_window(out: &mut impl Write, r: &InspectResult, colour: bool
         100.0 * t.total as f64 / t.limit.max(1) as f64
     )?;
     let parts = parts(r);
-    let widths = cells(&parts.iter().map(|p| p.tokens).collect::<Vec<_>>(), BAR_WIDTH);
+    // A subtotal's tokens are in its parts already.
+    let in_bar = |p: &Part| if p.glyph == ' ' { 0 } else { p.tokens };
+    let widths = cells(&parts.iter().map(in_bar).collect::<Vec<_>>(), BAR_WIDTH);
     let mut bar = String::new();
     for (part, &n) in parts.iter().zip(&widths) {
         if n > 0 {
@@ -133,19 +153,20 @@ pub(super) fn write_window(out: &mut impl Write, r: &InspectResult, colour: bool
     let whole = t.limit.max(1);
     for part in &parts {
         let share = format!("{:.1}%", 100.0 * part.tokens as f64 / whole as f64);
-        let line = format!(
-            "  {} {:<18} {:>7} {:>7}",
-            paint(&part.glyph.to_string(), part.colour, colour),
-            part.name,
-            k(part.tokens),
-            share
-        );
+        let glyph = match part.glyph {
+            ' ' => " ".to_owned(),
+            glyph => paint(&glyph.to_string(), part.colour, colour),
+        };
+        let line = format!("  {glyph} {:<18} {:>7} {:>7}", part.name, k(part.tokens), share);
         match &part.note {
             Some(note) => writeln!(out, "{line}   ({note})")?,
             None => writeln!(out, "{line}")?,
         }
     }
-    Ok(())
+    writeln!(
+        out,
+        "  (counted as sent: an offloaded tool result counts as its excerpt, not its full text)"
+    )
 }
 
 #[cfg(test)]
@@ -208,18 +229,30 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l[4..].starts_with(name)), "{name}: {text}");
         }
+        // The messages split by role, adding up to the messages zone.
+        let m = fixture::result().message_tokens;
+        assert_eq!(m.user + m.assistant + m.tool_results, 6200);
+        for (glyph, role) in [('U', "user"), ('A', "assistant"), ('R', "tool results")] {
+            let prefix = format!("  {glyph}   {role} ");
+            assert!(text.lines().any(|l| l.starts_with(&prefix)), "{role}: {text}");
+        }
+        assert!(
+            text.contains("(1 of them offloaded: 3.4 KB sent of 52 KB, 48.6 KB saved)"),
+            "{text}"
+        );
         insta::assert_snapshot!("window", text);
     }
 
     #[test]
     fn window_in_colour() {
         let text = window(&fixture::result(), true);
-        assert!(text.contains("\x1b[32mM"), "{text}");
+        assert!(text.contains("\x1b[32mU\x1b[0m\x1b[92mA\x1b[0m\x1b[96mR"), "{text}");
     }
 
     #[test]
     fn window_of_a_session_not_loaded_since_the_daemon_started() {
         let mut json = fixture::json();
+        json["loaded"] = false.into();
         for key in [
             "system",
             "tools",
@@ -232,7 +265,6 @@ mod tests {
             json["tokens"][key] = 0.into();
         }
         json["monitor"]["current_tokens"] = 0.into();
-        json["monitor"]["peak_tokens"] = 0.into();
         json["peak_tokens"] = 0.into();
         let r: InspectResult = serde_json::from_value(json).unwrap();
         assert_eq!(window(&r, false), format!("window   {NOT_LOADED}\n"));
