@@ -191,7 +191,8 @@ fn inspect_remembers_the_config_overrides_across_a_restart_and_flags_sessions_no
     let mut daemon = serve_with_socket(dir.path(), &[], Some(&socket));
     let prepared = daemon.call(
         "context.prepare",
-        json!({"session_id": "tuned", "messages": tool_loop(), "config": overrides}),
+        json!({"session_id": "tuned", "messages": tool_loop(), "config": overrides,
+               "system": "Work in small steps."}),
     );
     assert_eq!(prepared["tokens"]["limit"], 16384);
     let inspected = inspect_rpc(&mut daemon, "tuned");
@@ -205,6 +206,7 @@ fn inspect_remembers_the_config_overrides_across_a_restart_and_flags_sessions_no
         out.contains(" / 16.4k tokens used"),
         "the window is the overridden one: {out}"
     );
+    assert!(out.contains("of the 16384-token window)"), "so is the prompt's: {out}");
     daemon.shutdown();
 
     // After a restart: not loaded (a flag, not zeros), the overrides still known.

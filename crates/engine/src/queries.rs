@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use satchel_core::slice::{SliceRequest, slice_text};
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::{
-    InspectParams, InspectResult, MessageRoleTokens, PromptAssembly, ReadParams, ReadResult, SectionDetail,
+    Config, InspectParams, InspectResult, MessageRoleTokens, PromptAssembly, ReadParams, ReadResult, SectionDetail,
     SessionSummary, SessionsResult, TokenUsage,
 };
 use satchel_storage::{StorageError, SweepReport};
@@ -30,7 +30,9 @@ impl Engine {
             let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(params.session_id.clone()));
             };
-            let (prompt, detail) = self.inspect_prompt(session, &params)?;
+            let last_config = session.requests.last_config.clone();
+            let (prompt, detail) =
+                self.inspect_prompt(session, &params, last_config.as_deref().unwrap_or(&self.config))?;
             let tokens = session.last_usage.clone().unwrap_or_else(|| TokenUsage {
                 limit: self.config.effective_window(),
                 threshold: self.config.compact_threshold_tokens(),
@@ -38,8 +40,7 @@ impl Engine {
                 ..TokenUsage::default()
             });
             let loaded = session.last_usage.is_some();
-            let config = session.requests.last_config.clone();
-            let config = loaded.then(|| config.as_deref().unwrap_or(&self.config));
+            let config = loaded.then(|| last_config.as_deref().unwrap_or(&self.config));
             let message_tokens = match config {
                 Some(config) => inspection::role_tokens(session, config, tokens.messages),
                 None => MessageRoleTokens::default(),
@@ -75,11 +76,13 @@ impl Engine {
     }
 
     /// The last request's prompt as inspect shows it, assembled again for `query_hint` when
-    /// one is given, and the section named by `detail_key`.
+    /// one is given, and the section named by `detail_key`; `config` is the one the last
+    /// request was prepared with (its window and tokenizer).
     fn inspect_prompt(
         &self,
         session: &mut Session,
         params: &InspectParams,
+        config: &Config,
     ) -> Result<(Option<PromptAssembly>, Option<SectionDetail>), EngineError> {
         let Some(state) = session.requests.last_prompt.clone() else {
             return match &params.detail_key {
@@ -90,14 +93,14 @@ impl Engine {
                 None => Ok((None, None)),
             };
         };
-        let counter = TokenCounter::new(self.config.tokenizer, self.config.token_count_estimate_divisor);
+        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
         let hinted = params.query_hint.as_deref().map(|q| state.with_query(q)).transpose()?;
         let built = hinted.as_ref().unwrap_or(&state.built);
         let tokens = session
-            .extras_tokens(built.system.as_ref(), None, None, &counter, &self.config)
+            .extras_tokens(built.system.as_ref(), None, None, &counter, config)
             .0;
         let factor = session.requests.calibration.factor;
-        let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, &self.config);
+        let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, config);
         let detail = params
             .detail_key
             .as_deref()
