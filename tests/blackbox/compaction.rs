@@ -1104,7 +1104,9 @@ fn compaction_history_survives_a_restart() {
     let stored = |offloaded: &Value| {
         let mut offloaded = offloaded.clone();
         for o in offloaded.as_array_mut().unwrap() {
-            o.as_object_mut().unwrap().retain(|k, _| k != "phase" && k != "sent_bytes");
+            o.as_object_mut()
+                .unwrap()
+                .retain(|k, _| k != "phase" && k != "sent_bytes");
         }
         offloaded
     };
