@@ -315,3 +315,117 @@ fn a_cancelled_compaction_cancels_its_summarizer_request() {
     assert_eq!(inspect["compactions"].as_array().map_or(0, Vec::len), 0, "{inspect}");
     daemon.shutdown();
 }
+
+/// `window/workDoneProgress/cancel {token}` for the progress of a `context.compact` whose
+/// `summarizer.complete` is pending (or, with `at_begin`, as soon as `begin` comes): returns
+/// the call's reply and every other frame, after the reply and (when one was sent) the
+/// `$/cancelRequest` for the summariser's request.
+fn cancel_by_token(daemon: &mut Daemon, at_begin: bool, params: Value) -> (Value, Vec<Value>) {
+    let id = daemon.request("context.compact", params);
+    let framing = daemon.framing;
+    let started = Instant::now();
+    let (mut frames, mut reply, mut token) = (Vec::new(), None, None);
+    let mut cancel_sent = false;
+    loop {
+        let asked = of(&frames, "summarizer.complete").len();
+        let told = of(&frames, "$/cancelRequest").len();
+        if reply.is_some() && told == asked {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{frames:?}");
+        let (_, frame) = daemon.next_frame();
+        if frame["id"] == json!(id) && frame.get("method").is_none() {
+            reply = Some(frame);
+            continue;
+        }
+        frames.push(frame.clone());
+        match frame["method"].as_str() {
+            Some("window/workDoneProgress/create") => {
+                daemon.send(&json!({"jsonrpc": "2.0", "id": frame["id"], "result": null}), framing);
+            }
+            Some("$/progress") if frame["params"]["value"]["kind"] == "begin" => {
+                assert_eq!(frame["params"]["value"]["cancellable"], true, "{frame}");
+                token = Some(frame["params"]["token"].clone());
+            }
+            // The model call never answers: only the cancel can end the call early.
+            Some("summarizer.complete") => {}
+            _ => continue,
+        }
+        let due = if at_begin {
+            token.is_some()
+        } else {
+            asked < of(&frames, "summarizer.complete").len()
+        };
+        if due && !cancel_sent {
+            let token = token.clone().expect("begin comes before the model call");
+            let cancel =
+                json!({"jsonrpc": "2.0", "method": "window/workDoneProgress/cancel", "params": {"token": token}});
+            daemon.send(&cancel, framing);
+            cancel_sent = true;
+        }
+    }
+    assert!(cancel_sent, "no progress to cancel: {frames:?}");
+    assert!(started.elapsed() < Duration::from_secs(20), "not after the timeout");
+    (reply.unwrap(), frames)
+}
+
+#[test]
+fn cancelling_the_progress_token_cancels_the_call() {
+    let capabilities = json!({"summarizer_complete": true, "window": {"workDoneProgress": true}});
+    for at_begin in [false, true] {
+        let (_dir, mut daemon) = start(capabilities.clone(), &[("SATCHEL_LLM_TIMEOUT_SECS", "60")]);
+        let params = json!({"session_id": SESSION, "config": config()});
+        let (reply, frames) = cancel_by_token(&mut daemon, at_begin, params);
+        assert_eq!(reply["error"]["code"], -32800, "at_begin {at_begin}: {reply}");
+        // The pending model call is abandoned: the client is told.
+        let asked: Vec<&Value> = of(&frames, "summarizer.complete").iter().map(|f| &f["id"]).collect();
+        let told: Vec<&Value> = of(&frames, "$/cancelRequest")
+            .iter()
+            .map(|f| &f["params"]["id"])
+            .collect();
+        assert_eq!(asked, told, "at_begin {at_begin}: {frames:?}");
+        if !at_begin {
+            assert_eq!(asked.len(), 1, "{frames:?}");
+        }
+        // No effect: nothing was compacted, and the session holds every message.
+        let inspect = daemon.call("context.inspect", json!({"session_id": SESSION}));
+        assert_eq!(inspect["compactions"].as_array().map_or(0, Vec::len), 0, "{inspect}");
+        assert_eq!(inspect["archived_messages"], 0, "{inspect}");
+        daemon.shutdown();
+    }
+
+    // A client's own workDoneToken cancels its call the same way, and an unknown token
+    // cancels nothing: the call then runs to its end.
+    let (_dir, mut daemon) = start(
+        json!({"summarizer_complete": true}),
+        &[("SATCHEL_LLM_TIMEOUT_SECS", "60")],
+    );
+    let params = json!({"session_id": SESSION, "config": config(), "workDoneToken": 42});
+    let (reply, frames) = cancel_by_token(&mut daemon, false, params);
+    assert_eq!(reply["error"]["code"], -32800, "{reply}");
+    assert!(of(&frames, "window/workDoneProgress/create").is_empty(), "{frames:?}");
+    let framing = daemon.framing;
+    let stray = json!({"jsonrpc": "2.0", "method": "window/workDoneProgress/cancel", "params": {"token": "satchel-progress-999999"}});
+    let id = daemon.request(
+        "context.compact",
+        json!({"session_id": SESSION, "config": config(), "workDoneToken": "mine"}),
+    );
+    let reply = loop {
+        let (_, frame) = daemon.next_frame();
+        if frame["id"] == json!(id) && frame.get("method").is_none() {
+            break frame;
+        }
+        if frame["method"] == "summarizer.complete" {
+            // Sent while the model call is pending, before its answer.
+            daemon.send(&stray, framing);
+            let answer = json!({"jsonrpc": "2.0", "id": frame["id"], "result": {"text": SUMMARY}});
+            daemon.send(&answer, framing);
+        }
+    };
+    let result = expect_result("context.compact", reply);
+    assert!(result["compacted"].as_u64().is_some_and(|n| n > 0), "{result}");
+    assert_eq!(result["compaction"]["summarizer"], "client", "{result}");
+    let inspect = daemon.call("context.inspect", json!({"session_id": SESSION}));
+    assert_eq!(inspect["compactions"].as_array().map_or(0, Vec::len), 1, "{inspect}");
+    daemon.shutdown();
+}

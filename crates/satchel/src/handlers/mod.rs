@@ -34,7 +34,7 @@ pub use memory_index::next_merge;
 use crate::config::apply_overrides;
 use crate::error::RpcError;
 use crate::llm::{ClientCompleter, OpenAiCompleter};
-use crate::transport::{CallScope, ClientHandle};
+use crate::transport::{CallScope, ClientHandle, ProgressCancel, ProgressRegistration};
 
 /// The engine, and what the daemon keeps per connection.
 pub struct Daemon {
@@ -146,10 +146,10 @@ impl Daemon {
             token: &scope.token,
         };
         let progress = match work_done_token {
-            Some(token) => Some(WorkDone::under(scope.client.clone(), session_id, token)),
+            Some(token) => Some(WorkDone::under(scope, session_id, token)),
             None => lock(&self.progress_clients)
                 .contains(&scope.client.connection_id())
-                .then(|| WorkDone::new(scope.client.clone(), session_id)),
+                .then(|| WorkDone::new(scope, session_id)),
         }
         .map(Arc::new);
         let call = CallContext {
@@ -241,8 +241,13 @@ fn progress_sink(progress: Option<Arc<WorkDone>>) -> ProgressSink {
 /// When the call's params carried a `workDoneToken`, that token is used instead (nothing is
 /// created), and since LSP allows one begin–end per token, a second compaction in the same
 /// call goes on reporting under it.
+///
+/// The `begin` says `cancellable: true`: while the progress runs, LSP's
+/// `window/workDoneProgress/cancel {token}` cancels the call as `$/cancelRequest` would.
 struct WorkDone {
     client: ClientHandle,
+    /// Registers the running token for `window/workDoneProgress/cancel`.
+    cancel: ProgressCancel,
     title: String,
     /// The client's own token (from the params), if it sent one.
     given: Option<Value>,
@@ -253,16 +258,22 @@ struct WorkDone {
 enum Progress {
     /// No stage yet.
     Idle,
-    /// The client accepted `token`; `percentage` was the last one reported.
-    Running { token: Value, percentage: usize },
+    /// The client accepted `token`; `percentage` was the last one reported. While
+    /// `_cancellable` lives, the token cancels the call.
+    Running {
+        token: Value,
+        percentage: usize,
+        _cancellable: Option<ProgressRegistration>,
+    },
     /// The client refused the token or did not answer: no progress for this call.
     Refused,
 }
 
 impl WorkDone {
-    fn new(client: ClientHandle, session_id: &str) -> Self {
+    fn new(scope: &CallScope, session_id: &str) -> Self {
         WorkDone {
-            client,
+            client: scope.client.clone(),
+            cancel: scope.progress.clone(),
             title: format!("Compacting {session_id}"),
             given: None,
             state: Mutex::new(Progress::Idle),
@@ -270,10 +281,10 @@ impl WorkDone {
     }
 
     /// Progress under the client's own `workDoneToken`.
-    fn under(client: ClientHandle, session_id: &str, token: ProgressToken) -> Self {
+    fn under(scope: &CallScope, session_id: &str, token: ProgressToken) -> Self {
         WorkDone {
             given: Some(serde_json::to_value(token).unwrap_or_default()),
-            ..WorkDone::new(client, session_id)
+            ..WorkDone::new(scope, session_id)
         }
     }
 
@@ -291,7 +302,7 @@ impl WorkDone {
         if let Progress::Idle = *state {
             *state = self.begin();
         }
-        let Progress::Running { token, percentage } = &mut *state else {
+        let Progress::Running { token, percentage, .. } = &mut *state else {
             return;
         };
         // Never backwards, and 100 only once the call is done.
@@ -330,13 +341,18 @@ impl WorkDone {
         self.begun(token)
     }
 
-    /// Sends `begin` under `token`.
+    /// Sends `begin` under `token`, from when on the token cancels the call.
     fn begun(&self, token: Value) -> Progress {
+        let cancellable = self.cancel.register(&token);
         self.send(
             &token,
             json!({"kind": "begin", "title": self.title, "cancellable": true, "percentage": 0}),
         );
-        Progress::Running { token, percentage: 0 }
+        Progress::Running {
+            token,
+            percentage: 0,
+            _cancellable: cancellable,
+        }
     }
 
     /// The call is over: the progress, if any, reaches 100 % (when the call succeeded) and ends.

@@ -11,6 +11,7 @@
 mod client;
 mod framing;
 mod order;
+mod progress;
 mod queue;
 mod shim;
 
@@ -36,6 +37,8 @@ use client::Peer;
 use framing::{Frame, FrameReader, Framing, Incoming};
 pub use order::CallScope;
 use order::{AdmissionSlot, Arrivals};
+use progress::ProgressCalls;
+pub use progress::{ProgressCancel, ProgressRegistration};
 use queue::{WriteQueue, write_frames, write_frames_blocking};
 use satchel_engine::CallToken;
 use satchel_protocol::MethodKind;
@@ -43,6 +46,9 @@ use shim::Shim;
 
 /// LSP's error code for a request the client cancelled.
 const REQUEST_CANCELLED_CODE: i32 = -32800;
+
+/// LSP's notification cancelling the call whose work-done progress runs under a token.
+const PROGRESS_CANCEL_METHOD: &str = "window/workDoneProgress/cancel";
 
 /// Replies waiting for the writer; a full queue makes request tasks wait (backpressure).
 const WRITE_QUEUE: usize = 64;
@@ -163,6 +169,7 @@ where
         peer: Arc::new(Peer::new(queue.downgrade())),
         queue,
         in_flight: Arc::default(),
+        progress_calls: Arc::default(),
         next_seq: 0,
         arrivals: Arrivals::default(),
         max_result_bytes: limits.max_response_bytes.saturating_sub(REPLY_ENVELOPE_BYTES) as usize,
@@ -411,7 +418,7 @@ fn error_reply(id: Option<&RawValue>, error: &ErrorObject<'_>) -> Vec<u8> {
 
 /// A call's id as a `$/cancelRequest` names it: a string by its value, a number by its value
 /// (so `-7`, `1.5`, `1e3` cancel the calls sent with them, and `1e3` also the call `1000`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum IdKey {
     Str(String),
     /// [`canonical_number`]'s text.
@@ -471,6 +478,9 @@ struct InFlight {
     alias: Option<Arc<IdAlias>>,
     /// The client's id as a `$/cancelRequest` names it.
     key: Option<IdKey>,
+    /// A notification run under an id of satchel's own: cancelled (by its progress token),
+    /// it gets no reply either.
+    notification: bool,
 }
 
 /// An id jsonrpsee cannot give back as sent (its ids are strings, written back unescaped, and
@@ -518,6 +528,8 @@ struct Connection {
     /// Requests that are running, by id. Whoever removes an entry (the request's task when
     /// it finishes, or a cancel) is the one that replies, so a request gets exactly one reply.
     in_flight: InFlightMap,
+    /// Running calls by the progress token they report under (`window/workDoneProgress/cancel`).
+    progress_calls: ProgressCalls,
     next_seq: u64,
     /// Admissions in arrival order.
     arrivals: Arrivals,
@@ -581,6 +593,9 @@ impl Connection {
         if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
             return self.cancel(&body).await;
         }
+        if method.as_deref() == Some(PROGRESS_CANCEL_METHOD) && id.is_none() {
+            return self.cancel_progress(&body).await;
+        }
         // jsonrpsee drops client notifications; one of a protocol method (a `context.usage`
         // sent after the model call) runs as a call under an id of ours, its reply dropped.
         let notification = notification_shape && method.as_deref().is_some_and(|m| MethodKind::from_name(m).is_some());
@@ -601,15 +616,6 @@ impl Connection {
         self.next_seq += 1;
         let shim = Arc::clone(&self.shim);
         let token = CallToken::new();
-        let scope = CallScope {
-            client: self.peer.handle(),
-            token: token.clone(),
-            admission: match method.as_deref() {
-                Some(name) if self.ordered.contains(name) => self.arrivals.next(),
-                _ => AdmissionSlot::unordered(),
-            },
-            max_result_bytes: self.max_result_bytes,
-        };
         let queue = self.queue.clone();
         let in_flight = Arc::clone(&self.in_flight);
         // Holding the lock while spawning means the task cannot finish and look for its
@@ -618,6 +624,16 @@ impl Connection {
         // Only the first of several running requests with the same id can be cancelled.
         let panic_id = id.clone().unwrap_or(Id::Null);
         let tracked = id.filter(|id| !map.contains_key(id));
+        let scope = CallScope {
+            client: self.peer.handle(),
+            token: token.clone(),
+            admission: match method.as_deref() {
+                Some(name) if self.ordered.contains(name) => self.arrivals.next(),
+                _ => AdmissionSlot::unordered(),
+            },
+            max_result_bytes: self.max_result_bytes,
+            progress: ProgressCancel::new(Arc::clone(&self.progress_calls), tracked.clone().map(|id| (id, seq))),
+        };
         let key = tracked.clone();
         let reply_alias = alias.clone();
         let task = tokio::spawn(async move {
@@ -659,6 +675,7 @@ impl Connection {
                     token,
                     alias,
                     key,
+                    notification,
                 },
             );
         }
@@ -689,10 +706,35 @@ impl Connection {
                 _ => None, // already answered, never existed, or committed: the result comes
             }
         };
-        let Some((id, entry)) = cancelled else {
+        if let Some((id, entry)) = cancelled {
+            self.cancelled(id, entry).await;
+        }
+    }
+
+    /// Cancels the call whose work-done progress runs under the token named by a
+    /// `window/workDoneProgress/cancel`, as [`cancel`](Self::cancel) does for its id.
+    async fn cancel_progress(&self, body: &[u8]) {
+        let Some((id, seq)) = progress::call_of(&self.progress_calls, body) else {
             return;
         };
+        let cancelled = {
+            let mut map = lock(&self.in_flight);
+            match map.get(&id) {
+                Some(entry) if entry.seq == seq && entry.token.cancel() => map.remove(&id).map(|entry| (id, entry)),
+                _ => None, // already answered, or committed: the result comes
+            }
+        };
+        if let Some((id, entry)) = cancelled {
+            self.cancelled(id, entry).await;
+        }
+    }
+
+    /// Stops the cancelled call `entry` and replies -32800 for it.
+    async fn cancelled(&self, id: Id<'static>, entry: InFlight) {
         entry.abort.abort();
+        if entry.notification {
+            return;
+        }
         let error = ErrorObject::borrowed(REQUEST_CANCELLED_CODE, "Request cancelled", None);
         let reply = MethodResponse::error(id, error).into_json().get().as_bytes().to_vec();
         let reply = match &entry.alias {

@@ -148,6 +148,9 @@ pub struct CallScope {
     /// transport's reply limit less room for the envelope. A handler must fail a call whose
     /// result would be larger before the call takes effect.
     pub max_result_bytes: usize,
+    /// Lets `window/workDoneProgress/cancel` cancel the call by its progress token, like
+    /// `$/cancelRequest` by its id.
+    pub progress: super::ProgressCancel,
 }
 
 #[cfg(test)]
