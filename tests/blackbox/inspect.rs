@@ -157,7 +157,7 @@ fn inspect_splits_messages_by_role_and_shows_what_is_sent_of_each_offload() {
     assert_eq!(rows.len(), 2, "{out}");
     let big = &offloaded[0];
     let expected = format!(
-        "offload:0 3 bash old {} {} {} {}",
+        "offload:0 r3 bash old {} {} {} {}",
         size(bytes(big, "total_bytes")),
         size(bytes(big, "sent_bytes")),
         size(bytes(big, "total_bytes") - bytes(big, "sent_bytes")),

@@ -3,6 +3,8 @@
 //!
 //! - every response equals the expected one, where the string `"<any>"` matches any value and
 //!   `"<any>"` inside a longer string matches any run of characters (e.g. `"dialog/<any>.jsonl"`);
+//! - a request param written `"<result of N at /json/pointer>"` is sent as that value of the
+//!   result of the earlier request with id N (an id the daemon made up, such as a compaction's);
 //! - the notifications the connection received equal the example's `notifications` (none if absent);
 //! - each `result` (and each successful request's `params`, and each `context.event`) is valid
 //!   against its JSON Schema in `protocol/openrpc.json`, checked by the small validator below;
@@ -347,6 +349,35 @@ impl Connection {
     }
 }
 
+/// `request` with each `"<result of N at /pointer>"` string replaced by that value of the
+/// result of request `N` among `results`.
+fn with_references(request: &Value, results: &[(Value, Value)]) -> Value {
+    match request {
+        Value::String(text) => {
+            let Some(reference) = text.strip_prefix("<result of ").and_then(|t| t.strip_suffix('>')) else {
+                return request.clone();
+            };
+            let (id, pointer) = reference.split_once(" at ").expect("<result of N at /pointer>");
+            let id: Value = serde_json::from_str(id).expect("a request id");
+            let (_, result) = results
+                .iter()
+                .find(|(i, _)| *i == id)
+                .unwrap_or_else(|| panic!("{text}: no result of request {id} yet"));
+            result
+                .pointer(pointer)
+                .unwrap_or_else(|| panic!("{text}: nothing at {pointer} in {result}"))
+                .clone()
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| with_references(v, results)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), with_references(v, results)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 /// Replays one example and checks it; `socket` picks the transport.
 fn replay(name: &str, example: &Value, openrpc: &Value, socket: bool) {
     let transport = if socket { "socket" } else { "stdio" };
@@ -364,7 +395,9 @@ fn replay(name: &str, example: &Value, openrpc: &Value, socket: bool) {
     let mut conn = Connection::start(dir.path(), socket);
     let mut responses = expected.iter();
     let mut notifications = Vec::new();
+    let mut results: Vec<(Value, Value)> = Vec::new();
     for request in requests {
+        let request = &with_references(request, &results);
         conn.send(request);
         let Some(id) = request.get("id") else {
             continue; // a notification: nothing comes back
@@ -387,6 +420,7 @@ fn replay(name: &str, example: &Value, openrpc: &Value, socket: bool) {
         }
         let method_name = request["method"].as_str().unwrap_or_default();
         if let Some(result) = response.get("result") {
+            results.push((id.clone(), result.clone()));
             let spec = method(openrpc, method_name);
             assert_valid(
                 &spec["result"]["schema"],

@@ -12,6 +12,12 @@ import type {
   Calibration,
   ChatMessage,
   CompactParams,
+  ExpandParams,
+  ExpandResult,
+  PinParams,
+  PinsResult,
+  PurgeParams,
+  PurgeResult,
   CompactResult,
   InitializeParams,
   InitializeResult,
@@ -37,6 +43,7 @@ import type {
   SessionsResult,
   SummarizerCompleteParams,
   SummarizerCompleteResult,
+  UnpinParams,
   UsageParams,
   WatchParams,
   WatchResult,
@@ -239,6 +246,29 @@ export class SatchelClient {
    */
   reportUsage(sessionId: string, inputTokens: number): void {
     this.notify('context.usage', { session_id: sessionId, input_tokens: inputTokens } satisfies UsageParams);
+  }
+
+  /**
+   * `context.expand`: brings a compacted span (`compaction_id`, or an `archive` range of the
+   * session) back into the next `prepare` only, within `max_tokens`; resolves with what it carries.
+   */
+  expand(params: ExpandParams, options?: CallOptions): Promise<ExpandResult> {
+    return this.call('context.expand', params, options);
+  }
+
+  /** `context.pin`: keeps a message, a text or a tool result (`r12`) verbatim across compactions and restarts. */
+  pin(params: PinParams, options?: CallOptions): Promise<PinsResult> {
+    return this.call('context.pin', params, options);
+  }
+
+  /** `context.unpin`: removes a pin (`p1`). */
+  unpin(params: UnpinParams, options?: CallOptions): Promise<PinsResult> {
+    return this.call('context.unpin', params, options);
+  }
+
+  /** `context.purge`: later requests show the result (`r12`) as a one-line stub; its file keeps it. */
+  purge(params: PurgeParams, options?: CallOptions): Promise<PurgeResult> {
+    return this.call('context.purge', params, options);
   }
 
   /** `context.usage` as a request: reports the provider's input tokens and resolves with the calibration. */

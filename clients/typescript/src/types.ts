@@ -13,6 +13,10 @@ export type SummarizerKind = 'extractive' | 'openai' | 'client';
 export type SummaryLanguage = 'en' | 'zh';
 export type Pressure = 'low' | 'medium' | 'high' | 'critical';
 export type IdentifierList = 'constraints' | 'files_read' | 'files_modified' | 'commands' | 'errors' | 'notes';
+/** What a pin keeps. */
+export type PinKind = 'message' | 'text' | 'result';
+/** What kind of identifier a compaction dropped from the summary. */
+export type DroppedKind = 'request' | 'constraint' | 'error' | 'file_modified' | 'command' | 'file_read';
 export type Phase = 'recent' | 'old';
 export type RepairKind =
   | 'synthetic_result'
@@ -222,6 +226,10 @@ export interface TokenUsage {
   system: number;
   tools: number;
   summary: number;
+  /** A span `context.expand` brought back, carried by this request only. */
+  expanded?: number;
+  /** The pinned block after the summary (`context.pin`). */
+  pinned?: number;
   compactable: number;
   reserved: number;
   messages: number;
@@ -250,6 +258,88 @@ export interface CompactionReport {
   archive?: ArchiveRange | null;
   /** `extractive`, `openai:<model>`, `client`, or `extractive (fallback: …)`. */
   summarizer: string;
+  /** What the summary no longer names, most important first; `context.expand` brings it back. */
+  dropped?: DroppedIdentifier[];
+}
+
+/** `context.pin`: exactly one of `message_index`, `text` and `result_id`. */
+export interface PinParams {
+  session_id: string;
+  message_index?: number | null;
+  text?: string | null;
+  /** A tool result by the id its truncation notice shows (`r12`): kept whole. */
+  result_id?: string | null;
+  label?: string | null;
+}
+
+export interface UnpinParams {
+  session_id: string;
+  pin_id: string;
+}
+
+/** One pin: `in_block` once the request shows it after the summary; otherwise it is live, whole. */
+export interface PinInfo {
+  id: string;
+  kind: PinKind;
+  label?: string | null;
+  message_index?: number | null;
+  result_id?: string | null;
+  in_block: boolean;
+  chars: number;
+}
+
+export interface PinsResult {
+  session_id: string;
+  pin_id: string;
+  pins: PinInfo[];
+}
+
+export interface PurgeParams {
+  session_id: string;
+  result_id: string;
+}
+
+export interface PurgeResult {
+  session_id: string;
+  result_id: string;
+  file: string;
+  total_bytes: number;
+}
+
+/** `context.expand`: exactly one of `compaction_id` and `archive`. */
+export interface ExpandParams {
+  session_id: string;
+  compaction_id?: string | null;
+  archive?: ExpandRange | null;
+  /** Default a quarter of the window, never more than the room under the compaction threshold. */
+  max_tokens?: number | null;
+}
+
+/** Lines of an archive file (`dialog/YYYY-MM-DD.jsonl`), 1-based, inclusive. */
+export interface ExpandRange {
+  file: string;
+  start_line: number;
+  end_line: number;
+}
+
+/** What the next `prepare` carries after the summary. */
+export interface ExpandResult {
+  session_id: string;
+  archive: ArchiveRange;
+  messages: number;
+  tokens: number;
+  budget_tokens: number;
+  /** Older messages of the span left out because they did not fit (whole turns). */
+  left_out: number;
+  truncated_results: number;
+}
+
+/** An identifier of a compacted span the summary no longer names. */
+export interface DroppedIdentifier {
+  kind: DroppedKind;
+  text: string;
+  index: number;
+  mentions: number;
 }
 
 export interface ItemGroup {
@@ -498,6 +588,8 @@ export interface InspectParams {
 }
 
 export interface OffloadedResult {
+  /** Stable id (`r12`) shown in the truncation notice: what `pin` and `purge` take. */
+  id: string;
   index: number;
   pointer: string;
   file: string;
@@ -508,6 +600,8 @@ export interface OffloadedResult {
   phase?: Phase | null;
   /** Bytes really sent now (excerpt and notice); `total_bytes - sent_bytes` is the saving. */
   sent_bytes?: number | null;
+  pinned?: boolean;
+  purged?: boolean;
 }
 
 /** `tokens.messages` by role; the three add up to it. */
@@ -531,6 +625,7 @@ export interface InspectResult {
   archived_messages: number;
   summary?: CompactSummary | null;
   offloaded: OffloadedResult[];
+  pins?: PinInfo[];
   compactions: CompactionReport[];
   /** Largest request of this session since the daemon started. */
   peak_tokens: number;
@@ -719,6 +814,10 @@ export interface Methods {
   'context.sessions': [SessionsParams, SessionsResult];
   'context.watch': [WatchParams, WatchResult];
   'context.usage': [UsageParams, Calibration];
+  'context.expand': [ExpandParams, ExpandResult];
+  'context.pin': [PinParams, PinsResult];
+  'context.unpin': [UnpinParams, PinsResult];
+  'context.purge': [PurgeParams, PurgeResult];
   'memory.write': [MemoryWriteParams, MemoryFileChange];
   'memory.append': [MemoryAppendParams, MemoryFileChange];
   'memory.get': [MemoryGetParams, MemoryGetResult];
@@ -754,7 +853,8 @@ const fields = <T>() => exact<FieldSpec<T>>();
 
 export const METHODS = exact<keyof Methods>()([
   'initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect',
-  'context.sessions', 'context.watch', 'context.usage', 'memory.write', 'memory.append', 'memory.get',
+  'context.sessions', 'context.watch', 'context.usage', 'context.expand', 'context.pin',
+  'context.unpin', 'context.purge', 'memory.write', 'memory.append', 'memory.get',
   'memory.search', 'memory.merge', 'memory.status',
 ]);
 
@@ -819,11 +919,17 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ]),
   UsageParams: fields<UsageParams>()(['session_id', 'input_tokens']),
   TokenUsage: fields<TokenUsage>()([
-    'system', 'tools', 'summary', 'compactable', 'reserved', 'messages', 'total', 'limit', 'threshold', 'tokenizer',
+    'system', 'tools', 'summary', 'expanded?', 'pinned?', 'compactable', 'reserved', 'messages', 'total', 'limit', 'threshold', 'tokenizer',
   ]),
   ArchiveRange: fields<ArchiveRange>()(['file', 'start_line', 'end_line', 'first_index', 'last_index', 'messages']),
   CompactionReport: fields<CompactionReport>()([
-    'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer',
+    'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer', 'dropped?',
+  ]),
+  DroppedIdentifier: fields<DroppedIdentifier>()(['kind', 'text', 'index', 'mentions']),
+  ExpandParams: fields<ExpandParams>()(['session_id', 'compaction_id?', 'archive?', 'max_tokens?']),
+  ExpandRange: fields<ExpandRange>()(['file', 'start_line', 'end_line']),
+  ExpandResult: fields<ExpandResult>()([
+    'session_id', 'archive', 'messages', 'tokens', 'budget_tokens', 'left_out', 'truncated_results',
   ]),
   Reconciliation: fields<Reconciliation>()(['session_messages', 'reused', 'appended', 'replaced']),
   CompactSummary: fields<CompactSummary>()([
@@ -845,14 +951,21 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   InspectParams: fields<InspectParams>()(['session_id', 'query_hint?', 'detail_key?']),
   InspectResult: fields<InspectResult>()([
     'session_id', 'format?', 'loaded', 'tokens', 'message_tokens', 'config_overrides', 'pressure', 'messages',
-    'archived_messages', 'summary?', 'offloaded', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
+    'archived_messages', 'summary?', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
     'totalChars?', 'estimatedTokens?', 'contextWindowTokens?', 'systemPromptSharePct?', 'requestFocus?', 'budget?',
     'truncatedSectionKeys?', 'sections?', 'overBudget?', 'detail?',
   ]),
   MessageRoleTokens: fields<MessageRoleTokens>()(['user', 'assistant', 'tool_results']),
   OffloadedResult: fields<OffloadedResult>()([
-    'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'tool?', 'phase?', 'sent_bytes?',
+    'id', 'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'tool?', 'phase?', 'sent_bytes?', 'pinned?',
+    'purged?',
   ]),
+  PinParams: fields<PinParams>()(['session_id', 'message_index?', 'text?', 'result_id?', 'label?']),
+  UnpinParams: fields<UnpinParams>()(['session_id', 'pin_id']),
+  PinsResult: fields<PinsResult>()(['session_id', 'pin_id', 'pins']),
+  PinInfo: fields<PinInfo>()(['id', 'kind', 'label?', 'message_index?', 'result_id?', 'in_block', 'chars']),
+  PurgeParams: fields<PurgeParams>()(['session_id', 'result_id']),
+  PurgeResult: fields<PurgeResult>()(['session_id', 'result_id', 'file', 'total_bytes']),
   SessionsParams: fields<SessionsParams>()([]),
   SessionsResult: fields<SessionsResult>()(['sessions']),
   SessionSummary: fields<SessionSummary>()(['session_id', 'live', 'messages?', 'tokens?', 'pressure?', 'compactions?']),
@@ -877,7 +990,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
 export const ACTION_FIELDS: Record<Action['kind'], readonly string[]> = {
   offloaded: fields<OffloadedAction>()(['kind', 'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'newly_written']),
   compacted: fields<CompactedAction>()([
-    'kind', 'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer',
+    'kind', 'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer', 'dropped?',
   ]),
   compaction_failed: fields<CompactionFailedAction>()(['kind', 'reason']),
   repaired: fields<RepairedAction>()(['kind', 'index', 'repair', 'call_id?']),
@@ -895,6 +1008,8 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   Pressure: exact<Pressure>()(['low', 'medium', 'high', 'critical']),
   Phase: exact<Phase>()(['recent', 'old']),
   IdentifierList: exact<IdentifierList>()(['constraints', 'files_read', 'files_modified', 'commands', 'errors', 'notes']),
+  PinKind: exact<PinKind>()(['message', 'text', 'result']),
+  DroppedKind: exact<DroppedKind>()(['request', 'constraint', 'error', 'file_modified', 'command', 'file_read']),
   RepairKind: exact<RepairKind>()([
     'synthetic_result', 'dropped_orphan_result', 'merged_same_role', 'moved_results_first', 'inserted_leading_user',
     'dropped_empty_text',

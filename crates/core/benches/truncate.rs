@@ -124,6 +124,8 @@ fn bench_render(bencher: Bencher, shape: Shape, size: usize, phase: Phase) {
                 phase,
                 &config,
                 "/home/user/workspace",
+                Some(12),
+                &[],
             )
         });
 }
@@ -149,6 +151,7 @@ fn bench_excerpt(bencher: Bencher, shape: Shape, size: usize, phase: Phase) {
     let file = FileRef {
         path: "tool_result/0f8fad5b-d9cb-469f-a165-70867728950e.txt",
         root: Some("/home/user/workspace"),
+        id: None,
     };
     bencher
         .counter(BytesCount::new(text.len()))

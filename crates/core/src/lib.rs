@@ -12,6 +12,7 @@ pub mod hash;
 pub mod limits;
 pub mod offload;
 pub mod phase0;
+pub mod pins;
 pub mod prompt;
 pub mod prune;
 pub mod render;

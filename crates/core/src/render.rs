@@ -73,26 +73,85 @@ pub fn excerpt_of(full: &str, stats: &TextStats, limits: &ExcerptLimits, file: &
 /// budget (they only shrink, but the margin keeps the bound obvious).
 const NOTICE_MARGIN_BYTES: usize = 32;
 
+/// What a client asked for one offloaded result, by its id (`context.pin`, `context.purge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResultControl {
+    /// Cut to the limit of the phase its message is in.
+    #[default]
+    ByPhase,
+    /// Pinned: always whole.
+    Pinned,
+    /// Purged: a one-line stub in every request (the file and the archive keep it).
+    Purged,
+}
+
+/// The stable id of the `k`-th offloaded text of the message with original index
+/// `message_index`: `r12` for a message's first (usually only) result, `r12.1` for its second.
+pub fn result_id(message_index: usize, k: usize) -> String {
+    match k {
+        0 => format!("r{message_index}"),
+        k => format!("r{message_index}.{k}"),
+    }
+}
+
+/// The one line a purged result is replaced by.
+pub fn purged_stub(id: &str, file: &str, stats: &TextStats) -> String {
+    let path = Value::from(file).to_string();
+    format!(
+        "[satchel: result {id} ({} lines, {} bytes) was purged from the requests by the client; \
+         the full text is in {path}: `context.read` with {{\"path\": {path}}}]",
+        stats.total_lines, stats.total_bytes
+    )
+}
+
 /// Renders one message in `phase`: offloaded texts become excerpts where their limit requires.
 ///
 /// `workspace_root` is the absolute workspace directory: with `offload_notice_path: absolute`
 /// the notices give the agent's `read_file` the offload file's absolute path under it.
+/// `message_index` (the message's original index) names each result's id in its notice;
+/// `controls`, when not empty, holds one [`ResultControl`] per offloaded text.
 pub fn render_message(
     original: &Value,
     offloaded: &[OffloadedText],
     phase: Phase,
     config: &Config,
     workspace_root: &str,
+    message_index: Option<usize>,
+    controls: &[ResultControl],
 ) -> (Value, Vec<RenderedText>) {
     let root = notice_root(config, workspace_root);
     let mut message = original.clone();
     let mut texts = Vec::with_capacity(offloaded.len());
-    for text in offloaded {
-        let limits = offload::excerpt_limits(kind_of(text, config), phase, config);
+    for (k, text) in offloaded.iter().enumerate() {
+        let id = message_index.map(|index| result_id(index, k));
+        let control = controls.get(k).copied().unwrap_or_default();
+        let limits = match control {
+            ResultControl::ByPhase => offload::excerpt_limits(kind_of(text, config), phase, config),
+            ResultControl::Pinned | ResultControl::Purged => None,
+        };
         let slot = message.pointer_mut(&text.pointer);
+        if let (ResultControl::Purged, Some(Value::String(full))) = (control, &slot) {
+            let stub = purged_stub(id.as_deref().unwrap_or("?"), &text.file, &text.stats);
+            let kept = Some(0).filter(|_| stub.len() < full.len());
+            if let Some(Value::String(full)) = slot {
+                *full = stub;
+            }
+            texts.push(RenderedText {
+                pointer: text.pointer.clone(),
+                file: text.file.clone(),
+                kept_bytes: kept,
+                total_bytes: text.stats.total_bytes,
+            });
+            continue;
+        }
         let excerpt = match (limits, slot) {
             (Some(limits), Some(Value::String(full))) => {
-                let excerpt = excerpt_of(full, &text.stats, &limits, &FileRef { path: &text.file, root });
+                let file = FileRef {
+                    path: &text.file,
+                    root,
+                    id: id.as_deref(),
+                };
+                let excerpt = excerpt_of(full, &text.stats, &limits, &file);
                 excerpt
                     .filter(|excerpt| excerpt.text.len() < full.len())
                     .map(|excerpt| {
@@ -251,6 +310,8 @@ mod tests {
                         if i >= recent_start { Phase::Recent } else { Phase::Old },
                         &config,
                         "/ws",
+                        None,
+                        &[],
                     )
                 })
                 .collect()
@@ -294,6 +355,7 @@ mod tests {
                             &FileRef {
                                 path: &o.file,
                                 root: notice_root(&config, "/ws"),
+                                id: None,
                             },
                         )
                         .unwrap();
@@ -326,11 +388,44 @@ mod tests {
                 stats: TextStats::of(&full),
                 call: Some(call.clone()),
             }];
-            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws");
+            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws", None, &[]);
             let shown = shown["content"].as_str().unwrap();
             assert!(shown.len() < full.len(), "{size}: {} >= {}", shown.len(), full.len());
             assert!(texts[0].kept_bytes.is_some(), "{size} is past the slack: cut");
         }
+    }
+
+    #[test]
+    fn a_result_is_named_by_its_id_kept_whole_when_pinned_and_a_stub_when_purged() {
+        let full = "line of output\n".repeat(400);
+        let message = serde_json::json!({"role": "tool", "tool_call_id": "c", "content": full});
+        let offloaded = [OffloadedText {
+            pointer: "/content".into(),
+            file: "tool_result/x.txt".into(),
+            stats: TextStats::of(&full),
+            call: None,
+        }];
+        let config = Config::default();
+        let shown = |control| {
+            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws", Some(12), &[control]);
+            (shown["content"].as_str().unwrap().to_owned(), texts[0].kept_bytes)
+        };
+        assert_eq!(result_id(12, 0), "r12");
+        assert_eq!(result_id(12, 2), "r12.2");
+
+        let (cut, kept) = shown(ResultControl::ByPhase);
+        assert!(kept.is_some());
+        assert!(cut.contains("This result's id is r12: `context.pin` keeps it whole, `context.purge` drops it"));
+
+        assert_eq!(shown(ResultControl::Pinned), (full.clone(), None));
+
+        let (stub, kept) = shown(ResultControl::Purged);
+        assert_eq!(kept, Some(0));
+        assert_eq!(
+            stub,
+            "[satchel: result r12 (400 lines, 6000 bytes) was purged from the requests by the client; the full \
+             text is in \"tool_result/x.txt\": `context.read` with {\"path\": \"tool_result/x.txt\"}]"
+        );
     }
 
     #[test]
@@ -348,7 +443,7 @@ mod tests {
                 offload_notice_path: notice_path,
                 ..Config::default()
             };
-            let (shown, _) = render_message(&message, &offloaded, Phase::Old, &config, "/srv/ws");
+            let (shown, _) = render_message(&message, &offloaded, Phase::Old, &config, "/srv/ws", None, &[]);
             shown["content"].as_str().unwrap().to_owned()
         };
         let context_read = "`context.read` with {\"path\": \"tool_result/x.txt\", \"start_line\": ";

@@ -52,6 +52,8 @@ pub struct FileRef<'a> {
     /// The workspace root (absolute), when the notice should give the agent's own `read_file`
     /// tool the absolute path of the file; `None` gives it `path` as it is.
     pub root: Option<&'a str>,
+    /// The result's stable id (`r12`), which `context.pin` and `context.purge` take.
+    pub id: Option<&'a str>,
 }
 
 impl FileRef<'_> {
@@ -196,6 +198,11 @@ pub fn render_excerpt(text: &str, stats: &TextStats, limits: &ExcerptLimits, fil
          This excerpt starts at line 1 and covers the next {head_bytes} bytes {coverage}.\n\
          If the current content is not enough, call {continuation}"
     ));
+    if let Some(id) = file.id {
+        out.push_str(&format!(
+            "\nThis result's id is {id}: `context.pin` keeps it whole, `context.purge` drops it from the requests."
+        ));
+    }
     if let Some(t) = &tail {
         out.push_str(&format!(
             "\nThe last {} bytes (from line {}) are shown below, after {TAIL_MARKER}, so the end \
@@ -308,7 +315,16 @@ mod tests {
     }
 
     fn render(text: &str, limits: &ExcerptLimits) -> Option<Excerpt> {
-        render_excerpt(text, &TextStats::of(text), limits, &FileRef { path: PATH, root: None })
+        render_excerpt(
+            text,
+            &TextStats::of(text),
+            limits,
+            &FileRef {
+                path: PATH,
+                root: None,
+                id: None,
+            },
+        )
     }
 
     #[test]
@@ -370,6 +386,7 @@ mod tests {
         let file = FileRef {
             path: PATH,
             root: Some("/ws"),
+            id: None,
         };
         let e = render_excerpt(text, &TextStats::of(text), &limits(13, 0.0), &file).unwrap();
         assert!(e.text.ends_with(
@@ -395,6 +412,7 @@ mod tests {
             FileRef {
                 path: "tool_result/x.txt",
                 root,
+                id: None,
             }
             .read_file_path()
         };
@@ -408,6 +426,7 @@ mod tests {
         let file = FileRef {
             path: "tool_result/x.txt",
             root: Some("/w \"s\""),
+            id: None,
         };
         let e = render_excerpt(text, &TextStats::of(text), &limits(2, 0.0), &file).unwrap();
         assert!(
@@ -599,7 +618,11 @@ mod tests {
 
     fn check(text: &str, l: &ExcerptLimits) {
         let stats = TextStats::of(text);
-        let file = FileRef { path: PATH, root: None };
+        let file = FileRef {
+            path: PATH,
+            root: None,
+            id: None,
+        };
         let got = render_excerpt(text, &stats, l, &file);
         assert_eq!(got, render_excerpt(text, &stats, l, &file), "deterministic");
         assert_eq!(got.is_none(), text.len() <= l.max_bytes + l.slack_bytes);

@@ -40,6 +40,10 @@ pub struct RequestTokens {
     pub tools: u64,
     /// The summary message.
     pub summary: u64,
+    /// A compacted span brought back for one request (`context.expand`).
+    pub expanded: u64,
+    /// The pinned block.
+    pub pinned: u64,
 }
 
 /// Token usage per zone of a request made of `messages` (the live ones, in order) and
@@ -60,10 +64,12 @@ pub fn zone_usage(messages: &[MessageTokens], extras: RequestTokens, config: &Co
         system,
         tools: extras.tools,
         summary: extras.summary,
+        expanded: extras.expanded,
+        pinned: extras.pinned,
         compactable: messages_total - reserved,
         reserved,
         messages: messages_total,
-        total: system + extras.tools + extras.summary + messages_total,
+        total: system + extras.tools + extras.summary + extras.expanded + extras.pinned + messages_total,
         limit: config.effective_window(),
         threshold: config.compact_threshold_tokens(),
         tokenizer: config.tokenizer,

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use satchel_core::calibration::corrected;
 use satchel_core::compact::plan_split;
 use satchel_core::phase0::{self, Phase0};
+use satchel_core::summary::dropped::dropped_identifiers;
 use satchel_core::summary::extractive::ExtractiveSummarizer;
 use satchel_core::summary::llm::{Language, LlmSummarizer};
 use satchel_core::summary::memory::memory_note;
@@ -222,6 +223,13 @@ impl Engine {
             begun,
             range: Some(range),
         });
+        // Pinned messages that just left are re-emitted from the archive after the summary.
+        if let Err(e) = self.resolve_pins(session) {
+            tracing::warn!(
+                session = id,
+                "pinned messages could not be read back from the archive: {e}"
+            );
+        }
         Ok(Some(report))
     }
 
@@ -285,6 +293,14 @@ impl Engine {
         summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
         let phase0 = (config.context_mode == ContextMode::Aceclaw).then(|| phase0::extract(&span, format));
+        let dropped = dropped_identifiers(
+            &span,
+            &indices,
+            format,
+            Some(&config.demonstration_prefixes),
+            &summary_message_text_for(&summary, config.context_mode),
+            DROPPED_LISTED,
+        );
         Ok(Some(Drafted {
             begun: CompactionBegun {
                 id: compaction_id,
@@ -296,6 +312,7 @@ impl Engine {
                 tokens_after: before.total,
                 manual: how.manual,
                 summarizer,
+                dropped,
             },
             encoded,
             compacted_tokens,
@@ -458,6 +475,9 @@ pub(crate) fn dialog_lines<'a>(
         .collect()
 }
 
+/// Dropped identifiers a compaction reports at most.
+const DROPPED_LISTED: usize = 20;
+
 /// A compaction as reported to clients.
 pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> CompactionReport {
     CompactionReport {
@@ -469,6 +489,7 @@ pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -
         tokens_after: begun.tokens_after,
         archive: range.cloned(),
         summarizer: begun.summarizer.clone(),
+        dropped: begun.dropped.clone(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use satchel_core::calibration::corrected;
 use satchel_core::format::{MessageFormat, has_tool_result};
 use satchel_core::offload::recent_start;
+use satchel_core::render::{ResultControl, result_id};
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::is_system;
 use satchel_protocol::{Config, MessageRoleTokens, OffloadedResult, Phase};
@@ -111,13 +112,18 @@ fn split(total: u64, weights: [u64; 3]) -> [u64; 3] {
 /// The offloaded results of the live messages; with `config` (the session was prepared since
 /// it was loaded), the phase each is rendered in and the bytes really sent of it.
 pub(crate) fn offloaded(session: &mut Session, config: Option<&Config>) -> Vec<OffloadedResult> {
+    let pins = &session.pins;
     let mut results: Vec<(usize, OffloadedResult)> = session
         .entries
         .iter()
         .enumerate()
         .flat_map(|(position, e)| {
-            e.offloaded.iter().map(move |o| {
+            e.offloaded.iter().enumerate().map(move |(k, o)| {
+                let control = pins.control(e.index, k);
                 let result = OffloadedResult {
+                    id: result_id(e.index, k),
+                    pinned: control == ResultControl::Pinned,
+                    purged: control == ResultControl::Purged,
                     index: e.index,
                     pointer: o.pointer.clone(),
                     file: o.file.clone(),

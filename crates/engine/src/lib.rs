@@ -12,8 +12,9 @@
 //!
 //! - [`engine`]: the [`Engine`] and the transaction every session call runs in.
 //! - [`live`]: sessions in memory, the per-session queue of calls, eviction.
-//! - `prepare`, `ingest`, `usage`, `compact`, `recovery`, `queries`: one call or stage each;
-//!   `inspection`: what inspect derives from a session (tokens by role, offload savings).
+//! - `prepare`, `ingest`, `usage`, `compact`, `expand`, `recovery`, `queries`: one call or
+//!   stage each; `inspection`: what inspect derives from a session (tokens by role, offload
+//!   savings).
 //! - `session`: a session's messages and their cached renderings; `align` in it reconciles.
 //! - [`call`]: cancellation, models and progress, as a caller passes them.
 //! - [`clock`]: the injected sources of time and ids.
@@ -25,10 +26,12 @@ pub mod clock;
 mod compact;
 pub mod engine;
 mod error;
+mod expand;
 mod ingest;
 mod inspection;
 pub mod live;
 pub mod parallel;
+mod pins;
 mod prepare;
 mod pruning;
 mod queries;

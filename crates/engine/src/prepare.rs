@@ -11,6 +11,7 @@ use satchel_protocol::{
     Action, Config, ContextEvent, ContextMode, EventKind, FormatHint, MessageFormat, Phase, PrepareParams,
     PrepareResult, PruneReport, TokenUsage,
 };
+use satchel_storage::SessionRecord;
 use serde_json::value::RawValue;
 
 use crate::assembly::{self, PromptRequest};
@@ -192,11 +193,19 @@ impl Engine {
         };
         result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;
         ingested.durable.wait()?;
+        // The span `context.expand` brought back is carried by this request only.
+        if let Some(expansion) = &session.expansion {
+            let done = SessionRecord::ExpandDone {
+                id: expansion.record.id.clone(),
+            };
+            self.sessions.append(id, &[done])?;
+        }
         // The commit point of a call that did not compact (a compaction commits before it
         // logs anything): from here on the call takes effect.
         if !call.token.commit() {
             return Err(EngineError::Cancelled);
         }
+        session.expansion = None;
         remember_request(session, output_hashes, request.extras, &result.tokens);
         session.requests.last_prompt = prompt;
         // After `last_usage`: the event carries this call's numbers, not the previous call's.

@@ -57,6 +57,7 @@ impl Engine {
                 archived_messages: session.archived_count(),
                 summary: session.summary().cloned(),
                 offloaded: inspection::offloaded(session, config),
+                pins: session.pins.infos(),
                 compactions: session
                     .compactions
                     .iter()

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+use crate::pins::PinState;
 use satchel_core::format;
 use satchel_core::hash::MessageHash;
 use satchel_core::render::OffloadedText;
@@ -75,6 +76,25 @@ impl Engine {
             });
         }
         session.set_summary(summary);
+        session.expansion = log.expansion.and_then(|e| self.restore_expansion(e));
+        session.pins.made = log.pins_made;
+        session.pins.purged = log.purged;
+        session.pins.pins = log
+            .pins
+            .into_iter()
+            .map(|record| PinState {
+                record,
+                text: None,
+                title: String::new(),
+            })
+            .collect();
+        if let Err(e) = self.resolve_pins(&mut session) {
+            tracing::warn!(
+                session = id,
+                "pinned messages could not be read back from the archive: {e}"
+            );
+        }
+        session.apply_result_controls();
         tracing::debug!(
             session = id,
             messages = session.entries.len(),

@@ -17,17 +17,20 @@ use std::sync::Arc;
 use satchel_core::format::MessageFormat;
 use satchel_core::hash::{MessageHash, text_hash};
 use satchel_core::offload::recent_start;
-use satchel_core::render::{OffloadedText, RenderedText, insert_summary, render_message};
+use satchel_core::render::{OffloadedText, RenderedText, ResultControl, insert_summary, render_message};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
+use satchel_core::zones::is_system;
 use satchel_protocol::{CompactSummary, Config, ContextMode, Phase};
 use satchel_storage::{CompactionInfo, OffloadStore, StoredMessage, StoredOffload};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::expand::ExpandedSpan;
 use crate::parallel::map_weighted;
+use crate::pins::Pins;
 use crate::requests::RequestState;
 
 /// One live message of a session.
@@ -55,6 +58,9 @@ pub struct Entry {
     /// The offloaded texts, in `offloaded` order, while the call they arrived in runs: their
     /// files may not be written yet, and reading them back would cost a copy anyway.
     fresh: Vec<Arc<String>>,
+    /// What the client asked for each offloaded text (pinned whole, purged), in `offloaded`
+    /// order; empty when nothing was asked.
+    controls: Vec<ResultControl>,
 }
 
 /// A message rendered for one phase, with its JSON text, so that sending it again costs a copy.
@@ -95,6 +101,7 @@ impl Entry {
             view_hashes: [None, None],
             tokens: [None; 2],
             fresh: Vec::new(),
+            controls: Vec::new(),
         };
         if let Some(raw) = raw.filter(|_| entry.offloaded.is_empty()) {
             entry.views[OLD_SLOT] = Some(View {
@@ -186,7 +193,15 @@ impl Entry {
                 }
             } else {
                 let (full, measured) = self.full(offloads);
-                let (value, texts) = render_message(&full, &measured, phase, config, offloads.workspace_root());
+                let (value, texts) = render_message(
+                    &full,
+                    &measured,
+                    phase,
+                    config,
+                    offloads.workspace_root(),
+                    Some(self.index),
+                    &self.controls,
+                );
                 View {
                     raw: to_raw(&value),
                     value: Some(value),
@@ -387,6 +402,10 @@ pub struct Session {
     /// Calibration, the last system prompt and the monitor's numbers; kept when the
     /// client's history starts over.
     pub requests: RequestState,
+    /// A compacted span `context.expand` asked back, carried by the next request only.
+    pub expansion: Option<ExpandedSpan>,
+    /// Pins and purged results (`context.pin`, `context.purge`).
+    pub pins: Pins,
 }
 
 /// The hashes of a received list: exact-text hashes of every message, structural ones
@@ -491,6 +510,8 @@ impl Session {
             count_key: None,
             extras_tokens: HashMap::new(),
             requests: RequestState::default(),
+            expansion: None,
+            pins: Pins::default(),
         }
     }
 
@@ -521,6 +542,38 @@ impl Session {
             tokens: None,
         });
         self.summary = summary;
+        // The pinned block follows the summary, or stands alone without one.
+        self.pins.changed();
+    }
+
+    /// Gives each live message's offloaded texts the control its pins and purges ask for,
+    /// dropping the renderings of those whose control changed.
+    pub fn apply_result_controls(&mut self) {
+        for entry in &mut self.entries {
+            if entry.offloaded.is_empty() {
+                continue;
+            }
+            let controls: Vec<ResultControl> = (0..entry.offloaded.len())
+                .map(|k| self.pins.control(entry.index, k))
+                .collect();
+            let controls = if controls.iter().all(|c| *c == ResultControl::ByPhase) {
+                Vec::new()
+            } else {
+                controls
+            };
+            if controls != entry.controls {
+                entry.controls = controls;
+                entry.views = [None, None];
+                entry.view_hashes = [None, None];
+                entry.tokens = [None; 2];
+            }
+        }
+    }
+
+    /// Tokens of the pinned block, counted once per block and counter.
+    pub fn pinned_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
+        let after_summary = self.summary_view.is_some();
+        self.pins.tokens(after_summary, counter, counter_key(counter, config))
     }
 
     /// The text of the summary message.
@@ -678,7 +731,8 @@ impl Session {
     pub fn render(&mut self, config: &Config, squeeze: bool) -> RenderedRequest<'_> {
         let format = format_or_default(self.format);
         let slots = self.sync_views(config, squeeze, None);
-        let mut messages = Vec::with_capacity(self.entries.len() + 1);
+        let expanded = self.expansion.as_ref().map_or(&[][..], |e| &e.messages[..]);
+        let mut messages = Vec::with_capacity(expanded.len() + self.entries.len() + 1);
         let mut truncated = Vec::new();
         for (position, (entry, slot)) in self.entries.iter().zip(slots).enumerate() {
             let (value, view) = entry.rendered(slot);
@@ -696,8 +750,20 @@ impl Session {
                 hash: entry.view_hashes[slot].unwrap_or(entry.hash),
             });
         }
-        if let Some(text) = self.summary_view.as_ref().map(|v| v.text.as_str()) {
-            insert_summary(&mut messages, text, format);
+        // A span brought back goes after the leading system messages, where the summary goes
+        // too, so that it ends up right after the summary.
+        let after_system = messages.iter().take_while(|m| is_system(m.value())).count();
+        messages.splice(
+            after_system..after_system,
+            expanded.iter().cloned().map(Outgoing::Owned),
+        );
+        let summary = self.summary_view.as_ref().map(|v| v.text.as_str());
+        let pinned = self.pins.block(summary.is_some());
+        match (summary, pinned.is_empty()) {
+            (Some(summary), true) => insert_summary(&mut messages, summary, format),
+            (Some(summary), false) => insert_summary(&mut messages, &format!("{summary}\n\n{pinned}"), format),
+            (None, false) => insert_summary(&mut messages, pinned, format),
+            (None, true) => {}
         }
         let (messages, repairs) = repair(messages, format, true);
         RenderedRequest {

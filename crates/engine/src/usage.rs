@@ -42,6 +42,10 @@ pub(crate) fn usage(
         config,
     );
     let summary = session.summary_tokens(counter, config);
+    if !session.pins.pins.is_empty() || !session.pins.purged.is_empty() {
+        // Messages that arrived since the last call get their pins' and purges' controls.
+        session.apply_result_controls();
+    }
     let messages: Vec<MessageTokens> = session
         .entries
         .iter()
@@ -52,6 +56,8 @@ pub(crate) fn usage(
         system: corrected(system, factor),
         tools: corrected(tools, factor),
         summary: corrected(summary, factor),
+        expanded: corrected(session.expansion.as_ref().map_or(0, |e| e.tokens), factor),
+        pinned: corrected(session.pinned_tokens(counter, config), factor),
     };
     zone_usage(&messages, extras, config)
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::assembly::{Calibration, PromptAssembly, SectionReport};
-use crate::{CompactSummary, CompactionReport, MessageFormat, Method, Phase, Pressure, TokenUsage};
+use crate::{CompactSummary, CompactionReport, MessageFormat, Method, Phase, PinInfo, Pressure, TokenUsage};
 
 /// `context.inspect`: what satchel holds for a session and what it did.
 pub enum ContextInspect {}
@@ -71,6 +71,9 @@ pub struct ContextMonitor {
 /// An offloaded tool result of a live message.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct OffloadedResult {
+    /// Its stable id (`r12`; `r12.1` for a message's second result), shown in its truncation
+    /// notice: what `context.pin` and `context.purge` take.
+    pub id: String,
     /// Original index of the message.
     pub index: usize,
     /// JSON pointer of the text.
@@ -93,6 +96,12 @@ pub struct OffloadedResult {
     /// session is not `loaded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent_bytes: Option<usize>,
+    /// Pinned (`context.pin`): sent whole.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// Purged (`context.purge`): sent as a one-line stub.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub purged: bool,
 }
 
 /// The messages zone (`tokens.messages`) by who wrote each message; the three add up to it.
@@ -135,6 +144,9 @@ pub struct InspectResult {
     pub summary: Option<CompactSummary>,
     /// Offloaded results of live messages.
     pub offloaded: Vec<OffloadedResult>,
+    /// The session's pins (`context.pin`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<PinInfo>,
     /// Every compaction, oldest first.
     pub compactions: Vec<CompactionReport>,
     /// Largest request of this session since the daemon started.

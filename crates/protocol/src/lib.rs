@@ -11,11 +11,13 @@ pub mod aliases;
 pub mod assembly;
 pub mod config;
 pub mod errors;
+pub mod expand;
 pub mod inspect;
 pub mod memory;
 pub mod memory_config;
 pub mod methods;
 pub mod openrpc;
+pub mod pins;
 pub mod summary;
 
 pub use assembly::{
@@ -24,9 +26,15 @@ pub use assembly::{
 };
 pub use config::{Config, ContextMode, OffloadNoticePath};
 pub use errors::ErrorCode;
+pub use expand::{ContextExpand, ExpandParams, ExpandRange, ExpandResult};
 pub use methods::*;
+pub use pins::{
+    ContextPin, ContextPurge, ContextUnpin, PinInfo, PinKind, PinParams, PinsResult, PurgeParams, PurgeResult,
+    UnpinParams,
+};
 pub use summary::{
-    ArchiveLine, ArchiveRange, CompactSummary, CriticalContext, IdentifierList, ItemGroup, OmittedItems, UserRequest,
+    ArchiveLine, ArchiveRange, CompactSummary, CriticalContext, DroppedIdentifier, DroppedKind, IdentifierList,
+    ItemGroup, OmittedItems, UserRequest,
 };
 
 /// Version of the wire protocol, bumped on incompatible changes; `initialize` reports it.

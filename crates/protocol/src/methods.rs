@@ -7,11 +7,13 @@ use serde_json::{Map, Value};
 
 pub use crate::assembly::ContextUsage;
 use crate::assembly::{PromptAssembly, PromptSection, ProviderUsage, PruneReport};
+use crate::expand::ContextExpand;
 pub use crate::inspect::{
     ContextInspect, ContextMonitor, InspectParams, InspectResult, MessageRoleTokens, OffloadedResult, SectionDetail,
 };
 pub use crate::memory::{MemoryAppend, MemoryGet, MemoryMerge, MemoryRecall, MemorySearch, MemoryStatus, MemoryWrite};
-use crate::{CompactSummary, Config, Method, openrpc::schema_of, summary::ArchiveRange};
+use crate::pins::{ContextPin, ContextPurge, ContextUnpin};
+use crate::{CompactSummary, Config, DroppedIdentifier, Method, openrpc::schema_of, summary::ArchiveRange};
 
 /// What a method's calls wait for before they run. Declared per method in the method table
 /// ([`MethodKind`]) and published as `x-lock-scope` in `openrpc.json`.
@@ -139,6 +141,10 @@ method_table! {
     ContextSessions: Workspace,
     ContextWatch: Connection,
     ContextUsage: Session,
+    ContextExpand: Session,
+    ContextPin: Session,
+    ContextUnpin: Session,
+    ContextPurge: Session,
     MemoryWrite: Memory,
     MemoryAppend: Memory,
     MemoryGet: Workspace,
@@ -571,6 +577,13 @@ pub struct TokenUsage {
     pub tools: u64,
     /// The compact-summary message.
     pub summary: u64,
+    /// A compacted span brought back by `context.expand` for this one request.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expanded: u64,
+    /// The pinned block after the summary (`context.pin`): pinned texts, and pinned messages
+    /// a compaction took.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pinned: u64,
     /// Older messages: what the next compaction would summarise.
     pub compactable: u64,
     /// The newest messages, up to `max_input_length × reserve_threshold_ratio` tokens.
@@ -585,6 +598,10 @@ pub struct TokenUsage {
     pub threshold: u64,
     /// Tokenizer that counted.
     pub tokenizer: crate::config::Tokenizer,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How full the window is: `total / limit` below 0.5 is low, below the compaction threshold
@@ -727,6 +744,11 @@ pub struct CompactionReport {
     /// Which summariser wrote the summary (`extractive`, `openai:<model>`, `client`, or
     /// `extractive (fallback: <reason>)`).
     pub summarizer: String,
+    /// Identifiers of the compacted span (user requests, constraints, errors, files,
+    /// commands) that the summary no longer names, most important first (at most 20):
+    /// `context.expand` with this compaction's id brings the span back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedIdentifier>,
 }
 
 /// How the received messages were matched against the session.
@@ -825,6 +847,10 @@ mod tests {
             ("context.sessions", LockScope::Workspace),
             ("context.watch", LockScope::Connection),
             ("context.usage", LockScope::Session),
+            ("context.expand", LockScope::Session),
+            ("context.pin", LockScope::Session),
+            ("context.unpin", LockScope::Session),
+            ("context.purge", LockScope::Session),
             ("memory.write", LockScope::Memory),
             ("memory.append", LockScope::Memory),
             ("memory.get", LockScope::Workspace),

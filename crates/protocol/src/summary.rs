@@ -173,3 +173,35 @@ pub struct ItemGroup {
     /// Items of the group left out.
     pub count: usize,
 }
+
+/// What kind of identifier a compaction dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DroppedKind {
+    /// A user request the summary no longer quotes.
+    Request,
+    /// A constraint or preference the user stated.
+    Constraint,
+    /// A failure line of a tool result.
+    Error,
+    /// A file written or edited.
+    FileModified,
+    /// A shell command run.
+    Command,
+    /// A file read or listed.
+    FileRead,
+}
+
+/// An identifier of a compacted span that the summary in force does not name: what the model
+/// lost sight of, and where to get it back (`context.expand` with the compaction's id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DroppedIdentifier {
+    /// What it is.
+    pub kind: DroppedKind,
+    /// The identifier (a request's opening, an error line, a path, a command).
+    pub text: String,
+    /// Original index of the first message that has it.
+    pub index: usize,
+    /// Messages of the span that mention it (the ranking within a kind).
+    pub mentions: usize,
+}

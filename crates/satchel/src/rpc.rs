@@ -9,8 +9,9 @@ use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
-    ContextCompact, ContextInspect, ContextPrepare, ContextRead, ContextSessions, ContextUsage, ContextWatch,
-    Initialize, LockScope, MemoryAppend, MemoryGet, MemoryWrite, Method, MethodKind, SessionsParams,
+    ContextCompact, ContextExpand, ContextInspect, ContextPin, ContextPrepare, ContextPurge, ContextRead,
+    ContextSessions, ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet,
+    MemoryWrite, Method, MethodKind, SessionsParams,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -161,6 +162,18 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
             }
             MethodKind::ContextWatch => {
                 register::<ContextWatch, _, _, _>(&mut module, |daemon, params, scope| daemon.watch(params, scope))
+            }
+            MethodKind::ContextExpand => {
+                register::<ContextExpand, _, _, _>(&mut module, |daemon, params, scope| daemon.expand(params, scope))
+            }
+            MethodKind::ContextPin => {
+                register::<ContextPin, _, _, _>(&mut module, |daemon, params, scope| daemon.pin(params, scope))
+            }
+            MethodKind::ContextUnpin => {
+                register::<ContextUnpin, _, _, _>(&mut module, |daemon, params, scope| daemon.unpin(params, scope))
+            }
+            MethodKind::ContextPurge => {
+                register::<ContextPurge, _, _, _>(&mut module, |daemon, params, scope| daemon.purge(params, scope))
             }
             MethodKind::ContextUsage => {
                 register::<ContextUsage, _, _, _>(&mut module, |daemon, params, scope| daemon.usage(params, scope))

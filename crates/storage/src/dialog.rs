@@ -236,6 +236,55 @@ impl DialogArchive {
         Ok(bytes[..whole].iter().filter(|&&b| b == b'\n').count())
     }
 
+    /// Lines `start_line..=end_line` (1-based) of the archive file `rel_file`, parsed, with
+    /// their line numbers; a line that is not an archive line, or torn, ends the range there.
+    /// `rel_file` must name a file of this archive directory (`dialog/<name>.jsonl`):
+    /// anything else is refused, so a client's range never reads outside it.
+    pub fn read_range(
+        &self,
+        rel_file: &str,
+        start_line: usize,
+        end_line: usize,
+    ) -> Result<Vec<(usize, DialogLine)>, StorageError> {
+        let name = rel_file
+            .strip_prefix(&self.rel_dir)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .filter(|name| name.ends_with(".jsonl") && !name.contains(['/', '\\']) && !name.starts_with('.'));
+        let Some(name) = name else {
+            return Err(StorageError::NotFound(rel_file.to_owned()));
+        };
+        let path = self.dir.join(name);
+        settle(&path)?;
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StorageError::NotFound(rel_file.to_owned()));
+            }
+            Err(source) => {
+                return Err(StorageError::Io {
+                    op: "read",
+                    path,
+                    source,
+                });
+            }
+        };
+        let mut found = Vec::new();
+        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+            let number = n + 1;
+            if number < start_line {
+                continue;
+            }
+            if number > end_line || !line.ends_with(b"\n") {
+                break;
+            }
+            match serde_json::from_slice::<DialogLine>(&line[..line.len() - 1]) {
+                Ok(parsed) => found.push((number, parsed)),
+                Err(_) => break,
+            }
+        }
+        Ok(found)
+    }
+
     /// Lines of `rel_file` written by one compaction: `(line number, original index)`.
     /// Used to finish a compaction a crash interrupted, without archiving anything twice.
     /// A torn last line is not a line (the next append cuts it off) and a line that is not a

@@ -37,6 +37,7 @@ pub use layout::Layout;
 pub use memory::{MEMORY_FILE, MemoryFileInfo, MemoryFiles, MemoryLines, memory_lines};
 pub use offload::{OffloadStore, SavedText, SweepReport};
 pub use sessions::{
-    CompactionBegun, CompactionInfo, LogMark, SessionLog, SessionRecord, SessionStore, StoredMessage, StoredOffload,
+    CompactionBegun, CompactionInfo, Expansion, LogMark, PinRecord, PinTarget, SessionLog, SessionRecord, SessionStore,
+    StoredMessage, StoredOffload,
 };
 pub use workspace::Workspace;

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::path::PathBuf;
 
-use satchel_protocol::{ArchiveRange, Calibration, CompactSummary, MessageFormat};
+use satchel_protocol::{ArchiveRange, Calibration, CompactSummary, DroppedIdentifier, MessageFormat};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -87,6 +87,74 @@ pub enum SessionRecord {
         /// The overrides as sent.
         overrides: serde_json::Map<String, Value>,
     },
+    /// `context.expand`: the next request carries this archived span after the summary.
+    Expand(Expansion),
+    /// The request that carried expansion `id` was returned: it is not carried again.
+    ExpandDone {
+        /// The expansion.
+        id: String,
+    },
+    /// `context.pin`.
+    Pin(PinRecord),
+    /// `context.unpin`.
+    Unpin {
+        /// The pin.
+        id: String,
+    },
+    /// `context.purge`: the result is a stub in every later request.
+    Purge {
+        /// The result (`r12`).
+        result_id: String,
+    },
+}
+
+/// A pin as logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinRecord {
+    /// `p1`, `p2`, … in the order pins were made in the session.
+    pub id: String,
+    /// The client's label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// What it keeps.
+    pub target: PinTarget,
+}
+
+/// What a pin keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PinTarget {
+    /// A message, by original index.
+    Message {
+        /// Its original index.
+        index: usize,
+    },
+    /// A text of the client's.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An offloaded tool result: the `k`-th offloaded text of message `index` (`r{index}`,
+    /// `r{index}.{k}`).
+    Result {
+        /// Original index of its message.
+        index: usize,
+        /// Its position among the message's offloaded texts.
+        k: usize,
+    },
+}
+
+/// A compacted span a client asked back into the next request (`context.expand`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expansion {
+    /// Unique id, for its done record.
+    pub id: String,
+    /// The archive file.
+    pub file: String,
+    /// First and last line (1-based, inclusive) of the span that fit the budget.
+    pub start_line: usize,
+    /// See `start_line`.
+    pub end_line: usize,
 }
 
 /// A compaction as logged when it starts.
@@ -111,6 +179,9 @@ pub struct CompactionBegun {
     /// Which summariser wrote the summary.
     #[serde(default = "extractive")]
     pub summarizer: String,
+    /// What of the compacted span the summary no longer names, ranked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedIdentifier>,
 }
 
 fn extractive() -> String {
@@ -144,6 +215,14 @@ pub struct SessionLog {
     pub pending: Option<(CompactionBegun, Vec<(usize, StoredMessage)>)>,
     /// The correction learned from the provider's reported usage, the latest.
     pub calibration: Option<Calibration>,
+    /// A span asked back by `context.expand` that no request has carried yet.
+    pub expansion: Option<Expansion>,
+    /// Pins in force, oldest first.
+    pub pins: Vec<PinRecord>,
+    /// Pins ever made (the next is `p{made + 1}`).
+    pub pins_made: usize,
+    /// Results purged (`r12`).
+    pub purged: std::collections::BTreeSet<String>,
     /// The per-request config overrides of the last `context.prepare`, the latest logged.
     pub config_overrides: serde_json::Map<String, Value>,
 }
@@ -161,11 +240,17 @@ impl SessionLog {
                 self.messages.retain(|(i, _)| *i < keep);
             }
             SessionRecord::Reset => {
+                // Message numbering starts over: pins of messages and results, and purges,
+                // named the old history's messages; pinned texts stay.
+                let mut pins = std::mem::take(&mut self.pins);
+                pins.retain(|p| matches!(p.target, PinTarget::Text { .. }));
                 *self = SessionLog {
                     format: self.format,
                     calibration: self.calibration,
                     config_overrides: std::mem::take(&mut self.config_overrides),
                     compactions: std::mem::take(&mut self.compactions),
+                    pins,
+                    pins_made: self.pins_made,
                     ..Default::default()
                 };
             }
@@ -179,6 +264,20 @@ impl SessionLog {
                 self.pending = Some((*begun, removed));
             }
             SessionRecord::Calibration(calibration) => self.calibration = Some(calibration),
+            SessionRecord::Expand(expansion) => self.expansion = Some(expansion),
+            SessionRecord::Pin(pin) => {
+                self.pins_made += 1;
+                self.pins.push(pin);
+            }
+            SessionRecord::Unpin { id } => self.pins.retain(|p| p.id != id),
+            SessionRecord::Purge { result_id } => {
+                self.purged.insert(result_id);
+            }
+            SessionRecord::ExpandDone { id } => {
+                if self.expansion.as_ref().is_some_and(|e| e.id == id) {
+                    self.expansion = None;
+                }
+            }
             SessionRecord::RequestConfig { overrides } => self.config_overrides = overrides,
             SessionRecord::CompactionDone {
                 id,
@@ -636,6 +735,7 @@ mod tests {
             tokens_after: 4,
             manual: false,
             summarizer: "extractive".into(),
+            dropped: Vec::new(),
         };
         store
             .append(

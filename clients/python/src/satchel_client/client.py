@@ -21,6 +21,10 @@ from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
     Calibration,
     CompactResult,
+    ExpandRange,
+    ExpandResult,
+    PinsResult,
+    PurgeResult,
     InitializeResult,
     InspectResult,
     MemoryFileChange,
@@ -241,6 +245,49 @@ class Client(P.Handlers):
         message; ``detail_key`` adds the full text of that section as ``detail``.
         """
         return self.call("context.inspect", P.inspect_params(session_id, query_hint, detail_key))
+
+    def expand(
+        self,
+        session_id: str,
+        compaction_id: Optional[str] = None,
+        archive: Optional[ExpandRange] = None,
+        max_tokens: Optional[int] = None,
+    ) -> ExpandResult:
+        """``context.expand``: bring a compacted span (``compaction_id``, or an ``archive``
+        range of the session) back into the next ``prepare`` only, within ``max_tokens``
+        (default a quarter of the window); the result says what it will carry."""
+        return self.call(
+            "context.expand",
+            P.without_none(
+                session_id=session_id, compaction_id=compaction_id, archive=archive, max_tokens=max_tokens
+            ),
+        )
+
+    def pin(
+        self,
+        session_id: str,
+        message_index: Optional[int] = None,
+        text: Optional[str] = None,
+        result_id: Optional[str] = None,
+        label: Optional[str] = None,
+    ) -> PinsResult:
+        """``context.pin``: keep a message (by original index), a text, or a tool result (by its
+        id, ``r12``) verbatim in every request, across compactions and restarts."""
+        return self.call(
+            "context.pin",
+            P.without_none(
+                session_id=session_id, message_index=message_index, text=text, result_id=result_id, label=label
+            ),
+        )
+
+    def unpin(self, session_id: str, pin_id: str) -> PinsResult:
+        """``context.unpin``: remove a pin (``p1``)."""
+        return self.call("context.unpin", {"session_id": session_id, "pin_id": pin_id})
+
+    def purge(self, session_id: str, result_id: str) -> PurgeResult:
+        """``context.purge``: later requests show the result (``r12``) as a one-line stub; its
+        file keeps it."""
+        return self.call("context.purge", {"session_id": session_id, "result_id": result_id})
 
     def usage(self, session_id: str, input_tokens: int) -> Calibration:
         """``context.usage`` as a request: reports the provider's input tokens for the

@@ -21,7 +21,10 @@ SummarizerKind = Literal["extractive", "openai", "client"]
 SummaryLanguage = Literal["en", "zh"]
 Pressure = Literal["low", "medium", "high", "critical"]
 Phase = Literal["recent", "old"]
+PinKind = Literal["message", "text", "result"]
 IdentifierList = Literal["constraints", "files_read", "files_modified", "commands", "errors", "notes"]
+#: What kind of identifier a compaction dropped from the summary.
+DroppedKind = Literal["request", "constraint", "error", "file_modified", "command", "file_read"]
 RepairKind = Literal[
     "synthetic_result",
     "dropped_orphan_result",
@@ -297,7 +300,7 @@ class InitializeResult(TypedDict):
     methods: List[str]
 
 
-class TokenUsage(TypedDict):
+class _TokenUsageRequired(TypedDict):
     system: int
     tools: int
     summary: int
@@ -308,6 +311,13 @@ class TokenUsage(TypedDict):
     limit: int
     threshold: int
     tokenizer: Tokenizer
+
+
+class TokenUsage(_TokenUsageRequired, total=False):
+    #: A span ``context.expand`` brought back, carried by this request only.
+    expanded: int
+    #: The pinned block after the summary (``pin``).
+    pinned: int
 
 
 class Reconciliation(TypedDict):
@@ -336,8 +346,19 @@ class _CompactionReportRequired(TypedDict):
     summarizer: str
 
 
+class DroppedIdentifier(TypedDict):
+    """An identifier of a compacted span the summary no longer names."""
+
+    kind: DroppedKind
+    text: str
+    index: int
+    mentions: int
+
+
 class CompactionReport(_CompactionReportRequired, total=False):
     archive: Optional[ArchiveRange]
+    #: What the summary no longer names, most important first; ``expand`` brings it back.
+    dropped: List[DroppedIdentifier]
 
 
 class ItemGroup(TypedDict):
@@ -591,6 +612,8 @@ class ReadResult(_ReadResultRequired, total=False):
 
 
 class _OffloadedResultRequired(TypedDict):
+    #: Stable id (``r12``) shown in the truncation notice: what ``pin`` and ``purge`` take.
+    id: str
     index: int
     pointer: str
     file: str
@@ -605,6 +628,8 @@ class OffloadedResult(_OffloadedResultRequired, total=False):
     tool: Optional[str]
     phase: Optional[Phase]
     sent_bytes: Optional[int]
+    pinned: bool
+    purged: bool
 
 
 class MessageRoleTokens(TypedDict):
@@ -637,6 +662,7 @@ class InspectResult(_InspectResultRequired, total=False):
 
     format: Optional[MessageFormat]
     summary: Optional[CompactSummary]
+    pins: List["PinInfo"]
     sessionId: str
     totalChars: int
     estimatedTokens: int
@@ -790,3 +816,85 @@ class SummarizerCompleteParams(TypedDict):
 
 class SummarizerCompleteResult(TypedDict):
     text: str
+
+
+class ExpandRange(TypedDict):
+    """Lines of an archive file (``dialog/YYYY-MM-DD.jsonl``), 1-based, inclusive."""
+
+    file: str
+    start_line: int
+    end_line: int
+
+
+class _ExpandParamsRequired(TypedDict):
+    session_id: str
+
+
+class ExpandParams(_ExpandParamsRequired, total=False):
+    compaction_id: Optional[str]
+    archive: Optional[ExpandRange]
+    max_tokens: Optional[int]
+
+
+class ExpandResult(TypedDict):
+    """What the next ``prepare`` carries after the summary (``context.expand``)."""
+
+    session_id: str
+    archive: ArchiveRange
+    messages: int
+    tokens: int
+    budget_tokens: int
+    left_out: int
+    truncated_results: int
+
+
+class _PinParamsRequired(TypedDict):
+    session_id: str
+
+
+class PinParams(_PinParamsRequired, total=False):
+    """Exactly one of ``message_index``, ``text`` and ``result_id``."""
+
+    message_index: Optional[int]
+    text: Optional[str]
+    result_id: Optional[str]
+    label: Optional[str]
+
+
+class UnpinParams(TypedDict):
+    session_id: str
+    pin_id: str
+
+
+class _PinInfoRequired(TypedDict):
+    id: str
+    kind: PinKind
+    in_block: bool
+    chars: int
+
+
+class PinInfo(_PinInfoRequired, total=False):
+    """One pin: ``in_block`` once the request shows it after the summary (its message was
+    compacted, or it is a text); otherwise it is in the live messages, whole."""
+
+    label: Optional[str]
+    message_index: Optional[int]
+    result_id: Optional[str]
+
+
+class PinsResult(TypedDict):
+    session_id: str
+    pin_id: str
+    pins: List[PinInfo]
+
+
+class PurgeParams(TypedDict):
+    session_id: str
+    result_id: str
+
+
+class PurgeResult(TypedDict):
+    session_id: str
+    result_id: str
+    file: str
+    total_bytes: int

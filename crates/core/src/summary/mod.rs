@@ -12,8 +12,10 @@
 //! - [`extract`]: the heuristics both use: paths, calls, outcomes, prose.
 //! - [`fields`]: the one table of summary fields.
 //! - [`render`]: the Markdown the model reads; [`memory`]: the daily memory note.
+//! - [`dropped`]: what of a compacted span the summary no longer names.
 
 pub mod budget;
+pub mod dropped;
 pub mod extract;
 pub mod extractive;
 pub mod fields;

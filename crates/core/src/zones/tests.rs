@@ -57,6 +57,8 @@ fn extras_count_in_their_zones_and_in_the_total() {
         system: 30,
         tools: 200,
         summary: 400,
+        expanded: 0,
+        pinned: 0,
     };
     check(&[msg(100)], extras, (30, 200, 400, 0, 100, 100, 730));
 }
@@ -149,6 +151,8 @@ fn over() -> TokenUsage {
             system: 100,
             tools: 800,
             summary: 500,
+            expanded: 0,
+            pinned: 0,
         },
         &config(),
     )

@@ -5,6 +5,7 @@
 
 mod align;
 mod compaction;
+mod expand;
 mod ingest;
 mod props;
 mod recovery;

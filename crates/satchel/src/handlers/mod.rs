@@ -6,11 +6,13 @@
 //! which session), the model backends a compaction may use, and LSP work-done progress.
 
 mod compact;
+mod expand;
 mod initialize;
 mod inspect;
 mod memory;
 #[cfg(feature = "memory")]
 mod memory_index;
+mod pins;
 mod prepare;
 mod read;
 mod sessions;

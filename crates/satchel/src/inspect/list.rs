@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PromptAssembly, RequestFocus};
+use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PinInfo, PinKind, PromptAssembly, RequestFocus};
 use serde_json::{Map, Value};
 
 use super::window::{NOT_LOADED, k, plural, write_window};
@@ -57,6 +57,7 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         )?;
     }
     offloads::write_offloads(out, &r.offloaded, &r.session_id)?;
+    write_pins(out, &r.pins)?;
     match &r.prompt {
         Some(prompt) => write_prompt(out, prompt, options.query)?,
         None => {
@@ -223,6 +224,29 @@ fn write_focus(out: &mut impl Write, f: &RequestFocus) -> io::Result<()> {
     writeln!(out, "             plan signals {}", list(&f.plan_signals))
 }
 
+/// The session's pins, one line each (nothing when there are none).
+fn write_pins(out: &mut impl Write, pins: &[PinInfo]) -> std::io::Result<()> {
+    if pins.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "\npins {}", pins.len())?;
+    for pin in pins {
+        let what = match (pin.kind, pin.message_index, &pin.result_id) {
+            (PinKind::Result, _, Some(id)) => format!("result {id}"),
+            (PinKind::Message, Some(index), _) => format!("message {index}"),
+            _ => "text".to_owned(),
+        };
+        let shown = if pin.in_block {
+            format!("in the pinned block, {}", plural(pin.chars as u64, "char"))
+        } else {
+            "live, sent whole where it is".to_owned()
+        };
+        let label = pin.label.as_deref().map(|l| format!("  \"{l}\"")).unwrap_or_default();
+        writeln!(out, "  {:<4} {:<14} {shown}{label}", pin.id, what)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,7 +271,7 @@ mod tests {
             words[..10],
             [
                 "offload:0",
-                "7",
+                "r7",
                 "bash",
                 "recent",
                 "52",
@@ -344,5 +368,36 @@ mod tests {
         });
         assert!(text.contains("level \x1b[32mNORMAL\x1b[0m"), "{text}");
         assert!(text.contains("pressure \x1b[32mLOW\x1b[0m"), "{text}");
+    }
+
+    #[test]
+    fn pins_are_listed_with_where_the_request_shows_them() {
+        let pins = [
+            PinInfo {
+                id: "p1".into(),
+                kind: PinKind::Text,
+                label: Some("repo rule".into()),
+                message_index: None,
+                result_id: None,
+                in_block: true,
+                chars: 46,
+            },
+            PinInfo {
+                id: "p2".into(),
+                kind: PinKind::Result,
+                label: None,
+                message_index: Some(3),
+                result_id: Some("r3".into()),
+                in_block: false,
+                chars: 0,
+            },
+        ];
+        let text = crate::inspect::fixture::render(|out| write_pins(out, &pins));
+        assert_eq!(
+            text,
+            "\npins 2\n  p1   text           in the pinned block, 46 chars  \"repo rule\"\n  \
+             p2   result r3      live, sent whole where it is\n"
+        );
+        assert_eq!(crate::inspect::fixture::render(|out| write_pins(out, &[])), "");
     }
 }

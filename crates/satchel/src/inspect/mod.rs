@@ -491,7 +491,7 @@ pub(crate) mod fixture {
             "archived_messages": 20,
             "summary": null,
             "offloaded": [
-                {"index": 7, "pointer": "/content", "file": "offload/chat/7.txt", "total_bytes": 52000, "total_lines": 900,
+                {"id": "r7", "index": 7, "pointer": "/content", "file": "offload/chat/7.txt", "total_bytes": 52000, "total_lines": 900,
                  "tool": "bash", "phase": "recent", "sent_bytes": 3400}
             ],
             "compactions": [{

@@ -56,7 +56,8 @@ fn saved(o: &OffloadedResult) -> Option<u64> {
 }
 
 /// The table of offloaded results: a total line, then the top [`TOP`] by saving, each with
-/// its `offload:N` key (N its place in `context.inspect`'s list).
+/// its `offload:N` key (N its place in `context.inspect`'s list) and its stable id (`r12`,
+/// what `context.pin` and `context.purge` take).
 pub(super) fn write_offloads(out: &mut impl Write, offloaded: &[OffloadedResult], session: &str) -> io::Result<()> {
     let savings = Savings::of(offloaded);
     write!(out, "\noffloaded results {}", offloaded.len())?;
@@ -82,21 +83,25 @@ pub(super) fn write_offloads(out: &mut impl Write, offloaded: &[OffloadedResult]
     writeln!(
         out,
         "  {:<11} {:>7}  {:<12} {:<6} {:>9} {:>9} {:>9}  file",
-        "key", "message", "tool", "phase", "full", "sent", "saved"
+        "key", "id", "tool", "phase", "full", "sent", "saved"
     )?;
     for &n in order.iter().take(TOP) {
         let o = &offloaded[n];
-        let phase = match o.phase {
-            Some(Phase::Recent) => "recent",
-            Some(Phase::Old) => "old",
-            None => "-",
+        // What the client asked wins over the phase: a pinned result is whole, a purged one
+        // a stub.
+        let phase = match (o.pinned, o.purged, o.phase) {
+            (true, _, _) => "pinned",
+            (_, true, _) => "purged",
+            (_, _, Some(Phase::Recent)) => "recent",
+            (_, _, Some(Phase::Old)) => "old",
+            (_, _, None) => "-",
         };
         let known = |v: Option<u64>| v.map_or("-".to_owned(), size);
         writeln!(
             out,
             "  {:<11} {:>7}  {:<12} {:<6} {:>9} {:>9} {:>9}  {} ({})",
             format!("offload:{n}"),
-            o.index,
+            o.id,
             o.tool.as_deref().unwrap_or("-"),
             phase,
             size(o.total_bytes as u64),
@@ -123,6 +128,9 @@ mod tests {
 
     fn result(index: usize, total: usize, sent: Option<usize>) -> OffloadedResult {
         OffloadedResult {
+            id: format!("r{index}"),
+            pinned: false,
+            purged: false,
             index,
             pointer: "/content".into(),
             file: format!("tool_result/{index}.txt"),

@@ -1,0 +1,179 @@
+//! What a compaction dropped: the identifiers of the compacted span (user requests, errors,
+//! files, commands) that the summary in force no longer names, ranked, so that a user or an
+//! agent sees what it would have to `context.expand` to get back.
+//!
+//! Presence is textual: an identifier counts as kept when the summary's text contains it (a
+//! request when its opening is there). A list the budget compressed into "and N more in …"
+//! therefore reports the paths it no longer names one by one, which is what was lost to the
+//! model's eye even though the archive range is still cited.
+
+use std::collections::HashMap;
+
+use satchel_protocol::{DroppedIdentifier, DroppedKind, MessageFormat};
+use serde_json::Value;
+
+use super::extract::text::{collapse_ws, cut_chars};
+use super::span::{Span, SpanFacts};
+
+/// Characters of a request's opening that must appear in the summary for it to count as kept.
+const REQUEST_OPENING_CHARS: usize = 60;
+
+/// Ranks identifiers of the span `messages` (original indices `indices`) that
+/// `summary_text` does not contain: requests first, then errors, modified files, commands and
+/// read files; within a kind, the most often mentioned first, then the earliest. At most
+/// `limit`.
+pub fn dropped_identifiers(
+    messages: &[Value],
+    indices: &[usize],
+    format: MessageFormat,
+    demonstration_prefixes: Option<&[String]>,
+    summary_text: &str,
+    limit: usize,
+) -> Vec<DroppedIdentifier> {
+    let facts = SpanFacts::read(&Span {
+        messages,
+        indices,
+        format,
+        demonstration_prefixes,
+    });
+    let texts: Vec<String> = messages.iter().map(Value::to_string).collect();
+    let first_index = |needle: &str| -> (usize, usize) {
+        let mut first = None;
+        let mut count = 0;
+        for (position, text) in texts.iter().enumerate() {
+            if text.contains(needle) {
+                count += 1;
+                first.get_or_insert(indices.get(position).copied().unwrap_or(position));
+            }
+        }
+        (first.unwrap_or(0), count.max(1))
+    };
+
+    let mut dropped = Vec::new();
+    for request in facts.requests.iter().filter(|r| !r.demonstration) {
+        let text = collapse_ws(request.text.trim_end_matches('…'));
+        let (opening, _) = cut_chars(&text, REQUEST_OPENING_CHARS);
+        if !summary_text.contains(opening) {
+            dropped.push(DroppedIdentifier {
+                kind: DroppedKind::Request,
+                text: request.text.clone(),
+                index: request.index,
+                mentions: 1,
+            });
+        }
+    }
+    let lists = [
+        (DroppedKind::Constraint, &facts.constraints.items),
+        (DroppedKind::Error, &facts.errors.items),
+        (DroppedKind::FileModified, &facts.files_modified.items),
+        (DroppedKind::Command, &facts.commands.items),
+        (DroppedKind::FileRead, &facts.files_read.items),
+    ];
+    let mut seen: HashMap<&str, ()> = HashMap::new();
+    for (kind, items) in lists {
+        let mut of_kind: Vec<DroppedIdentifier> = items
+            .iter()
+            .filter(|item| !(kind == DroppedKind::Command && is_tool_key(item)))
+            .filter(|item| !summary_text.contains(item.as_str()) && seen.insert(item, ()).is_none())
+            .map(|item| {
+                // An error line is quoted from a result, where JSON escapes it: search its
+                // opening words, which escaping rarely touches.
+                let needle = match kind {
+                    DroppedKind::Error => cut_chars(item, 40).0,
+                    _ => item.as_str(),
+                };
+                let (index, mentions) = first_index(needle);
+                DroppedIdentifier {
+                    kind,
+                    text: item.clone(),
+                    index,
+                    mentions,
+                }
+            })
+            .collect();
+        of_kind.sort_by(|a, b| b.mentions.cmp(&a.mentions).then(a.index.cmp(&b.index)));
+        dropped.extend(of_kind);
+    }
+    dropped.truncate(limit);
+    dropped
+}
+
+/// A call listed as `name(key=value, …)` rather than a shell command: the files it names are
+/// reported as files, so it is not reported again.
+fn is_tool_key(key: &str) -> bool {
+    key.split_once('(').is_some_and(|(name, _)| {
+        key.ends_with(')') && !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || "_.-".contains(c))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn ids(dropped: &[DroppedIdentifier]) -> Vec<String> {
+        dropped
+            .iter()
+            .map(|d| format!("{:?} {} @{} x{}", d.kind, d.text, d.index, d.mentions))
+            .collect()
+    }
+
+    fn span() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "Please fix the failing parser tests in crates/parser. Never change the public API."}),
+            json!({"role": "assistant", "content": "Looking.", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"crates/parser/src/lib.rs\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "pub fn parse() {}"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"cargo test -p parser\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": "error[E0308]: mismatched types in crates/parser/src/lib.rs\nexit status 101"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c3", "type": "function", "function": {"name": "edit_file", "arguments": "{\"path\": \"crates/parser/src/expr.rs\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c3", "content": "ok"}),
+        ]
+    }
+
+    fn check(summary_text: &str, expected: &[&str]) {
+        let span = span();
+        let indices: Vec<usize> = (10..10 + span.len()).collect();
+        let got = dropped_identifiers(&span, &indices, MessageFormat::Openai, None, summary_text, 20);
+        assert_eq!(ids(&got), expected);
+    }
+
+    #[test]
+    fn a_summary_that_names_nothing_dropped_everything_ranked_by_kind_then_mentions() {
+        check(
+            "## Goal\n(nothing)",
+            &[
+                "Request Please fix the failing parser tests in crates/parser. Never change the public API. @10 x1",
+                "Constraint Never change the public API. @10 x1",
+                "Error error[E0308]: mismatched types in crates/parser/src/lib.rs @14 x1",
+                "FileModified crates/parser/src/expr.rs @15 x1",
+                "Command cargo test -p parser @13 x1",
+                "FileRead crates/parser/src/lib.rs @11 x2",
+            ],
+        );
+    }
+
+    #[test]
+    fn what_the_summary_names_is_not_dropped() {
+        check(
+            "## Goal\nPlease fix the failing parser tests in crates/parser. Never change…\n\
+             ## Constraints\n- Never change the public API.\n\
+             ## Files\n- crates/parser/src/lib.rs\n- crates/parser/src/expr.rs\n\
+             ## Commands\n- `cargo test -p parser`",
+            &["Error error[E0308]: mismatched types in crates/parser/src/lib.rs @14 x1"],
+        );
+    }
+
+    #[test]
+    fn the_limit_keeps_the_highest_ranked() {
+        let span = span();
+        let indices: Vec<usize> = (0..span.len()).collect();
+        let got = dropped_identifiers(&span, &indices, MessageFormat::Openai, None, "", 2);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].kind, DroppedKind::Request);
+        assert_eq!(got[1].kind, DroppedKind::Constraint);
+    }
+}

@@ -1,0 +1,277 @@
+//! `context.expand`: a compacted span comes back from the archive into the next request, once.
+//!
+//! The span is read from the archive (the raw messages as the client sent them), its long
+//! tool results rendered as their recent-phase excerpts (the offload files still hold them
+//! whole), and fitted into a budget by leaving out its oldest messages, never between a tool
+//! call and its result. It is logged (`Expand`) so that a restart keeps it pending, carried by
+//! the next `context.prepare` right after the summary, and logged done (`ExpandDone`) by that
+//! call's commit.
+
+use satchel_core::format::{MessageFormat, has_tool_result};
+use satchel_core::render::{OffloadedText, render_message};
+use satchel_core::tokens::TokenCounter;
+use satchel_core::truncate::TextStats;
+use satchel_protocol::{ArchiveRange, Config, ExpandParams, ExpandResult, Phase};
+use satchel_storage::{DialogLine, Expansion, SessionRecord, StorageError};
+use serde_json::Value;
+
+use crate::call::CallToken;
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::live::Ticket;
+use crate::session::{Session, format_or_default};
+
+/// A span carried by the next request: the messages as they will be sent.
+#[derive(Debug, Clone)]
+pub struct ExpandedSpan {
+    /// What the log holds of it.
+    pub record: Expansion,
+    /// The messages, rendered.
+    pub messages: Vec<Value>,
+    /// Their tokens, with the tokenizer of the call that asked for them.
+    pub tokens: u64,
+}
+
+/// The default budget: this share of the window.
+const DEFAULT_BUDGET_SHARE: u64 = 4;
+
+impl Engine {
+    /// `context.expand` on the session of `ticket`, under the call's effective `config`.
+    pub fn expand(&self, ticket: Ticket, params: ExpandParams, config: &Config) -> Result<ExpandResult, EngineError> {
+        let (file, start, end) = match (&params.compaction_id, &params.archive) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(EngineError::invalid_params(
+                    "compaction_id",
+                    "give exactly one of compaction_id and archive",
+                ));
+            }
+            (_, Some(range)) => (range.file.clone(), range.start_line, range.end_line),
+            (Some(_), None) => (String::new(), 0, 0),
+        };
+        self.transaction(ticket, &CallToken::new(), |slot| {
+            let id = &params.session_id;
+            let Some(session) = slot.as_mut() else {
+                return Err(EngineError::UnknownSession(id.clone()));
+            };
+            let (file, start, end) = match &params.compaction_id {
+                Some(compaction) => compaction_range(session, compaction)?,
+                None => (file, start, end),
+            };
+            if start == 0 || end < start {
+                return Err(EngineError::invalid_params(
+                    "archive",
+                    "start_line must be at least 1 and end_line not before it",
+                ));
+            }
+            let lines = self.archive.read_range(&file, start, end).map_err(|e| match e {
+                StorageError::NotFound(_) => {
+                    EngineError::invalid_params("archive.file", format!("no archive file {file}"))
+                }
+                other => other.into(),
+            })?;
+            if lines.is_empty() {
+                return Err(EngineError::invalid_params(
+                    "archive",
+                    format!("{file} has no archive line in {start}-{end}"),
+                ));
+            }
+            if let Some((number, line)) = lines.iter().find(|(_, l)| l.session_id != *id) {
+                return Err(EngineError::invalid_params(
+                    "archive",
+                    format!(
+                        "line {number} of {file} belongs to session {}, not {id}",
+                        line.session_id
+                    ),
+                ));
+            }
+            let format = format_or_default(session.format);
+            let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+            let rendered = render_lines(&lines, config, self.offloads.workspace_root());
+            let tokens: Vec<u64> = rendered.iter().map(|(m, _)| counter.count_message(m)).collect();
+            let room = config
+                .compact_threshold_tokens()
+                .saturating_sub(session.last_usage.as_ref().map_or(0, |u| u.total));
+            let budget = params
+                .max_tokens
+                .unwrap_or(config.effective_window() / DEFAULT_BUDGET_SHARE)
+                .min(room);
+            let messages: Vec<&Value> = lines.iter().map(|(_, l)| &l.message).collect();
+            let Some(first) = fit(&messages, &tokens, budget, format) else {
+                let smallest = smallest_tail(&messages, &tokens, format).map_or_else(
+                    || "no part of the span starts with a tool call and its results".to_owned(),
+                    |t| format!("its newest turn that keeps tool calls with their results takes {t} tokens"),
+                );
+                return Err(EngineError::invalid_params(
+                    "max_tokens",
+                    format!(
+                        "the span does not fit the budget of {budget} tokens (the room under the compaction \
+                         threshold is {room}): {smallest}"
+                    ),
+                ));
+            };
+            let kept = &lines[first..];
+            let record = Expansion {
+                id: self.ids.next_id(),
+                file: file.clone(),
+                start_line: kept[0].0,
+                end_line: kept[kept.len() - 1].0,
+            };
+            self.sessions.append(id, &[SessionRecord::Expand(record.clone())])?;
+            let span_tokens: u64 = tokens[first..].iter().sum();
+            let truncated_results = rendered[first..].iter().map(|(_, cut)| cut).sum();
+            session.expansion = Some(ExpandedSpan {
+                record: record.clone(),
+                messages: rendered.into_iter().skip(first).map(|(m, _)| m).collect(),
+                tokens: span_tokens,
+            });
+            Ok(ExpandResult {
+                session_id: id.clone(),
+                archive: ArchiveRange {
+                    file,
+                    start_line: record.start_line,
+                    end_line: record.end_line,
+                    first_index: kept[0].1.index,
+                    last_index: kept[kept.len() - 1].1.index,
+                    messages: kept.len(),
+                },
+                messages: kept.len(),
+                tokens: span_tokens,
+                budget_tokens: budget,
+                left_out: first,
+                truncated_results,
+            })
+        })
+    }
+
+    /// The pending expansion of a session's log, rendered again (on load).
+    pub(crate) fn restore_expansion(&self, expansion: Expansion) -> Option<ExpandedSpan> {
+        let lines = match self
+            .archive
+            .read_range(&expansion.file, expansion.start_line, expansion.end_line)
+        {
+            Ok(lines) => lines,
+            Err(e) => {
+                tracing::warn!(file = %expansion.file, "a pending context.expand is dropped: {e}");
+                return None;
+            }
+        };
+        let counter = TokenCounter::new(self.config.tokenizer, self.config.token_count_estimate_divisor);
+        let messages: Vec<Value> = render_lines(&lines, &self.config, self.offloads.workspace_root())
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
+        let tokens = messages.iter().map(|m| counter.count_message(m)).sum();
+        Some(ExpandedSpan {
+            record: expansion,
+            messages,
+            tokens,
+        })
+    }
+}
+
+/// The archive range of compaction `id` of `session`.
+fn compaction_range(session: &Session, id: &str) -> Result<(String, usize, usize), EngineError> {
+    let compaction = session.compactions.iter().find(|c| c.begun.id == id).ok_or_else(|| {
+        let known: Vec<&str> = session.compactions.iter().map(|c| c.begun.id.as_str()).collect();
+        EngineError::invalid_params(
+            "compaction_id",
+            format!("no compaction {id} in this session (it has: {})", known.join(", ")),
+        )
+    })?;
+    let range = compaction
+        .range
+        .as_ref()
+        .ok_or_else(|| EngineError::invalid_params("compaction_id", format!("compaction {id} is not archived yet")))?;
+    Ok((range.file.clone(), range.start_line, range.end_line))
+}
+
+/// Each archived message as the next request shows it: tool results over the recent-phase
+/// limit cut to their excerpts (naming their offload files); with how many were cut.
+fn render_lines(lines: &[(usize, DialogLine)], config: &Config, workspace_root: &str) -> Vec<(Value, usize)> {
+    lines
+        .iter()
+        .map(|(_, line)| {
+            let offloaded: Vec<OffloadedText> = line
+                .offloads
+                .iter()
+                .filter_map(|o| {
+                    let text = line.message.pointer(&o.pointer)?.as_str()?;
+                    Some(OffloadedText {
+                        pointer: o.pointer.clone(),
+                        file: o.file.clone(),
+                        stats: TextStats::of(text),
+                        call: None,
+                    })
+                })
+                .collect();
+            let (rendered, texts) = render_message(
+                &line.message,
+                &offloaded,
+                Phase::Recent,
+                config,
+                workspace_root,
+                Some(line.index),
+                &[],
+            );
+            let cut = texts.iter().filter(|t| t.kept_bytes.is_some()).count();
+            (rendered, cut)
+        })
+        .collect()
+}
+
+/// The first message of the longest tail of `messages` whose `tokens` fit in `budget` and
+/// that starts where no tool result is cut from its call (a message carrying no tool
+/// result); `None` when not even the newest such tail fits.
+fn fit(messages: &[&Value], tokens: &[u64], budget: u64, format: MessageFormat) -> Option<usize> {
+    let mut sum = 0u64;
+    let mut best = None;
+    for position in (0..messages.len()).rev() {
+        sum += tokens[position];
+        if sum > budget {
+            break;
+        }
+        if !has_tool_result(messages[position], format) {
+            best = Some(position);
+        }
+    }
+    best
+}
+
+/// Tokens of the shortest tail [`fit`] could keep.
+fn smallest_tail(messages: &[&Value], tokens: &[u64], format: MessageFormat) -> Option<u64> {
+    let start = (0..messages.len())
+        .rev()
+        .find(|&p| !has_tool_result(messages[p], format))?;
+    Some(tokens[start..].iter().sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_tail_that_fits_starts_where_no_result_is_cut_from_its_call() {
+        let messages = [
+            json!({"role": "user", "content": "go"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "x"}),
+            json!({"role": "assistant", "content": "done"}),
+        ];
+        let refs: Vec<&Value> = messages.iter().collect();
+        let check = |budget, expected| {
+            assert_eq!(
+                fit(&refs, &[10, 10, 10, 10], budget, MessageFormat::Openai),
+                expected,
+                "{budget}"
+            );
+        };
+        check(40, Some(0));
+        check(39, Some(1));
+        // 20 would start at the tool result: the call must come with it, so only the answer.
+        check(20, Some(3));
+        check(10, Some(3));
+        check(9, None);
+    }
+}

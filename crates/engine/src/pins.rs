@@ -1,0 +1,358 @@
+//! `context.pin`, `context.unpin`, `context.purge`: what a client keeps verbatim and what it
+//! drops, by stable ids, logged so that both survive restarts.
+//!
+//! A pinned message or result still in the live tail is sent where it is, whole (its results
+//! are never cut). Once a compaction takes it, its verbatim text is read back from the archive
+//! and re-emitted in the pinned block right after the summary, after every compaction. A
+//! purged result is a one-line stub in every later request; its offload file and the archive
+//! keep it.
+
+use std::collections::BTreeSet;
+
+use satchel_core::pins::{PinnedItem, message_text, message_title, pinned_block};
+use satchel_core::render::{ResultControl, result_id};
+use satchel_core::tokens::TokenCounter;
+use satchel_protocol::{PinInfo, PinKind, PinParams, PinsResult, PurgeParams, PurgeResult, UnpinParams};
+use satchel_storage::{PinRecord, PinTarget, SessionRecord};
+
+use crate::call::CallToken;
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::live::Ticket;
+use crate::session::{Session, format_or_default};
+
+/// A pin in force, with its verbatim text once the request shows it in the pinned block.
+#[derive(Debug, Clone)]
+pub struct PinState {
+    /// As logged.
+    pub record: PinRecord,
+    /// The text the pinned block shows; `None` while its message is live (it is then sent
+    /// where it is, whole).
+    pub text: Option<String>,
+    /// What the block calls it.
+    pub title: String,
+}
+
+/// What pins and purges make of a session's requests.
+#[derive(Debug, Default)]
+pub struct Pins {
+    /// Pins in force, oldest first.
+    pub pins: Vec<PinState>,
+    /// Pins ever made in the session: the next is `p{made + 1}`.
+    pub made: usize,
+    /// Purged results (`r12`).
+    pub purged: BTreeSet<String>,
+    /// The pinned block as the request shows it, and its token count with the counter key it
+    /// was made with; rebuilt when a pin or the summary's presence changes.
+    block: Option<(String, Option<(String, u64)>)>,
+}
+
+impl Pins {
+    /// The control of the `k`-th offloaded text of message `index`.
+    pub fn control(&self, index: usize, k: usize) -> ResultControl {
+        if self.purged.contains(&result_id(index, k)) {
+            return ResultControl::Purged;
+        }
+        let pinned = self.pins.iter().any(|p| match p.record.target {
+            PinTarget::Message { index: i } => i == index,
+            PinTarget::Result { index: i, k: j } => i == index && j == k,
+            PinTarget::Text { .. } => false,
+        });
+        if pinned {
+            ResultControl::Pinned
+        } else {
+            ResultControl::ByPhase
+        }
+    }
+
+    /// The pinned block's text (empty when no pin is shown in it): after the summary when
+    /// there is one.
+    pub fn block(&mut self, after_summary: bool) -> &str {
+        if self.block.is_none() {
+            let items: Vec<PinnedItem<'_>> = self
+                .pins
+                .iter()
+                .filter_map(|p| {
+                    Some(PinnedItem {
+                        id: &p.record.id,
+                        title: &p.title,
+                        text: p.text.as_deref()?,
+                    })
+                })
+                .collect();
+            self.block = Some((pinned_block(&items, after_summary), None));
+        }
+        &self.block.as_ref().expect("just made").0
+    }
+
+    /// Tokens of the pinned block, counted once per block and counter.
+    pub fn tokens(&mut self, after_summary: bool, counter: &TokenCounter, key: String) -> u64 {
+        self.block(after_summary);
+        let (text, tokens) = self.block.as_mut().expect("made by block");
+        if text.is_empty() {
+            return 0;
+        }
+        match tokens {
+            Some((made_with, n)) if *made_with == key => *n,
+            _ => {
+                // Alone it is a message of its own; after a summary, part of that message.
+                let n = counter.count_text(text) + if after_summary { 1 } else { 4 };
+                *tokens = Some((key, n));
+                n
+            }
+        }
+    }
+
+    /// Forgets the block, so the next request builds it again.
+    pub fn changed(&mut self) {
+        self.block = None;
+    }
+
+    /// Each pin as `context.pin` and inspect report it.
+    pub fn infos(&self) -> Vec<PinInfo> {
+        self.pins
+            .iter()
+            .map(|p| {
+                let (kind, message_index, result) = match p.record.target {
+                    PinTarget::Message { index } => (PinKind::Message, Some(index), None),
+                    PinTarget::Text { .. } => (PinKind::Text, None, None),
+                    PinTarget::Result { index, k } => (PinKind::Result, Some(index), Some(result_id(index, k))),
+                };
+                PinInfo {
+                    id: p.record.id.clone(),
+                    kind,
+                    label: p.record.label.clone(),
+                    message_index,
+                    result_id: result,
+                    in_block: p.text.is_some(),
+                    chars: p.text.as_deref().map_or(0, |t| t.chars().count()),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Reads `r12` or `r12.1` as (message index, position among its offloaded texts).
+fn parse_result_id(id: &str) -> Option<(usize, usize)> {
+    let rest = id.strip_prefix('r')?;
+    let (index, k) = match rest.split_once('.') {
+        Some((index, k)) => (index, k.parse().ok().filter(|&k| k > 0)?),
+        None => (rest, 0),
+    };
+    Some((index.parse().ok()?, k))
+}
+
+impl Engine {
+    /// `context.pin`.
+    pub fn pin(&self, ticket: Ticket, params: PinParams) -> Result<PinsResult, EngineError> {
+        let target = match (params.message_index, params.text, params.result_id.as_deref()) {
+            (Some(index), None, None) => PinTarget::Message { index },
+            (None, Some(text), None) if !text.trim().is_empty() => PinTarget::Text { text },
+            (None, Some(_), None) => return Err(EngineError::invalid_params("text", "is empty")),
+            (None, None, Some(id)) => {
+                let (index, k) = parse_result_id(id).ok_or_else(|| {
+                    EngineError::invalid_params("result_id", format!("{id} is not a result id (r12, r12.1)"))
+                })?;
+                PinTarget::Result { index, k }
+            }
+            _ => {
+                return Err(EngineError::invalid_params(
+                    "message_index",
+                    "give exactly one of message_index, text and result_id",
+                ));
+            }
+        };
+        self.transaction(ticket, &CallToken::new(), |slot| {
+            let id = &params.session_id;
+            let Some(session) = slot.as_mut() else {
+                return Err(EngineError::UnknownSession(id.clone()));
+            };
+            check_target(session, &target)?;
+            let record = PinRecord {
+                id: format!("p{}", session.pins.made + 1),
+                label: params.label.clone(),
+                target,
+            };
+            self.sessions.append(id, &[SessionRecord::Pin(record.clone())])?;
+            session.pins.made += 1;
+            session.pins.pins.push(PinState {
+                title: String::new(),
+                record: record.clone(),
+                text: None,
+            });
+            self.resolve_pins(session)?;
+            session.apply_result_controls();
+            Ok(PinsResult {
+                session_id: id.clone(),
+                pin_id: record.id,
+                pins: session.pins.infos(),
+            })
+        })
+    }
+
+    /// `context.unpin`.
+    pub fn unpin(&self, ticket: Ticket, params: UnpinParams) -> Result<PinsResult, EngineError> {
+        self.transaction(ticket, &CallToken::new(), |slot| {
+            let id = &params.session_id;
+            let Some(session) = slot.as_mut() else {
+                return Err(EngineError::UnknownSession(id.clone()));
+            };
+            if !session.pins.pins.iter().any(|p| p.record.id == params.pin_id) {
+                let known: Vec<&str> = session.pins.pins.iter().map(|p| p.record.id.as_str()).collect();
+                return Err(EngineError::invalid_params(
+                    "pin_id",
+                    format!(
+                        "no pin {} in this session (it has: {})",
+                        params.pin_id,
+                        known.join(", ")
+                    ),
+                ));
+            }
+            self.sessions.append(
+                id,
+                &[SessionRecord::Unpin {
+                    id: params.pin_id.clone(),
+                }],
+            )?;
+            session.pins.pins.retain(|p| p.record.id != params.pin_id);
+            session.pins.changed();
+            session.apply_result_controls();
+            Ok(PinsResult {
+                session_id: id.clone(),
+                pin_id: params.pin_id.clone(),
+                pins: session.pins.infos(),
+            })
+        })
+    }
+
+    /// `context.purge`.
+    pub fn purge(&self, ticket: Ticket, params: PurgeParams) -> Result<PurgeResult, EngineError> {
+        let (index, k) = parse_result_id(&params.result_id).ok_or_else(|| {
+            EngineError::invalid_params(
+                "result_id",
+                format!("{} is not a result id (r12, r12.1)", params.result_id),
+            )
+        })?;
+        self.transaction(ticket, &CallToken::new(), |slot| {
+            let id = &params.session_id;
+            let Some(session) = slot.as_mut() else {
+                return Err(EngineError::UnknownSession(id.clone()));
+            };
+            let Some(text) = session
+                .entries
+                .iter()
+                .find(|e| e.index == index)
+                .and_then(|e| e.offloaded.get(k))
+                .cloned()
+            else {
+                return Err(EngineError::invalid_params(
+                    "result_id",
+                    format!(
+                        "{} is not an offloaded result of a live message of this session (a compacted one is in no request)",
+                        params.result_id
+                    ),
+                ));
+            };
+            let result_id = result_id(index, k);
+            self.sessions
+                .append(id, &[SessionRecord::Purge { result_id: result_id.clone() }])?;
+            session.pins.purged.insert(result_id.clone());
+            session.apply_result_controls();
+            Ok(PurgeResult {
+                session_id: id.clone(),
+                result_id,
+                file: text.file,
+                total_bytes: text.stats.total_bytes,
+            })
+        })
+    }
+
+    /// Gives each pin whose message is no longer live its verbatim text, read back from the
+    /// archive (its message left with a compaction), and a title.
+    pub(crate) fn resolve_pins(&self, session: &mut Session) -> Result<(), EngineError> {
+        let format = format_or_default(session.format);
+        let mut changed = false;
+        for position in 0..session.pins.pins.len() {
+            let pin = &session.pins.pins[position];
+            let (index, k) = match &pin.record.target {
+                PinTarget::Text { text } => {
+                    if pin.text.is_none() {
+                        let title = pin.record.label.clone().unwrap_or_else(|| "text".into());
+                        let text = text.clone();
+                        let pin = &mut session.pins.pins[position];
+                        pin.title = title;
+                        pin.text = Some(text);
+                        changed = true;
+                    }
+                    continue;
+                }
+                PinTarget::Message { index } => (*index, None),
+                PinTarget::Result { index, k } => (*index, Some(*k)),
+            };
+            if pin.text.is_some() || session.entries.iter().any(|e| e.index == index) {
+                continue;
+            }
+            let Some(range) = session
+                .compactions
+                .iter()
+                .find(|c| c.begun.indices.contains(&index))
+                .and_then(|c| c.range.clone())
+            else {
+                continue;
+            };
+            let lines = self.archive.read_range(&range.file, range.start_line, range.end_line)?;
+            let Some((_, line)) = lines.iter().find(|(_, l)| l.index == index) else {
+                continue;
+            };
+            let text = match k {
+                None => message_text(&line.message, format),
+                Some(k) => line
+                    .offloads
+                    .get(k)
+                    .and_then(|o| line.message.pointer(&o.pointer))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+            };
+            let title = pin.record.label.clone().unwrap_or_else(|| match k {
+                None => message_title(index, &line.message),
+                Some(k) => format!("tool result {}", result_id(index, k)),
+            });
+            let pin = &mut session.pins.pins[position];
+            pin.title = title;
+            pin.text = Some(text);
+            changed = true;
+        }
+        if changed {
+            session.pins.changed();
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a pin of a message or result the session never had.
+fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError> {
+    let known = session.original_hashes.len();
+    match *target {
+        PinTarget::Message { index } if index >= known => Err(EngineError::invalid_params(
+            "message_index",
+            format!("the session has {known} messages (0-{})", known.saturating_sub(1)),
+        )),
+        PinTarget::Result { index, k } => {
+            let live = session.entries.iter().find(|e| e.index == index);
+            let exists = match live {
+                Some(entry) => k < entry.offloaded.len(),
+                None => index < known && session.compactions.iter().any(|c| c.begun.indices.contains(&index)),
+            };
+            if exists {
+                Ok(())
+            } else {
+                Err(EngineError::invalid_params(
+                    "result_id",
+                    format!("{} is not an offloaded result of this session", result_id(index, k)),
+                ))
+            }
+        }
+        _ => Ok(()),
+    }
+}

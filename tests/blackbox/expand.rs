@@ -1,0 +1,147 @@
+//! Black-box tests of "what compaction dropped, and getting it back": the real daemon
+//! compacts an agent loop, reports what its summary no longer names, and `context.expand`
+//! brings the span back from the archive into the next request only: byte-exact where nothing
+//! is cut, tool calls with their results, within its budget, in both formats.
+
+use serde_json::{Value, json};
+
+use crate::support::builders::{AgentLoop, SYSTEM, agent_step, system, user};
+use crate::support::checks::error_code;
+use crate::support::trajectories::{Format, check_request_shape};
+use crate::support::{Daemon, actions, archived};
+
+const SESSION: &str = "expand";
+const SMALL_WINDOW: [(&str, &str); 2] = [
+    ("SATCHEL_MAX_INPUT_LENGTH", "4096"),
+    ("SATCHEL_SUMMARY_MAX_TOKENS", "300"),
+];
+const AGENT_LOOP: AgentLoop = AgentLoop {
+    check_bytes: 900,
+    test_bytes: 1_500,
+    runs_tests: |s| s % 4 == 2,
+    reply: |s| format!("Module {s} builds now."),
+};
+
+/// Sends an agent loop step by step until a compaction happens; returns the history and the
+/// compaction action.
+fn compact_once(daemon: &mut Daemon, format: Format) -> (Vec<Value>, Value) {
+    let mut messages = vec![
+        system(SYSTEM),
+        user("Fix the failing build of the parser crate. Keep the MSRV at 1.70."),
+    ];
+    if format == Format::Anthropic {
+        messages.remove(0);
+    }
+    for step in 0..60 {
+        messages.extend(agent_step(format, &AGENT_LOOP, step));
+        let result = daemon.call(
+            "context.prepare",
+            json!({"session_id": SESSION, "messages": messages, "system": SYSTEM}),
+        );
+        if let Some(compacted) = actions(&result, "compacted").first() {
+            return (messages, (*compacted).clone());
+        }
+    }
+    panic!("no compaction in 60 steps");
+}
+
+/// An Anthropic message's content as blocks (a string is one text block).
+fn content_blocks(message: &Value) -> Vec<Value> {
+    match &message["content"] {
+        Value::String(text) => vec![json!({"type": "text", "text": text})],
+        Value::Array(blocks) => blocks.clone(),
+        other => panic!("content {other}"),
+    }
+}
+
+fn check_expand(format: Format) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &SMALL_WINDOW);
+    let (messages, compacted) = compact_once(&mut daemon, format);
+    let id = compacted["id"].as_str().unwrap();
+    let dropped = compacted["dropped"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !dropped.is_empty(),
+        "a 300-token summary of {compacted} names everything?"
+    );
+    for item in &dropped {
+        assert!(item["kind"].is_string() && item["text"].is_string(), "{item}");
+    }
+
+    let added = daemon.call(
+        "context.expand",
+        json!({"session_id": SESSION, "compaction_id": id, "max_tokens": 1200}),
+    );
+    let count = added["messages"].as_u64().unwrap() as usize;
+    assert!(count > 0 && added["tokens"].as_u64().unwrap() <= 1200, "{added}");
+    assert_eq!(
+        added["archive"]["end_line"], compacted["archive"]["end_line"],
+        "{added}"
+    );
+
+    let next = daemon.call(
+        "context.prepare",
+        json!({"session_id": SESSION, "messages": messages, "system": SYSTEM}),
+    );
+    let sent = next["messages"].as_array().unwrap();
+    check_request_shape(sent, format)
+        .unwrap_or_else(|e| panic!("{e}: {}", serde_json::to_string_pretty(sent).unwrap()));
+    assert!(next["tokens"]["expanded"].as_u64().unwrap() > 0, "{}", next["tokens"]);
+    // The span's messages are in the request, as archived (no result here is over the
+    // recent-phase limit), newest ones right before the live messages.
+    let archive = archived(dir.path(), SESSION);
+    let first = added["archive"]["first_index"].as_u64().unwrap() as usize;
+    let last = added["archive"]["last_index"].as_u64().unwrap() as usize;
+    assert_eq!(last - first + 1, count);
+    let span: Vec<&Value> = (first..=last).map(|i| &archive[&i]["message"]).collect();
+    match format {
+        // Right after the summary message, as archived.
+        Format::Openai => {
+            let at = sent.iter().position(|m| m["role"] != "system").unwrap() + 1;
+            let shown: Vec<&Value> = sent[at..at + count].iter().collect();
+            assert_eq!(shown, span);
+        }
+        // Roles alternate, so the summary is a block of the first user message and
+        // neighbours may be merged: every block of the span is there, in order.
+        Format::Anthropic => {
+            let blocks: Vec<Value> = sent.iter().flat_map(content_blocks).collect();
+            let wanted: Vec<Value> = span.iter().copied().flat_map(content_blocks).collect();
+            let start = blocks
+                .iter()
+                .position(|b| *b == wanted[0])
+                .expect("the span's first block");
+            assert_eq!(&blocks[start..start + wanted.len()], &wanted[..]);
+        }
+    }
+
+    // Once.
+    let after = daemon.call(
+        "context.prepare",
+        json!({"session_id": SESSION, "messages": messages, "system": SYSTEM}),
+    );
+    assert!(after["tokens"].get("expanded").is_none(), "{}", after["tokens"]);
+    assert!(after["messages"].as_array().unwrap().len() < sent.len());
+
+    // Refusals keep the daemon serving.
+    let reply = daemon.call_raw(
+        "context.expand",
+        json!({"session_id": SESSION, "compaction_id": "nope"}),
+    );
+    assert_eq!(error_code(&reply["error"]), -32602, "{reply}");
+    let reply = daemon.call_raw(
+        "context.expand",
+        json!({"session_id": SESSION, "archive": {"file": "dialog/../sessions/expand.jsonl", "start_line": 1, "end_line": 3}}),
+    );
+    assert_eq!(error_code(&reply["error"]), -32602, "{reply}");
+    daemon.shutdown();
+}
+
+#[test]
+fn a_compacted_span_comes_back_once_openai() {
+    check_expand(Format::Openai);
+}
+
+#[test]
+fn a_compacted_span_comes_back_once_anthropic() {
+    check_expand(Format::Anthropic);
+}
