@@ -145,3 +145,62 @@ fn a_compacted_span_comes_back_once_openai() {
 fn a_compacted_span_comes_back_once_anthropic() {
     check_expand(Format::Anthropic);
 }
+
+#[test]
+fn watchers_hear_a_compaction_start_and_what_it_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &SMALL_WINDOW);
+    daemon.call("context.watch", json!({"session_id": SESSION}));
+    let mut messages = vec![
+        system(SYSTEM),
+        user("Fix the failing build of the parser crate. Keep the MSRV at 1.70."),
+    ];
+    let mut frames = Vec::new();
+    for step in 0..60 {
+        messages.extend(agent_step(Format::Openai, &AGENT_LOOP, step));
+        let reply = daemon.call_raw_answering(
+            "context.prepare",
+            json!({"session_id": SESSION, "messages": messages}),
+            |frame| {
+                frames.push(frame.clone());
+                None
+            },
+        );
+        if !actions(&reply["result"], "compacted").is_empty() {
+            break;
+        }
+    }
+    // The call's own event may come after its reply: wait for it.
+    let event_of_call = loop {
+        let event = frames
+            .iter()
+            .find(|f| f["params"]["kind"] == "prepare" && f["params"]["compaction"].is_object());
+        if let Some(event) = event {
+            break event.clone();
+        }
+        frames.push(daemon.next_frame().1);
+    };
+    let started = frames
+        .iter()
+        .position(|f| f["params"]["kind"] == "compaction_started")
+        .expect("a compaction_started event");
+    let start = &frames[started]["params"]["compaction"];
+    assert!(
+        start["id"].is_null() && start["messages"].as_u64().unwrap() > 0,
+        "{start}"
+    );
+    assert!(
+        start["tokens_before"].as_u64().unwrap() >= start["threshold"].as_u64().unwrap(),
+        "{start}"
+    );
+    let done = &event_of_call["params"]["compaction"];
+    assert!(done["id"].is_string(), "{done}");
+    assert!(done["tokens_after"].as_u64().unwrap() < done["tokens_before"].as_u64().unwrap());
+    assert!(
+        done["dropped"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty() && d.len() <= 5),
+        "{done}"
+    );
+    daemon.shutdown();
+}

@@ -340,6 +340,12 @@ fn inspect_watch_waits_for_the_session_and_prints_what_changed() {
 
     let compacted = daemon.call("context.compact", json!({"session_id": "later"}));
     let line = next_line(&lines);
+    let rest = event(&line, "compacting");
+    assert!(
+        rest.ends_with(", asked for"),
+        "the start of a manual compaction: {line}"
+    );
+    let line = next_line(&lines);
     let rest = event(&line, "compact");
     let now = inspect_rpc(&mut daemon, "later");
     let left = now["messages"].as_u64().unwrap();
@@ -349,7 +355,8 @@ fn inspect_watch_waits_for_the_session_and_prints_what_changed() {
         rest.contains(&format!("({:>6})", change(after, total(&second)))),
         "{line}"
     );
-    assert!(rest.ends_with("compacted, now 1 compaction"), "{line}");
+    let id = compacted["compaction"]["id"].as_str().unwrap();
+    assert!(rest.contains(&format!("compacted, now 1 compaction, {id} ")), "{line}");
 
     // A watch of a session that exists prints its view first, then the changes since it.
     let (mut late, lines) = watch(&socket, "later");

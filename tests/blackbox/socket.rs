@@ -503,9 +503,14 @@ fn watch_pushes_prepare_and_compact_events_of_that_session_only() {
 
     let compacted = daemon.call("context.compact", json!({"session_id": "chat"}));
     assert!(compacted["compacted"].as_u64().unwrap() > 0, "{compacted}");
+    // First the compaction's start, while the call runs, then the call's own event.
+    let started = watcher.next_notification();
+    assert_eq!(started["params"]["kind"], "compaction_started", "{started}");
+    assert_eq!(started["params"]["compaction"]["manual"], true, "{started}");
     let event = watcher.next_notification();
     let params = &event["params"];
     assert_eq!(params["kind"], "compact");
+    assert_eq!(params["compaction"]["id"], compacted["compaction"]["id"]);
     assert_eq!(params["compactions"], 1);
     assert_eq!(params["actions"], json!(["compacted"]));
     let after = inspect_rpc(&mut watcher, "chat");

@@ -25,7 +25,7 @@ export type RepairKind =
   | 'moved_results_first'
   | 'inserted_leading_user'
   | 'dropped_empty_text';
-export type EventKind = 'prepare' | 'compact';
+export type EventKind = 'prepare' | 'compact' | 'compaction_started';
 export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated' | 'pruned';
 /** How a request over its threshold is made smaller: compact at once, or AceClaw's prune-first pipeline. */
 export type ContextMode = 'qwenpaw' | 'aceclaw';
@@ -88,6 +88,8 @@ export interface Config {
   read_file_tool_names?: string[];
   offload_retention_days?: number;
   offload_notice_path?: OffloadNoticePath;
+  /** Add the agent-visible budget section `satchel:budget` to the system prompt. */
+  budget_section_enabled?: boolean;
   /** Daemon-wide (ignored per request): sessions kept in memory; the least recently used beyond it leave memory. */
   max_live_sessions?: number;
   /** Daemon-wide (ignored per request): a session idle this long leaves memory (reloaded from its log when used). */
@@ -688,6 +690,20 @@ export interface ContextEvent {
   compactions: number;
   /** Kinds of the actions the call took, in order. */
   actions: ActionKind[];
+  /** The compaction this event starts (`compaction_started`) or reports (a call that compacted). */
+  compaction?: CompactionEvent | null;
+}
+
+/** A compaction as `context.event` reports it: at its start, and when the call that ran it ends. */
+export interface CompactionEvent {
+  id?: string | null;
+  manual: boolean;
+  messages: number;
+  tokens_before: number;
+  tokens_after?: number | null;
+  threshold: number;
+  /** At most 5; the `compacted` action and inspect have them all. */
+  dropped?: DroppedIdentifier[];
 }
 
 // ---- long-term memory: `memory.*` (paths are workspace-relative) ----
@@ -874,7 +890,8 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
     'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
-    'read_file_tool_names?', 'offload_retention_days?', 'offload_notice_path?', 'max_live_sessions?',
+    'read_file_tool_names?', 'offload_retention_days?', 'offload_notice_path?', 'budget_section_enabled?',
+    'max_live_sessions?',
     'session_idle_secs?',
     'memory_index_enabled?', 'fts_enabled?', 'memory_store_backend?', 'memory_extra_paths?', 'memory_watch_enabled?',
     'memory_watch_debounce_ms?', 'memory_watch_poll_ms?', 'memory_max_results?', 'memory_min_score?',
@@ -971,7 +988,12 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   SessionSummary: fields<SessionSummary>()(['session_id', 'live', 'messages?', 'tokens?', 'pressure?', 'compactions?']),
   WatchParams: fields<WatchParams>()(['session_id']),
   WatchResult: fields<WatchResult>()(['watching']),
-  ContextEvent: fields<ContextEvent>()(['session_id', 'kind', 'tokens', 'pressure', 'messages', 'compactions', 'actions']),
+  ContextEvent: fields<ContextEvent>()([
+    'session_id', 'kind', 'tokens', 'pressure', 'messages', 'compactions', 'actions', 'compaction?',
+  ]),
+  CompactionEvent: fields<CompactionEvent>()([
+    'id?', 'manual', 'messages', 'tokens_before', 'tokens_after?', 'threshold', 'dropped?',
+  ]),
   MemoryWriteParams: fields<MemoryWriteParams>()(['path', 'content']),
   MemoryAppendParams: fields<MemoryAppendParams>()(['path', 'text']),
   MemoryFileChange: fields<MemoryFileChange>()(['path', 'bytes', 'lines', 'chunks_indexed', 'warnings?']),
@@ -1014,7 +1036,7 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
     'synthetic_result', 'dropped_orphan_result', 'merged_same_role', 'moved_results_first', 'inserted_leading_user',
     'dropped_empty_text',
   ]),
-  EventKind: exact<EventKind>()(['prepare', 'compact']),
+  EventKind: exact<EventKind>()(['prepare', 'compact', 'compaction_started']),
   ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated', 'pruned']),
   ContextMode: exact<ContextMode>()(['qwenpaw', 'aceclaw']),
   OffloadNoticePath: exact<OffloadNoticePath>()(['absolute', 'relative']),

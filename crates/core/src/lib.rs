@@ -5,6 +5,7 @@
 //! decisions made here and `satchel-storage` persists them. CI proves the purity with
 //! `! cargo tree -p satchel-core -e normal -i tokio`.
 
+pub mod budget_note;
 pub mod calibration;
 pub mod compact;
 pub mod format;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use satchel_core::summary::llm::Completer;
-use satchel_protocol::Config;
 use satchel_protocol::config::SummarizerKind;
+use satchel_protocol::{Config, ContextEvent};
 
 const RUNNING: u8 = 0;
 const CANCELLED: u8 = 1;
@@ -74,6 +74,12 @@ impl ModelSource for NoModels {
 /// Receives `(stage, stages)` while a model summarises.
 pub type ProgressSink = Arc<dyn Fn(usize, usize) + Send + Sync>;
 
+/// Receives the events a call sends while it runs (a compaction starting), for watchers.
+pub type EventSink<'a> = &'a (dyn Fn(ContextEvent) + Sync);
+
+/// The sink of a call nobody watches.
+fn ignore_event(_: ContextEvent) {}
+
 /// Everything a call needs from its caller besides its params.
 #[derive(Clone)]
 pub struct CallContext<'a> {
@@ -81,6 +87,8 @@ pub struct CallContext<'a> {
     pub models: &'a dyn ModelSource,
     /// Progress of a model summary.
     pub progress: ProgressSink,
+    /// Events to publish while the call runs.
+    pub events: EventSink<'a>,
     /// The call's cancellation.
     pub token: CallToken,
     /// The largest result the caller can deliver, in bytes of JSON: a call whose result
@@ -94,6 +102,7 @@ impl CallContext<'_> {
         CallContext {
             models: &NoModels,
             progress: Arc::new(|_, _| {}),
+            events: &ignore_event,
             token: CallToken::new(),
             max_result_bytes: None,
         }

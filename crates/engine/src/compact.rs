@@ -15,8 +15,8 @@ use satchel_core::summary::{Summarizer, SummaryInput};
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 use satchel_protocol::{
-    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionReport, Config, ContextMode,
-    EventKind,
+    Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionEvent, CompactionReport, Config,
+    ContextEvent, ContextMode, EventKind,
 };
 use satchel_storage::{
     AppendedLines, CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord,
@@ -272,6 +272,26 @@ impl Engine {
             max_tokens: summary_budget(config, counter),
             counter,
         };
+        // Watchers learn that a compaction starts before its summary is written (a model
+        // summary can take a while).
+        (how.call.events)(ContextEvent {
+            session_id: id.to_owned(),
+            kind: EventKind::CompactionStarted,
+            pressure: before.pressure(),
+            tokens: before.clone(),
+            messages: session.entries.len(),
+            compactions: session.compactions.len(),
+            actions: Vec::new(),
+            compaction: Some(CompactionEvent {
+                id: None,
+                manual: how.manual,
+                messages: indices.len(),
+                tokens_before: before.total,
+                tokens_after: None,
+                threshold: before.threshold,
+                dropped: Vec::new(),
+            }),
+        });
         let compaction_id = self.ids.next_id();
         let at = self.clock.now();
         let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);

@@ -44,7 +44,7 @@ mod tests;
 mod usage;
 mod usage_report;
 
-pub use call::{CallContext, CallToken, ModelSource, NoModels, ProgressSink};
+pub use call::{CallContext, CallToken, EventSink, ModelSource, NoModels, ProgressSink};
 pub use clock::{Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock};
 pub use engine::Engine;
 pub use error::EngineError;
@@ -52,7 +52,7 @@ pub use live::Ticket;
 pub use prepare::Prepared;
 
 use satchel_core::repair::Repair;
-use satchel_protocol::{Action, ContextEvent, EventKind, RepairKind};
+use satchel_protocol::{Action, CompactionEvent, ContextEvent, EventKind, RepairKind};
 
 use crate::session::Session;
 
@@ -68,6 +68,18 @@ pub struct Outcome<T> {
 /// The event telling watchers what a call just did to session `id`.
 fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) -> ContextEvent {
     let tokens = session.last_usage.clone().unwrap_or_default();
+    let compaction = actions.iter().rev().find_map(|a| match a {
+        Action::Compacted(report) => Some(CompactionEvent {
+            id: Some(report.id.clone()),
+            manual: report.manual,
+            messages: report.messages,
+            tokens_before: report.tokens_before,
+            tokens_after: Some(report.tokens_after),
+            threshold: tokens.threshold,
+            dropped: report.dropped.iter().take(EVENT_DROPPED).cloned().collect(),
+        }),
+        _ => None,
+    });
     ContextEvent {
         session_id: id.to_owned(),
         kind,
@@ -76,8 +88,12 @@ fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) ->
         messages: session.entries.len(),
         compactions: session.compactions.len(),
         actions: actions.iter().map(Action::kind).collect(),
+        compaction,
     }
 }
+
+/// Dropped identifiers an event carries; the action and inspect have them all.
+const EVENT_DROPPED: usize = 5;
 
 /// The action reporting a repair.
 fn repair_action(repair: &Repair) -> Action {

@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
+use satchel_core::budget_note::{BUDGET_SECTION_KEY, BudgetFacts, budget_section_text};
 use satchel_core::hash::MessageHash;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
     Action, Config, ContextEvent, ContextMode, EventKind, FormatHint, MessageFormat, Phase, PrepareParams,
-    PrepareResult, PruneReport, TokenUsage,
+    PrepareResult, PromptSection, PruneReport, TokenUsage,
 };
 use satchel_storage::SessionRecord;
 use serde_json::value::RawValue;
@@ -111,6 +112,12 @@ impl Engine {
         let mut actions = Vec::new();
         let started = self.clock.now();
         let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
+        if config.budget_section_enabled {
+            extras
+                .sections
+                .get_or_insert_with(Vec::new)
+                .push(budget_section(session, config));
+        }
         let prompt_request = PromptRequest {
             system: extras.system.as_ref(),
             sections: extras.sections.as_deref(),
@@ -408,3 +415,29 @@ fn truncation_actions(
     }
     actions
 }
+
+/// The agent-visible budget section (`budget_section_enabled`), from the session's last
+/// request and last compaction.
+fn budget_section(session: &Session, config: &Config) -> Box<RawValue> {
+    let last = session.compactions.last();
+    let facts = BudgetFacts {
+        used: session.last_usage.as_ref().map_or(0, |u| u.total),
+        limit: config.effective_window(),
+        threshold: config.compact_threshold_tokens(),
+        last_compaction: last.map(|c| (c.begun.id.as_str(), c.begun.indices.len(), &c.begun.dropped[..])),
+    };
+    let section = PromptSection {
+        key: BUDGET_SECTION_KEY.into(),
+        content: budget_section_text(&facts),
+        priority: BUDGET_SECTION_PRIORITY,
+        protected: false,
+        source_type: Some("budget".into()),
+        scope: None,
+        reason: Some("budget_section_enabled: the window as the model should know it".into()),
+        paths: Vec::new(),
+    };
+    serde_json::value::to_raw_value(&section).expect("a section serialises")
+}
+
+/// Low: the budget section is the first cut when the prompt is over its budget.
+const BUDGET_SECTION_PRIORITY: i64 = 20;

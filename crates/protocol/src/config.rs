@@ -187,6 +187,11 @@ pub struct Config {
     /// default: the workspace root joined with the file's path) or `relative` (workspace-relative,
     /// as before). The `context.read` form in the notice is always workspace-relative.
     pub offload_notice_path: OffloadNoticePath,
+    /// Add a prompt section the model can read (`satchel:budget`, last, priority 20): how
+    /// full the window is, when the next compaction comes, and what the last one dropped and
+    /// how `context.expand` gets it back. Its numbers are rounded (5 % of the window) so the
+    /// system prompt changes only every few calls.
+    pub budget_section_enabled: bool,
     /// Sessions kept in memory at most; past it the least recently used idle one is dropped
     /// (its log stays, and the next call on it reloads it). Daemon-only: set in
     /// `<workspace>/config.json` or `SATCHEL_MAX_LIVE_SESSIONS`, never per request.
@@ -311,6 +316,7 @@ impl Default for Config {
             read_file_tool_names: vec!["read_file".into(), "Read".into(), "view_file".into(), "read".into()],
             offload_retention_days: 5.0,
             offload_notice_path: OffloadNoticePath::Absolute,
+            budget_section_enabled: false,
             max_live_sessions: 256,
             session_idle_secs: 1800.0,
             memory_index_enabled: true,

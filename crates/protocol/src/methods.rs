@@ -412,6 +412,35 @@ pub struct ContextEvent {
     pub compactions: usize,
     /// Kinds of the actions the call took, in order.
     pub actions: Vec<ActionKind>,
+    /// The compaction this event starts or reports (`compaction_started`, or a call that
+    /// compacted): its numbers, and what its summary no longer names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionEvent>,
+}
+
+/// A compaction as `context.event` reports it: when it starts (tokens before, the threshold,
+/// the messages it takes), and when the call that ran it ends (its id, tokens after, what its
+/// summary dropped, which `context.expand {compaction_id}` brings back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactionEvent {
+    /// Its id, once it is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Asked for by `context.compact`.
+    pub manual: bool,
+    /// Messages it summarises.
+    pub messages: usize,
+    /// Request tokens before.
+    pub tokens_before: u64,
+    /// Request tokens after, once it is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_after: Option<u64>,
+    /// The compaction threshold of the call.
+    pub threshold: u64,
+    /// The most important identifiers its summary no longer names (at most 5; the whole
+    /// list is in the `compacted` action and in inspect).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedIdentifier>,
 }
 
 /// Which call a [`ContextEvent`] reports.
@@ -422,6 +451,9 @@ pub enum EventKind {
     Prepare,
     /// `context.compact`.
     Compact,
+    /// A compaction is starting, inside a `context.prepare` or `context.compact` still
+    /// running (sent before its summary is written); the call's own event follows.
+    CompactionStarted,
 }
 
 /// The kind of an [`Action`], as listed in events.

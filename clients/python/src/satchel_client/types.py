@@ -33,7 +33,7 @@ RepairKind = Literal[
     "inserted_leading_user",
     "dropped_empty_text",
 ]
-EventKind = Literal["prepare", "compact"]
+EventKind = Literal["prepare", "compact", "compaction_started"]
 ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned"]
 ContextMode = Literal["qwenpaw", "aceclaw"]
 OffloadNoticePath = Literal["absolute", "relative"]
@@ -261,6 +261,7 @@ class Config(TypedDict, total=False):
     read_file_tool_names: List[str]
     offload_retention_days: float
     offload_notice_path: OffloadNoticePath
+    budget_section_enabled: bool
     max_live_sessions: int
     session_idle_secs: float
     # Long-term memory (daemon-wide: set on the daemon, not per request).
@@ -788,9 +789,23 @@ class MemoryStatusResult(_MemoryStatusResultRequired, total=False):
 # --- notifications from the daemon -------------------------------------------------------
 
 
-class ContextEvent(TypedDict):
-    """Params of ``context.event``, sent to connections that called ``watch``."""
+class _CompactionEventRequired(TypedDict):
+    manual: bool
+    messages: int
+    tokens_before: int
+    threshold: int
 
+
+class CompactionEvent(_CompactionEventRequired, total=False):
+    """A compaction as ``context.event`` reports it: at its start (``compaction_started``)
+    and in the event of the call that ran it (``id``, ``tokens_after``, ``dropped``)."""
+
+    id: Optional[str]
+    tokens_after: Optional[int]
+    dropped: List[DroppedIdentifier]
+
+
+class _ContextEventRequired(TypedDict):
     session_id: str
     kind: EventKind
     tokens: TokenUsage
@@ -798,6 +813,12 @@ class ContextEvent(TypedDict):
     messages: int
     compactions: int
     actions: List[ActionKind]
+
+
+class ContextEvent(_ContextEventRequired, total=False):
+    """Params of ``context.event``, sent to connections that called ``watch``."""
+
+    compaction: Optional[CompactionEvent]
 
 
 # --- server -> client requests ---------------------------------------------------------------

@@ -156,3 +156,43 @@ fn a_compaction_reports_what_its_summary_no_longer_names() {
     harness.restart();
     assert_eq!(harness.inspect().compactions[0].dropped, report.dropped);
 }
+
+#[test]
+fn the_budget_section_tells_the_model_its_window_and_how_to_get_a_span_back() {
+    let harness = Harness::new(Config {
+        budget_section_enabled: true,
+        summary_max_tokens: 150,
+        ..small_window()
+    });
+    let system_of = |result: &Prepared| -> String {
+        let raw = result.system.as_ref().expect("an assembled system prompt");
+        serde_json::from_str::<Value>(raw.get())
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let first = harness.prepare(&conversation(1, 100));
+    let text = system_of(&first);
+    assert!(
+        text.starts_with("## Context budget (satchel)\n\nAbout 0% of the 4k-token window"),
+        "{text}"
+    );
+    assert!(!text.contains("context.expand"), "no compaction yet: {text}");
+
+    let (report, messages) = compacted(&harness);
+    let next = harness.prepare(&messages);
+    let text = system_of(&next);
+    assert!(
+        text.contains(&format!(
+            "The last compaction ({}) summarised {} messages.",
+            report.id, report.messages
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{{\"compaction_id\": \"{}\"}}", report.id)),
+        "{text}"
+    );
+    assert!(text.contains(&format!("`{}`", report.dropped[0].text)), "{text}");
+}

@@ -154,9 +154,11 @@ impl Daemon {
                 .then(|| WorkDone::new(scope, session_id)),
         }
         .map(Arc::new);
+        let publish = |event| self.publish(Some(event));
         let call = CallContext {
             models: &models,
             progress: progress_sink(progress.clone()),
+            events: &publish,
             token: scope.token.clone(),
             max_result_bytes: Some(scope.max_result_bytes),
         };

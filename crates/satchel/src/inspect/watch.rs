@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use satchel_protocol::{ContextEvent, InspectResult};
+use satchel_protocol::{ContextEvent, EventKind, InspectResult};
 use serde_json::Value;
 
 use super::window::{k, plural};
@@ -58,6 +58,16 @@ fn token_change(now: u64, before: u64) -> String {
 
 /// The line of `event` at `time` (`HH:MM:SS`), against what was `seen` before it.
 pub(super) fn event_line(time: &str, event: &ContextEvent, seen: Seen, colour: bool) -> String {
+    if let (EventKind::CompactionStarted, Some(c)) = (event.kind, &event.compaction) {
+        return format!(
+            "{time}  compacting {} of {} live at {} tokens (threshold {}){}",
+            plural(c.messages as u64, "message"),
+            event.messages,
+            k(c.tokens_before),
+            k(c.threshold),
+            if c.manual { ", asked for" } else { "" }
+        );
+    }
     let kind = serde_json::to_value(event.kind)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -72,6 +82,19 @@ pub(super) fn event_line(time: &str, event: &ContextEvent, seen: Seen, colour: b
     }
     if event.compactions != seen.compactions {
         actions.push(format!("now {}", plural(event.compactions as u64, "compaction")));
+    }
+    if let Some(c) = event.compaction.as_ref().filter(|c| c.id.is_some()) {
+        let mut done = format!(
+            "{} {} -> {}",
+            c.id.as_deref().unwrap_or_default(),
+            k(c.tokens_before),
+            k(c.tokens_after.unwrap_or_default())
+        );
+        if !c.dropped.is_empty() {
+            let named: Vec<String> = c.dropped.iter().map(|d| format!("`{}`", d.text)).collect();
+            done.push_str(&format!(", no longer named: {}", named.join(" ")));
+        }
+        actions.push(done);
     }
     // Padded before painting, so colour codes do not shift the columns.
     let name_width = format!("{:?}", event.pressure).len();
@@ -172,5 +195,35 @@ mod tests {
             "{line:?}"
         );
         assert!(line.contains("+1 message "), "{line}");
+    }
+
+    #[test]
+    fn a_compaction_shows_when_it_starts_and_what_it_dropped_when_it_ends() {
+        let seen = Seen {
+            messages: 83,
+            total: 13_000,
+            compactions: 0,
+        };
+        let mut started = event("compaction_started", 83, 13_000, 0, json!([]));
+        started.compaction = serde_json::from_value(json!({
+            "manual": false, "messages": 72, "tokens_before": 13_300, "threshold": 13_107
+        }))
+        .unwrap();
+        assert_eq!(
+            event_line("22:35:22", &started, seen, false),
+            "22:35:22  compacting 72 messages of 83 live at 13.3k tokens (threshold 13.1k)"
+        );
+        let mut done = event("prepare", 11, 2_400, 1, json!(["compacted"]));
+        done.compaction = serde_json::from_value(json!({
+            "id": "c0001", "manual": false, "messages": 72, "tokens_before": 13_300, "tokens_after": 2_400,
+            "threshold": 13_107,
+            "dropped": [{"kind": "command", "text": "cargo test -p parser", "index": 4, "mentions": 2}]
+        }))
+        .unwrap();
+        let line = event_line("22:35:22", &done, seen, false);
+        assert!(
+            line.ends_with("compacted, now 1 compaction, c0001 13.3k -> 2.4k, no longer named: `cargo test -p parser`"),
+            "{line}"
+        );
     }
 }
