@@ -273,6 +273,77 @@ def sections_table(results: Results) -> str | None:
     )
 
 
+def cache_table(results: Results) -> str | None:
+    """`cache_prefix`: prefix reuse before (batch 1) and after (the default); None when no run has it."""
+    rows = []
+    sums = {"before": [], "after": []}
+    for _source, label, tokenizer, s in results.rows():
+        cp = s.get("cache_prefix")
+        if not cp:
+            continue
+        for side in sums:
+            sums[side].append((cp.get(f"{side}_mean_share"), cp.get(f"{side}_distinct_prefixes")))
+
+        def pair(key: str, percent: bool = False) -> str:
+            b, a = cp.get(f"before_{key}"), cp.get(f"after_{key}")
+            show = (lambda v: DASH if v is None else f"{v:.1%}") if percent else fmt
+            return f"{show(b)} → {show(a)}"
+
+        rows.append(
+            [
+                label,
+                tokenizer,
+                fmt(cp.get("max_input_length")),
+                fmt(cp.get("before_calls")),
+                pair("mean_share", True),
+                pair("weighted_share", True),
+                pair("distinct_prefixes"),
+                pair("compactions"),
+                pair("mean_tokens"),
+                pair("over_limit_calls"),
+            ]
+        )
+    if not rows:
+        return None
+    means = []
+    for side in ("before", "after"):
+        shares = [v for v, _ in sums[side] if v is not None]
+        distinct = [d for _, d in sums[side] if d is not None]
+        means.append(
+            (sum(shares) / len(shares) if shares else None, sum(distinct) / len(distinct) if distinct else None)
+        )
+    (bs, bd), (as_, ad) = means
+    rows.append(
+        [
+            "**mean**",
+            "",
+            "",
+            "",
+            f"{DASH if bs is None else f'{bs:.1%}'} → {DASH if as_ is None else f'{as_:.1%}'}",
+            "",
+            f"{DASH if bd is None else f'{bd:.1f}'} → {DASH if ad is None else f'{ad:.1f}'}",
+            "",
+            "",
+            "",
+        ]
+    )
+    return table(
+        [
+            "conversation",
+            "tokenizer",
+            "window",
+            "calls",
+            "mean prefix share",
+            "token-weighted share",
+            "distinct prefixes",
+            "compactions",
+            "mean request tokens",
+            "over-limit calls",
+        ],
+        rows,
+    )
+
+
 def memory_table(results: Results) -> str:
     rows = []
     for _source, label, tokenizer, s in results.rows():
@@ -447,6 +518,20 @@ def main() -> None:
             "~160 KB of sections on the wire included.",
             "",
             sections,
+        ]
+    cache = cache_table(results)
+    if cache:
+        out += [
+            "",
+            "## Prompt-cache reuse (`cache_prefix`)",
+            "",
+            "Each conversation replayed one message per call, twice: `before` with `pruning_phase_batch` 1 "
+            "(the recent window moves with every message), `after` with the daemon's default. `mean prefix "
+            "share`: the mean over calls (from the second) of `cache_stable_prefix_tokens / tokens.total`, the "
+            "part of each request identical to the previous request's start. `distinct prefixes`: 1 + the "
+            "calls whose messages do not extend the previous request's byte for byte (a compaction is one).",
+            "",
+            cache,
         ]
     out += [
         "",

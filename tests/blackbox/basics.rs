@@ -222,10 +222,14 @@ fn each_reply_uses_the_framing_of_its_request() {
 // 3–4. Offload and the two truncation phases (OpenAI format)
 // ---------------------------------------------------------------------------------------------
 
+/// The recent window moving with every message (`pruning_phase_batch` 1, not the default
+/// steps of 8), so that the phase tests see a result turn old as soon as messages follow it.
+const EVERY_MESSAGE: [(&str, &str); 1] = [("SATCHEL_PRUNING_PHASE_BATCH", "1")];
+
 #[test]
 fn large_tool_result_is_offloaded_then_truncated_further_when_old() {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(dir.path(), &[]);
+    let mut d = Daemon::start(dir.path(), &EVERY_MESSAGE);
     let log = multibyte_build_log("first", 120_000);
     assert!(log.len() > 120_000 && log.len() < 130_000);
 
@@ -344,7 +348,7 @@ fn the_read_file_path_of_a_notice_is_absolute_unless_configured_relative() {
 #[test]
 fn result_within_the_slack_is_never_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(dir.path(), &[]);
+    let mut d = Daemon::start(dir.path(), &EVERY_MESSAGE);
     // 3 050 bytes is within 100 bytes of the old-phase limit; 5 000 is clearly past it, and
     // 3 150 just past it: cut too (the slack is the spec's), keeping less than 3 000 bytes so
     // that its excerpt, notice included, is still shorter than the result.
@@ -461,7 +465,7 @@ fn anthropic_tool_results_are_offloaded_and_unmanaged_fields_kept() {
 #[test]
 fn read_file_is_whole_while_recent_and_markdown_keeps_more_when_old() {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(dir.path(), &[]);
+    let mut d = Daemon::start(dir.path(), &EVERY_MESSAGE);
     let guide: String = (1..)
         .map(|i| format!("## Section {i}\n\nHow to do step {i}, explained.\n\n"))
         .take(1500)

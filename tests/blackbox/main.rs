@@ -11,6 +11,7 @@ mod support;
 
 mod assembly;
 mod basics;
+mod cache_prefix;
 mod campaigns;
 mod cli;
 mod compaction;

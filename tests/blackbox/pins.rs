@@ -121,9 +121,9 @@ fn pins_survive_ten_compactions_and_a_restart_anthropic() {
     check_pins_survive(Format::Anthropic);
 }
 
-/// A conversation with one 40 KB build log at index 3, offloaded and cut in its notice.
+/// A conversation with one 60 KB build log at index 3, offloaded and cut in its notice.
 fn with_big_log() -> (Vec<Value>, String) {
-    let log = tool_output(7, 40_000, "crates/parser/src/lib.rs");
+    let log = tool_output(7, 60_000, "crates/parser/src/lib.rs");
     let messages = vec![
         system(SYSTEM),
         user(TASK),

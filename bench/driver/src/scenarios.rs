@@ -9,6 +9,7 @@
 //! | `steady_full` | the same when the client resends its whole history, against the cost of merely parsing and writing that JSON once (the floor no JSON-RPC server can beat) |
 //! | `steady_sections` | what assembling a system prompt from 40 sections (over the prompt budget, so truncated) adds to a `steady_append` step |
 //! | `sessions_rss` | how much memory do `--sessions` loaded sessions take? |
+//! | `cache_prefix` | how much of each request of a replay is the previous request's prefix (what a provider's prompt cache reuses), with the recent window moving on every message (`pruning_phase_batch` 1, "before") and in the daemon's default steps ("after")? Not in the default set: `scripts/bench` runs it at a 16K window. |
 //!
 //! Each returns its own fields; `main` adds the fields every result line shares.
 
@@ -51,6 +52,8 @@ pub enum Scenario {
     SteadySections,
     /// Memory with `--sessions` sessions loaded.
     SessionsRss,
+    /// `replay_append` twice, with `pruning_phase_batch` 1 and the default: prefix reuse.
+    CachePrefix,
 }
 
 impl Scenario {
@@ -75,6 +78,7 @@ impl Scenario {
             Scenario::SteadyFull => "steady_full",
             Scenario::SteadySections => "steady_sections",
             Scenario::SessionsRss => "sessions_rss",
+            Scenario::CachePrefix => "cache_prefix",
         }
     }
 }
@@ -124,6 +128,19 @@ struct Prepared {
 #[derive(Deserialize)]
 struct Tokens {
     total: u64,
+}
+
+/// The `context.prepare` result fields `cache_prefix` reads: the messages as sent (their
+/// exact bytes, to see whether a request extends the previous one) and the stable prefix.
+#[derive(Deserialize)]
+struct PreparedPrefix {
+    messages: Vec<Box<serde_json::value::RawValue>>,
+    tokens: Tokens,
+    /// Absent from a daemon that predates it: counted as nothing reused.
+    #[serde(default)]
+    cache_stable_prefix_tokens: u64,
+    actions: Vec<Action>,
+    over_limit: Option<IgnoredAny>,
 }
 
 /// The `context.prepare` result fields `steady_sections` reports: [`Prepared`]'s, and what
@@ -203,6 +220,7 @@ impl Bench<'_> {
             Scenario::SteadyFull => self.steady_full(),
             Scenario::SteadySections => self.steady_sections(),
             Scenario::SessionsRss => self.sessions_rss(),
+            Scenario::CachePrefix => self.cache_prefix(),
         }
     }
 
@@ -509,6 +527,79 @@ impl Bench<'_> {
         out.insert("idle_rss_mib".into(), json!(stats::mib(idle.rss_kib)));
         out.insert("rss_mib".into(), json!(stats::mib(memory.rss_kib)));
         out.insert("peak_rss_mib".into(), json!(stats::mib(memory.peak_kib)));
+        Ok(out)
+    }
+
+    /// The whole conversation one message per call, as in `replay_append`, once with
+    /// `pruning_phase_batch` 1 (`before_*`: the recent window moves with every message) and
+    /// once with the daemon's default (`after_*`). For each: the mean share of a request's
+    /// tokens that the previous request's prefix covers (`cache_stable_prefix_tokens / total`,
+    /// from the second call on), the same weighted by tokens, the number of distinct prefixes
+    /// (1 + the calls whose request does not extend the previous one byte for byte), and the
+    /// compactions, mean request size and over-limit calls, so a cheaper cache does not hide a
+    /// bigger or failing request.
+    fn cache_prefix(&self) -> anyhow::Result<Map<String, Value>> {
+        let mut out = Map::new();
+        for (name, batch) in [("before", Some(1)), ("after", None)] {
+            let mut config = self.config.clone();
+            if let Some(batch) = batch {
+                config["pruning_phase_batch"] = json!(batch);
+            }
+            let bench = Bench { config, ..*self };
+            for (key, value) in bench.prefix_replay()? {
+                out.insert(format!("{name}_{key}"), value);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One replay of `cache_prefix`, under `self.config`.
+    fn prefix_replay(&self) -> anyhow::Result<Map<String, Value>> {
+        let messages = &self.conversation.messages;
+        let mut daemon = self.daemon()?;
+        let mut previous: Option<Vec<Box<serde_json::value::RawValue>>> = None;
+        let (mut shares, mut reused, mut sent) = (Vec::new(), 0u64, 0u64);
+        let (mut distinct, mut compactions, mut over_limit, mut totals) = (0u64, 0u64, 0u64, 0u64);
+        for i in 0..messages.len() {
+            let batch = if i == 0 {
+                Batch::Full(&messages[..1])
+            } else {
+                Batch::Append(&messages[i..=i])
+            };
+            let reply: Timed<PreparedPrefix> = daemon.call("context.prepare", &self.params(SESSION, batch))?;
+            let result = reply.result;
+            let extends = previous.as_ref().is_some_and(|before| {
+                result.messages.len() >= before.len()
+                    && before.iter().zip(&result.messages).all(|(a, b)| a.get() == b.get())
+            });
+            if !extends {
+                distinct += 1;
+            }
+            if i > 0 {
+                let total = result.tokens.total.max(1);
+                let prefix = result.cache_stable_prefix_tokens.min(total);
+                shares.push(prefix as f64 / total as f64);
+                reused += prefix;
+                sent += total;
+            }
+            totals += result.tokens.total;
+            compactions += result.actions.iter().filter(|a| a.kind == "compacted").count() as u64;
+            over_limit += u64::from(result.over_limit.is_some());
+            previous = Some(result.messages);
+        }
+        daemon.close()?;
+        let mean_share = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+        let mut out = Map::new();
+        out.insert("calls".into(), json!(messages.len()));
+        out.insert("mean_share".into(), json!(stats::round3(mean_share)));
+        out.insert(
+            "weighted_share".into(),
+            json!(stats::round3(reused as f64 / sent.max(1) as f64)),
+        );
+        out.insert("distinct_prefixes".into(), json!(distinct));
+        out.insert("compactions".into(), json!(compactions));
+        out.insert("mean_tokens".into(), json!(totals / messages.len() as u64));
+        out.insert("over_limit_calls".into(), json!(over_limit));
         Ok(out)
     }
 

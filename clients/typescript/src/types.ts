@@ -77,6 +77,7 @@ export interface Config {
   dialog_path?: string;
   pruning_enabled?: boolean;
   pruning_recent_n?: number;
+  pruning_phase_batch?: number;
   pruning_old_msg_max_bytes?: number;
   pruning_recent_msg_max_bytes?: number;
   pruning_slack_bytes?: number;
@@ -536,6 +537,8 @@ export interface PrepareResult {
   format: MessageFormat;
   messages: Message[];
   tokens: TokenUsage;
+  /** Tokens at the start of the request identical to the previous one's (tools, system, messages): what a prompt cache can reuse. */
+  cache_stable_prefix_tokens: number;
   actions: Action[];
   reconciliation: Reconciliation;
   compact_summary?: CompactSummary | null;
@@ -888,6 +891,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'llm_api_key_env?', 'llm_timeout_secs?',
     'llm_max_output_tokens?', 'llm_temperature?', 'llm_extra_headers?', 'llm_input_budget_tokens?', 'memory_enabled?',
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
+    'pruning_phase_batch?',
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
     'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
     'read_file_tool_names?', 'offload_retention_days?', 'offload_notice_path?', 'budget_section_enabled?',
@@ -910,7 +914,8 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ]),
   ProviderUsage: fields<ProviderUsage>()(['input_tokens']),
   PrepareResult: fields<PrepareResult>()([
-    'session_id', 'format', 'messages', 'tokens', 'actions', 'reconciliation', 'compact_summary?', 'over_limit?',
+    'session_id', 'format', 'messages', 'tokens', 'cache_stable_prefix_tokens', 'actions', 'reconciliation',
+    'compact_summary?', 'over_limit?',
     'system?', 'prompt?',
   ]),
   PromptAssembly: fields<PromptAssembly>()([

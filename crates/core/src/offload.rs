@@ -123,6 +123,29 @@ pub fn recent_start<M: Borrow<Value>>(messages: &[M], format: MessageFormat, rec
     messages.len().saturating_sub(trailing_results.max(recent_n))
 }
 
+/// [`recent_start`] with the boundary moved in steps of `batch` appended messages, so that the
+/// request's prefix stays byte-identical between steps (a provider's prompt cache reuses it).
+///
+/// The boundary is the one the list had when its length was last a multiple of `batch`, so
+/// it changes at most once per `batch` messages appended, and then moves a whole group of
+/// messages to the old phase at once. It is never later than [`recent_start`] of the whole
+/// list: the recent window keeps at least `recent_n` messages and the trailing run of tool
+/// results. `batch` 0 or 1 is [`recent_start`] itself (the boundary moves with every message).
+pub fn batched_recent_start<M: Borrow<Value>>(
+    messages: &[M],
+    format: MessageFormat,
+    recent_n: usize,
+    batch: usize,
+) -> usize {
+    let now = recent_start(messages, format, recent_n);
+    let batch = batch.max(1);
+    let settled = messages.len() / batch * batch;
+    if settled == messages.len() {
+        return now;
+    }
+    recent_start(&messages[..settled], format, recent_n).min(now)
+}
+
 /// A tool-result text of a new message that must go to an offload file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SelectedText {
@@ -259,6 +282,94 @@ mod tests {
         assert_eq!(recent_start(&msgs, f, 2), 2);
         assert_eq!(recent_start(&msgs[..2], f, 2), 0);
         assert_eq!(recent_start(&msgs[..1], f, 5), 0);
+    }
+
+    /// Checks the batched boundary of every prefix of `msgs` (as if appended one by one)
+    /// against the expected boundaries, one per length from 1.
+    fn check_batched(msgs: &[Value], recent_n: usize, batch: usize, expect: &[usize]) {
+        let got: Vec<usize> = (1..=msgs.len())
+            .map(|len| batched_recent_start(&msgs[..len], MessageFormat::Openai, recent_n, batch))
+            .collect();
+        assert_eq!(got, expect, "recent_n {recent_n}, batch {batch}");
+    }
+
+    fn user(text: &str) -> Value {
+        json!({"role": "user", "content": text})
+    }
+
+    #[test]
+    fn batched_boundary_moves_in_steps() {
+        let plain: Vec<Value> = (0..10).map(|i| user(&i.to_string())).collect();
+        // batch 1 is the unbatched boundary.
+        check_batched(&plain, 2, 1, &[0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        // batch 4: the boundary of lengths 4 and 8, held until the next multiple.
+        check_batched(&plain, 2, 4, &[0, 0, 0, 2, 2, 2, 2, 6, 6, 6]);
+        check_batched(&plain, 0, 3, &[0, 0, 3, 3, 3, 6, 6, 6, 9, 9]);
+    }
+
+    #[test]
+    fn batched_boundary_keeps_trailing_results_recent() {
+        let msgs = vec![
+            user("a"),
+            user("b"),
+            user("c"),
+            json!({"role": "assistant", "tool_calls": [{"id": "1"}, {"id": "2"}, {"id": "3"}]}),
+            json!({"role": "tool", "tool_call_id": "1", "content": "x"}),
+            json!({"role": "tool", "tool_call_id": "2", "content": "x"}),
+            json!({"role": "tool", "tool_call_id": "3", "content": "x"}),
+            user("d"),
+        ];
+        // At length 4 the settled boundary is 2; the results appended after it stay recent
+        // with their call, and the boundary waits for length 8.
+        check_batched(&msgs, 2, 4, &[0, 0, 0, 2, 2, 2, 2, 6]);
+        // recent_n 1: the trailing results pull the unbatched boundary back to the call.
+        check_batched(&msgs, 1, 1, &[0, 1, 2, 3, 4, 4, 4, 7]);
+        check_batched(&msgs, 1, 3, &[0, 0, 2, 2, 2, 4, 4, 4]);
+    }
+
+    mod batched {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A random list: users, assistants with calls, and tool results.
+        fn list() -> impl Strategy<Value = Vec<Value>> {
+            prop::collection::vec(0u8..3, 0..60).prop_map(|kinds| {
+                kinds
+                    .into_iter()
+                    .map(|k| match k {
+                        0 => json!({"role": "user", "content": "u"}),
+                        1 => json!({"role": "assistant", "tool_calls": [{"id": "c"}]}),
+                        _ => json!({"role": "tool", "tool_call_id": "c", "content": "r"}),
+                    })
+                    .collect()
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn boundary_is_monotone_stepwise_and_keeps_the_recent_window(
+                msgs in list(), recent_n in 0usize..5, batch in 1usize..12,
+            ) {
+                let f = MessageFormat::Openai;
+                let mut previous = 0;
+                let mut last_change: Option<usize> = None;
+                for len in 0..=msgs.len() {
+                    let prefix = &msgs[..len];
+                    let b = batched_recent_start(prefix, f, recent_n, batch);
+                    let unbatched = recent_start(prefix, f, recent_n);
+                    prop_assert!(b <= unbatched, "never later than the unbatched boundary");
+                    prop_assert!(len - b >= recent_n.min(len), "the recent window keeps recent_n messages");
+                    prop_assert!(b >= previous, "monotone as messages are appended");
+                    if b != previous {
+                        if let Some(at) = last_change {
+                            prop_assert!(len - at >= batch, "at most one change per batch appended");
+                        }
+                        last_change = Some(len);
+                    }
+                    previous = b;
+                }
+            }
+        }
     }
 
     /// A big output (42 000 bytes): over the plain old-phase limit, under both Markdown limits.

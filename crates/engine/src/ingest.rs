@@ -140,7 +140,12 @@ impl Engine {
         let durable = self.log_ingested(id, records, offloads.write, offloaded_texts)?;
         let recent_start_before = {
             let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
-            offload::recent_start(&held, processing_format, config.pruning_recent_n)
+            offload::batched_recent_start(
+                &held,
+                processing_format,
+                config.pruning_recent_n,
+                config.pruning_phase_batch,
+            )
         };
         let appended = new_entries.len();
         self.apply_ingested(session, &reconciled, &new_hashes, new_entries, format);

@@ -103,6 +103,11 @@ impl Pins {
         }
     }
 
+    /// Whether the request shows a pinned block (a pin with its text).
+    pub fn shows_block(&self) -> bool {
+        self.pins.iter().any(|p| p.text.is_some())
+    }
+
     /// Forgets the block, so the next request builds it again.
     pub fn changed(&mut self) {
         self.block = None;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use satchel_core::budget_note::{BUDGET_SECTION_KEY, BudgetFacts, budget_section_text};
+use satchel_core::calibration::corrected;
 use satchel_core::hash::MessageHash;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
@@ -172,6 +173,7 @@ impl Engine {
             usage_now = usage_after(&usage_now, &report);
             actions.push(Action::Pruned(report));
         }
+        let cache_stable_prefix_tokens = request.stable_prefix_tokens(session, &messages, &output_hashes);
         let saved = counted_usage.total.saturating_sub(usage_now.total);
         let fits = usage_now.total < config.compact_threshold_tokens();
         session.requests.record_phases(phases, saved, fits);
@@ -191,6 +193,7 @@ impl Engine {
             format: format_or_default(session.format),
             messages,
             tokens: usage_now,
+            cache_stable_prefix_tokens,
             actions,
             reconciliation: ingested.report,
             compact_summary: session.summary().cloned(),
@@ -360,6 +363,38 @@ impl Request<'_> {
         ));
         actions.extend(rendered.repairs.iter().map(repair_action));
         (json, hashes, pruned)
+    }
+}
+
+impl Request<'_> {
+    /// Tokens at the start of the request (tools, system, then `messages` with their
+    /// `hashes`) identical to the previous request the session returned: the part a
+    /// provider's prompt cache can reuse. Counted from the cached per-message counts.
+    fn stable_prefix_tokens(&self, session: &mut Session, messages: &[Arc<RawValue>], hashes: &[MessageHash]) -> u64 {
+        if session.last_usage.is_none() || self.extras.tools != session.last_tools {
+            return 0;
+        }
+        let (system, tools) = session.extras_tokens(
+            self.extras.system.as_ref(),
+            self.extras.system_hash,
+            self.extras.tools.as_deref(),
+            &self.counter,
+            self.config,
+        );
+        let factor = session.requests.calibration.factor;
+        if self.extras.system != session.last_system {
+            return corrected(tools, factor);
+        }
+        let shared = hashes
+            .iter()
+            .zip(&session.last_output)
+            .take_while(|(now, before)| now == before)
+            .count();
+        let divisor = self.config.token_count_estimate_divisor;
+        corrected(
+            tools + system + session.prefix_tokens(hashes, messages, shared, divisor),
+            factor,
+        )
     }
 }
 

@@ -14,9 +14,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
 use satchel_core::hash::{MessageHash, text_hash};
-use satchel_core::offload::recent_start;
+use satchel_core::offload::batched_recent_start;
 use satchel_core::render::{OffloadedText, RenderedText, ResultControl, insert_summary, render_message};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
@@ -680,7 +681,12 @@ impl Session {
             return self.entries.len();
         }
         let values: Vec<&Value> = self.entries.iter().map(|e| &e.message).collect();
-        recent_start(&values, format_or_default(self.format), config.pruning_recent_n)
+        batched_recent_start(
+            &values,
+            format_or_default(self.format),
+            config.pruning_recent_n,
+            config.pruning_phase_batch,
+        )
     }
 
     /// Renders every live message for the phase it is in (from the cache where possible) and
@@ -828,6 +834,57 @@ impl Session {
             }
         }
         found
+    }
+
+    /// Tokens of the first `shared` messages of a request this session rendered (`hashes` and
+    /// `raws`, as sent), uncorrected: each live message's cached count for the rendering sent,
+    /// the summary's, and bytes / `divisor` for a message the repair pass or pruning wrote.
+    /// It walks the request beside the live messages, so it costs O(`shared`) and counts
+    /// nothing again.
+    pub fn prefix_tokens(&self, hashes: &[MessageHash], raws: &[Arc<RawValue>], shared: usize, divisor: f64) -> u64 {
+        // A repaired or pruned message stands for at most a few live ones: look that far ahead.
+        const LOOKAHEAD: usize = 3;
+        let estimate = |raw: &RawValue| (raw.get().len() as f64 / divisor.max(1.0)).ceil() as u64;
+        let mut summary = self.summary_view.as_ref();
+        // With a pinned block in the summary message, or an expanded span after it, the
+        // summary's own count is not the message's: estimate it instead.
+        let summary_alone = self.expansion.is_none() && !self.pins.shows_block();
+        let mut next = 0;
+        let mut tokens = 0;
+        for (hash, raw) in hashes.iter().zip(raws).take(shared) {
+            let end = (next + LOOKAHEAD).min(self.entries.len());
+            let found = (next..end).find_map(|position| {
+                let entry = &self.entries[position];
+                let slot = [OLD_SLOT, RECENT_SLOT]
+                    .into_iter()
+                    .find(|&slot| entry.view_hashes[slot] == Some(*hash))?;
+                Some((position, entry.tokens[slot]))
+            });
+            tokens += match found {
+                Some((position, counted)) => {
+                    next = position + 1;
+                    counted.unwrap_or_else(|| estimate(raw))
+                }
+                None => match summary.take() {
+                    Some(_) if !summary_alone => estimate(raw),
+                    Some(view) => {
+                        let mut summary_tokens = view.tokens.as_ref().map_or_else(|| estimate(raw), |(_, t)| *t);
+                        // In Anthropic format the summary goes into the first user turn, if any.
+                        let format = format_or_default(self.format);
+                        if format == MessageFormat::Anthropic
+                            && let Some(entry) = self.entries.get(next)
+                            && is_user_turn(&entry.message, format)
+                        {
+                            summary_tokens += entry.tokens[OLD_SLOT].or(entry.tokens[RECENT_SLOT]).unwrap_or(0);
+                            next += 1;
+                        }
+                        summary_tokens
+                    }
+                    None => estimate(raw),
+                },
+            };
+        }
+        tokens
     }
 
     /// Token count of each rendered live message, from the cache where possible.

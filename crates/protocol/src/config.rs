@@ -162,6 +162,11 @@ pub struct Config {
     pub pruning_enabled: bool,
     /// How many of the newest messages count as recent (first-phase limit).
     pub pruning_recent_n: usize,
+    /// The recent window's start moves in steps of this many appended messages, so tool
+    /// results leave it in groups and the request's prefix stays byte-identical between steps
+    /// (a provider's prompt cache keeps reusing it). The window still keeps at least
+    /// `pruning_recent_n` messages and the trailing tool results; 1 moves it with every message.
+    pub pruning_phase_batch: usize,
     /// Byte limit of a tool result once it has left the recent window (second phase).
     pub pruning_old_msg_max_bytes: usize,
     /// Byte limit of a recent tool result (first phase).
@@ -305,6 +310,7 @@ impl Default for Config {
             dialog_path: "dialog".into(),
             pruning_enabled: true,
             pruning_recent_n: 2,
+            pruning_phase_batch: 8,
             pruning_old_msg_max_bytes: 3_000,
             pruning_recent_msg_max_bytes: 50_000,
             pruning_slack_bytes: 100,
@@ -442,6 +448,9 @@ impl Config {
                 "prune_target_ratio",
                 "must be in (0, 1] and below prune_trigger_ratio".into(),
             ));
+        }
+        if !(1..=1_000).contains(&self.pruning_phase_batch) {
+            return Err(("pruning_phase_batch", "must be in [1, 1000]".into()));
         }
         if self.prune_protected_turns == 0 {
             return Err(("prune_protected_turns", "must be at least 1".into()));

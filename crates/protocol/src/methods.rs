@@ -577,6 +577,11 @@ pub struct PrepareResult<L = Vec<Value>, S = Value, P = PromptAssembly> {
     pub messages: L,
     /// Token usage per zone.
     pub tokens: TokenUsage,
+    /// Tokens at the start of this request identical to the previous request of the session
+    /// (the part a provider's prompt cache can reuse): the tool definitions, then the system
+    /// prompt, then the messages, up to the first that differs. 0 on the session's first
+    /// request in this daemon; small right after a compaction (the summary changed).
+    pub cache_stable_prefix_tokens: u64,
     /// What this call did.
     pub actions: Vec<Action>,
     /// How the received messages related to the session.

@@ -250,6 +250,7 @@ class Config(TypedDict, total=False):
     dialog_path: str
     pruning_enabled: bool
     pruning_recent_n: int
+    pruning_phase_batch: int
     pruning_old_msg_max_bytes: int
     pruning_recent_msg_max_bytes: int
     pruning_slack_bytes: int
@@ -572,6 +573,9 @@ class _PrepareResultRequired(TypedDict):
     format: MessageFormat
     messages: List[Any]
     tokens: TokenUsage
+    #: Tokens at the start of the request identical to the previous one's (tools, system,
+    #: messages): what a provider's prompt cache can reuse.
+    cache_stable_prefix_tokens: int
     actions: List[Action]
     reconciliation: Reconciliation
 

@@ -58,6 +58,15 @@ fn check_ingest(config: Config, calls: &[Vec<Value>], name: &str) -> Harness {
     harness
 }
 
+/// The recent window moving with every message (`pruning_phase_batch` 1), so that one new
+/// message moves a result to the old phase.
+fn every_message() -> Config {
+    Config {
+        pruning_phase_batch: 1,
+        ..Config::default()
+    }
+}
+
 #[test]
 fn a_big_tool_result_is_offloaded_then_cut_once_it_is_old() {
     let calls = [
@@ -69,7 +78,7 @@ fn a_big_tool_result_is_offloaded_then_cut_once_it_is_old() {
         // Two more messages: the output leaves the recent window and is cut to the old limit.
         vec![say("Two tests fail."), user("Fix them.")],
     ];
-    let harness = check_ingest(Config::default(), &calls, "offload_openai");
+    let harness = check_ingest(every_message(), &calls, "offload_openai");
     let inspected = harness.inspect();
     assert_eq!(inspected.offloaded.len(), 1);
     assert_eq!(inspected.offloaded[0].index, 2);
@@ -98,7 +107,7 @@ fn the_same_text_twice_is_one_file() {
         vec![user("Run the tests."), run("c1", "cargo test"), output("c1", &text)],
         vec![run("c2", "cargo test"), output("c2", &text)],
     ];
-    check_ingest(Config::default(), &calls, "offload_twice");
+    check_ingest(every_message(), &calls, "offload_twice");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! `INSTA_UPDATE=always` and read the diff) where the output is structured.
 
 mod align;
+mod cache;
 mod compaction;
 mod expand;
 mod ingest;
