@@ -436,12 +436,38 @@ fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std
         )?,
         None => writeln!(out, "  archive     not archived")?,
     }
-    writeln!(out, "  summarizer  {}", c.summarizer)
+    writeln!(out, "  summarizer  {}", c.summarizer)?;
+    if c.dropped.is_empty() {
+        return writeln!(
+            out,
+            "  dropped     nothing: the summary names every request, file and command of the span"
+        );
+    }
+    writeln!(
+        out,
+        "  dropped     {} the summary no longer names (context.expand with compaction_id {} brings the span back):",
+        window::plural(c.dropped.len() as u64, "identifier"),
+        c.id
+    )?;
+    for d in &c.dropped {
+        let kind = serde_json::to_value(d.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "    {kind:<13} {}  (message {}, {})",
+            d.text,
+            d.index,
+            window::plural(d.mentions as u64, "mention")
+        )?;
+    }
+    Ok(())
 }
 
 /// `--detail offload:N` as text (its first lines follow).
 fn write_offload(out: &mut impl Write, n: usize, o: &OffloadedResult) -> std::io::Result<()> {
-    writeln!(out, "offload:{n}  message {}", o.index)?;
+    writeln!(out, "offload:{n}  {}  message {}", o.id, o.index)?;
     writeln!(out, "  file     {}", o.file)?;
     writeln!(out, "  pointer  {}", o.pointer)?;
     writeln!(
@@ -501,7 +527,11 @@ pub(crate) mod fixture {
                     "file": "dialog/2025-01-01.jsonl", "start_line": 1, "end_line": 20,
                     "first_index": 0, "last_index": 19, "messages": 20
                 },
-                "summarizer": "extractive"
+                "summarizer": "extractive",
+                "dropped": [
+                    {"kind": "error", "text": "error[E0308]: mismatched types", "index": 6, "mentions": 2},
+                    {"kind": "command", "text": "cargo test -p parser", "index": 5, "mentions": 3}
+                ]
             }],
             "peak_tokens": 101000,
             "monitor": {
