@@ -7,6 +7,7 @@
 
 pub mod budget_note;
 pub mod calibration;
+pub mod candidates;
 pub mod compact;
 pub mod format;
 pub mod hash;

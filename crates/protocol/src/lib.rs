@@ -9,6 +9,7 @@
 
 pub mod aliases;
 pub mod assembly;
+pub mod candidates;
 pub mod config;
 pub mod errors;
 pub mod expand;
@@ -23,6 +24,12 @@ pub mod summary;
 pub use assembly::{
     Calibration, CalibrationSample, PromptAssembly, PromptBudget, PromptSection, ProviderUsage, PruneReport,
     RequestFocus, SectionReport, UsageParams,
+};
+pub use candidates::{
+    Candidate, CandidateEvidence, CandidateKind, CandidateState, CandidatesEvaluate, CandidatesFeedback,
+    CandidatesList, CandidatesObserve, CandidatesRemove, EvaluateParams, EvaluateResult, FeedbackOutcome,
+    FeedbackParams, FeedbackResult, ListParams, ListResult, ObserveEvidence, ObserveParams, ObserveResult,
+    RejectedEntry, RemoveParams, RemoveResult, StateChange,
 };
 pub use config::{Config, ContextMode, OffloadNoticePath};
 pub use errors::ErrorCode;

@@ -1,0 +1,68 @@
+//! The candidates section's text, and the bytes a candidate is signed over.
+
+use satchel_protocol::{Candidate, CandidateEvidence};
+use serde_json::Value;
+
+/// Longest evidence part (failure, fix, note) shown in the prompt, in characters.
+pub const EVIDENCE_CHARS: usize = 120;
+
+/// The text of the `candidates` section: a heading, then one bullet per candidate, in the
+/// order given, `- [id] text`, and under it the latest evidence that has a failure or a fix
+/// (`after: <failure> → fix: <fix>`) or else a note. Empty when there is none to inject.
+pub fn prompt_text(candidates: &[&Candidate]) -> String {
+    if candidates.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "# Learned Candidates\n\nLessons and rules learned in earlier sessions; report whether one helped with `candidates.feedback`.\n",
+    );
+    for c in candidates {
+        out.push_str(&format!("\n- [{}] {}", c.id, one_line(&c.text, usize::MAX)));
+        if let Some(line) = evidence_line(c) {
+            out.push_str(&format!("\n  {line}"));
+        }
+    }
+    out
+}
+
+fn evidence_line(c: &Candidate) -> Option<String> {
+    let part = |s: &Option<String>| {
+        s.as_deref()
+            .map(|s| one_line(s, EVIDENCE_CHARS))
+            .filter(|s| !s.is_empty())
+    };
+    let latest = |f: &dyn Fn(&CandidateEvidence) -> bool| c.evidence.iter().rev().find(|e| f(e));
+    if let Some(e) = latest(&|e| part(&e.failure).is_some() || part(&e.fix).is_some()) {
+        return Some(match (part(&e.failure), part(&e.fix)) {
+            (Some(failure), Some(fix)) => format!("after: {failure} → fix: {fix}"),
+            (Some(failure), None) => format!("after: {failure}"),
+            (_, fix) => format!("fix: {}", fix.unwrap_or_default()),
+        });
+    }
+    latest(&|e| part(&e.note).is_some())
+        .and_then(|e| part(&e.note))
+        .map(|n| format!("note: {n}"))
+}
+
+/// Whitespace collapsed to single spaces, cut at `max` characters with `…`.
+fn one_line(s: &str, max: usize) -> String {
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() <= max {
+        return joined;
+    }
+    let mut cut: String = joined.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// The exact bytes a candidate's HMAC is computed over: the candidate serialised by serde as
+/// compact JSON (no whitespace, no trailing newline) with the keys of every object sorted
+/// (byte order) at every depth, arrays in their order, absent options left out (as serde writes
+/// them) and `score` as serde_json prints an `f64` (shortest round-trip form). The workspace
+/// enables serde_json's `preserve_order`, so a `Value`'s map keeps insertion order and the keys
+/// are sorted here explicitly rather than relied on.
+pub fn canonical_bytes(c: &Candidate) -> Vec<u8> {
+    let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
+    v.sort_all_objects();
+    serde_json::to_vec(&v).unwrap_or_default()
+}
