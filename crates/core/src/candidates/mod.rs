@@ -45,12 +45,15 @@ mod text;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use satchel_protocol::{Candidate, CandidateEvidence, CandidateState, FeedbackOutcome, ObserveParams, StateChange};
 
-pub use prompt::{canonical_bytes, prompt_text};
+pub use prompt::{canonical_bytes, section_text};
 pub use text::{jaccard, tokens};
 
-/// Source type and section key of the candidates section.
-pub const SECTION_KEY: &str = "candidates";
-/// Its priority (AceClaw's base priority for `candidates`).
+/// Source type of the candidates' sections (the focus boost's `candidates` row: +6 when an
+/// active symbol is in the text).
+pub const SOURCE_TYPE: &str = "candidates";
+/// A candidate's section key is this prefix and its id (`candidate:k3`).
+pub const SECTION_KEY_PREFIX: &str = "candidate:";
+/// Their priority (AceClaw's base priority for `candidates`).
 pub const SECTION_PRIORITY: i64 = 54;
 
 /// Token Jaccard similarity at or above which an observation merges into a candidate.

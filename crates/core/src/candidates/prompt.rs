@@ -6,21 +6,21 @@ use serde_json::Value;
 /// Longest evidence part (failure, fix, note) shown in the prompt, in characters.
 pub const EVIDENCE_CHARS: usize = 120;
 
-/// The text of the `candidates` section: a heading, then one bullet per candidate, in the
-/// order given, `- [id] text`, and under it the latest evidence that has a failure or a fix
-/// (`after: <failure> → fix: <fix>`) or else a note. Empty when there is none to inject.
-pub fn prompt_text(candidates: &[&Candidate]) -> String {
-    if candidates.is_empty() {
-        return String::new();
+/// One candidate as its own prompt section (the engine assembles one section per candidate, so
+/// the request focus boosts and the budget cuts each on its own): `[id] text`, its latest
+/// evidence, and the files and symbols it applies to, which the focus boost matches.
+pub fn section_text(c: &Candidate) -> String {
+    let mut out = format!("Learned [{}]: {}", c.id, one_line(&c.text, usize::MAX));
+    if let Some(line) = evidence_line(c) {
+        out.push_str(&format!("\n  {line}"));
     }
-    let mut out = String::from(
-        "# Learned Candidates\n\nLessons and rules learned in earlier sessions; report whether one helped with `candidates.feedback`.\n",
-    );
-    for c in candidates {
-        out.push_str(&format!("\n- [{}] {}", c.id, one_line(&c.text, usize::MAX)));
-        if let Some(line) = evidence_line(c) {
-            out.push_str(&format!("\n  {line}"));
-        }
+    let scope: Vec<String> = [("files", &c.files), ("symbols", &c.symbols)]
+        .into_iter()
+        .filter(|(_, list)| !list.is_empty())
+        .map(|(name, list)| format!("{name} {}", list.join(", ")))
+        .collect();
+    if !scope.is_empty() {
+        out.push_str(&format!("\n  applies to: {}", scope.join("; ")));
     }
     out
 }

@@ -287,26 +287,25 @@ fn feedback_counts_and_refreshes() {
 }
 
 #[test]
-fn prompt_text_lists_the_candidates_with_their_evidence() {
+fn a_section_shows_the_candidate_its_evidence_and_its_scope() {
     let mut lesson = cand("c1", InUse, (1, 0, 0), 0);
     lesson.text = "Run `cargo fmt --all`\nbefore clippy.".into();
     lesson.evidence[0].failure = Some("clippy -D warnings failed on formatting".into());
     lesson.evidence[0].fix = Some("cargo fmt --all".into());
+    lesson.files = vec!["src/lib.rs".into()];
+    lesson.symbols = vec!["Parser".into(), "Lexer".into()];
     let mut rule = cand("c2", Promoted, (2, 0, 0), 0);
     rule.evidence[0].note = Some("the user asked twice".into());
     let plain = cand("c3", Promoted, (2, 0, 0), 0);
-    insta::assert_snapshot!(prompt_text(&[&lesson, &rule, &plain]), @r"
-    # Learned Candidates
-
-    Lessons and rules learned in earlier sessions; report whether one helped with `candidates.feedback`.
-
-    - [c1] Run `cargo fmt --all` before clippy.
+    let text = [&lesson, &rule, &plain].map(section_text).join("\n");
+    insta::assert_snapshot!(text, @r"
+    Learned [c1]: Run `cargo fmt --all` before clippy.
       after: clippy -D warnings failed on formatting → fix: cargo fmt --all
-    - [c2] rule c2
+      applies to: files src/lib.rs; symbols Parser, Lexer
+    Learned [c2]: rule c2
       note: the user asked twice
-    - [c3] rule c3
+    Learned [c3]: rule c3
     ");
-    assert_eq!(prompt_text(&[]), "");
 }
 
 #[test]
