@@ -559,7 +559,7 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new("sh")
+        let child = std::process::Command::new("sh")
             .arg("-c")
             .arg("umask 000 && exec \"$0\" \"$@\"")
             .arg(std::env::current_exe().unwrap())
@@ -570,9 +570,14 @@ mod tests {
                 "1",
             ])
             .env(UMASK_CHILD, dir.path())
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success());
+        assert!(
+            child.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&child.stdout),
+            String::from_utf8_lossy(&child.stderr)
+        );
         assert_eq!(
             mode(&dir.path().join("control")),
             0o666,
