@@ -712,6 +712,23 @@ fn context_read_is_confined_to_the_workspace() {
 }
 
 #[test]
+fn context_read_refuses_the_signing_key_under_any_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    assert_alive(&mut d);
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("candidates.key"), "KEY-MATERIAL-0123456789abcdef012").unwrap();
+    std::os::unix::fs::symlink(keys.join("candidates.key"), dir.path().join("tool_result/k.txt")).unwrap();
+    for path in ["keys/candidates.key", "./keys/candidates.key", "tool_result/k.txt"] {
+        let error = d.call_err("context.read", json!({"path": path}));
+        assert_eq!(error_code(&error), -32002, "{path}: {error}");
+        assert!(!error.to_string().contains("KEY-MATERIAL"), "{error}");
+    }
+    d.shutdown();
+}
+
+#[test]
 fn context_read_serves_offloaded_files_by_line_and_byte() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);

@@ -51,7 +51,9 @@ impl RpcError {
             EngineError::SummarizeFailed(_) => ErrorCode::SummarizeFailed,
             EngineError::Cancelled => ErrorCode::RequestCancelled,
             EngineError::ResultTooLarge { .. } => ErrorCode::ResponseTooLarge,
-            EngineError::Storage(StorageError::OutsideWorkspace(_)) => ErrorCode::PathOutsideWorkspace,
+            EngineError::Storage(StorageError::OutsideWorkspace(_) | StorageError::Private(_)) => {
+                ErrorCode::PathOutsideWorkspace
+            }
             EngineError::Storage(StorageError::NotFound(_)) => ErrorCode::FileNotFound,
             EngineError::Storage(
                 StorageError::InvalidSessionId(_) | StorageError::NotText(_) | StorageError::NotMemoryFile(_),

@@ -342,7 +342,7 @@ fn background_thread(lane: Lane) -> &'static mpsc::Sender<Work> {
 }
 
 /// Makes a rename or a file creation in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io("fsync dir", dir))
 }
 

@@ -21,6 +21,10 @@ pub enum StorageError {
     /// A client path that is not a memory file (`MEMORY.md` or `memory/**/*.md`).
     #[error("path {} is not a memory file: use MEMORY.md or a .md file under memory/", quoted(.0))]
     NotMemoryFile(String),
+    /// A client path names a file private to satchel (a secret key under `keys/`), which no
+    /// client call may read.
+    #[error("path {} is private to satchel (a secret key) and cannot be read", quoted(.0))]
+    Private(String),
     /// A file is not valid UTF-8 text.
     #[error("file {} is not UTF-8 text", quoted(.0))]
     NotText(String),
@@ -89,6 +93,7 @@ mod tests {
         for error in [
             StorageError::OutsideWorkspace(huge.clone()),
             StorageError::NotFound(huge.clone()),
+            StorageError::Private(huge.clone()),
             StorageError::NotText(huge.clone()),
             StorageError::InvalidSessionId(huge.clone()),
             StorageError::Io {

@@ -26,6 +26,12 @@ const SOCKET_FILE: &str = "satchel.sock";
 const DAEMON_FILE: &str = "daemon.json";
 /// The optional configuration file.
 const CONFIG_FILE: &str = "config.json";
+/// The signed store of learning candidates.
+const CANDIDATES_FILE: &str = "candidates.jsonl";
+/// Directory of the workspace's secret keys, which no client call may read.
+const KEYS_DIR: &str = "keys";
+/// The key that signs the candidates.
+const CANDIDATES_KEY_FILE: &str = "candidates.key";
 
 /// The paths of a workspace, absolute (under [`Layout::root`]) or, for the names shown to
 /// clients, workspace-relative (`*_rel`, always with `/`).
@@ -39,6 +45,9 @@ const CONFIG_FILE: &str = "config.json";
 /// ├── MEMORY.md                long-lived memory (decisions, preferences, facts)
 /// ├── memory/<date>.md         daily memory logs (and any other memory/**/*.md)
 /// ├── index/memory.sqlite      the memory search index, derived from the memory files
+/// ├── candidates.jsonl         learning candidates, each line HMAC-signed
+/// ├── keys/                    secret keys: never readable through a client call
+/// │   └── candidates.key       the workspace's key that signs candidates.jsonl
 /// └── run/                     the running daemon's files
 ///     ├── satchel.lock         held by the daemon that owns the workspace
 ///     ├── satchel.sock         its socket, unless `--socket PATH`
@@ -148,6 +157,22 @@ impl Layout {
         format!("{INDEX_DIR}/{MEMORY_INDEX_FILE}")
     }
 
+    /// `candidates.jsonl`: the learning candidates, one signed entry a line.
+    pub fn candidates_file(&self) -> PathBuf {
+        self.root.join(CANDIDATES_FILE)
+    }
+
+    /// `keys/`: the workspace's secret keys, which `context.read` and `memory.get` refuse
+    /// (see [`crate::Workspace::resolve_existing`]).
+    pub fn keys_dir(&self) -> PathBuf {
+        self.root.join(KEYS_DIR)
+    }
+
+    /// `keys/candidates.key`: the key that signs [`Layout::candidates_file`].
+    pub fn candidates_key(&self) -> PathBuf {
+        self.keys_dir().join(CANDIDATES_KEY_FILE)
+    }
+
     /// `run/`: the running daemon's files.
     pub fn run_dir(&self) -> PathBuf {
         self.root.join(RUN_DIR)
@@ -192,6 +217,9 @@ mod tests {
             ("memory daily", layout.memory_daily("2026-11-22")),
             ("index dir", layout.index_dir()),
             ("memory index", layout.memory_index()),
+            ("candidates", layout.candidates_file()),
+            ("keys dir", layout.keys_dir()),
+            ("candidates key", layout.candidates_key()),
             ("run dir", layout.run_dir()),
             ("lock", layout.lock_file()),
             ("socket", layout.socket()),
@@ -212,6 +240,9 @@ mod tests {
             ("memory daily", "memory/2026-11-22.md"),
             ("index dir", "index"),
             ("memory index", "index/memory.sqlite"),
+            ("candidates", "candidates.jsonl"),
+            ("keys dir", "keys"),
+            ("candidates key", "keys/candidates.key"),
             ("run dir", "run"),
             ("lock", "run/satchel.lock"),
             ("socket", "run/satchel.sock"),

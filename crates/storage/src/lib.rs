@@ -6,6 +6,8 @@
 //! - `sessions/<id>.jsonl`: one append-only log per session, so a restart (even after
 //!   `kill -9`) loses no session;
 //! - `dialog/<date>.jsonl`: the archive of compacted messages; `memory/<date>.md`: memory logs;
+//! - `candidates.jsonl`: learning candidates, each line HMAC-SHA256-signed with the
+//!   workspace's key `keys/candidates.key` (0600, never readable by a client call) ([`SignedStore`]);
 //! - `run/`: the lock, socket and discovery record of the daemon that owns the workspace;
 //! - `config.json`: optional configuration file.
 //!
@@ -28,6 +30,7 @@ mod memory;
 mod offload;
 pub mod perms;
 mod sessions;
+mod signed;
 mod workspace;
 
 pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload, EncodedLines};
@@ -40,4 +43,5 @@ pub use sessions::{
     CompactionBegun, CompactionInfo, Expansion, LogMark, PinRecord, PinTarget, SessionLog, SessionRecord, SessionStore,
     StoredMessage, StoredOffload,
 };
+pub use signed::{Loaded, Rejected, SignedStore, canonical_bytes};
 pub use workspace::Workspace;

@@ -49,13 +49,14 @@ pub(crate) fn make_private(file: &File, path: &Path) -> Result<(), StorageError>
 }
 
 /// The subdirectories of a workspace satchel writes into.
-fn own_dirs(layout: &Layout) -> [std::path::PathBuf; 6] {
+fn own_dirs(layout: &Layout) -> [std::path::PathBuf; 7] {
     [
         layout.sessions_dir(),
         layout.offload_dir(),
         layout.dialog_dir(Layout::default_dialog_path()),
         layout.memory_dir(),
         layout.index_dir(),
+        layout.keys_dir(),
         layout.run_dir(),
     ]
 }

@@ -17,7 +17,7 @@ impl Workspace {
     /// confinement checks compare real paths.
     ///
     /// Directories it creates are 0700 (files later 0600) whatever the umask; its own
-    /// subdirectories (`sessions`, `tool_result`, `dialog`, `memory`, `run`) must not be
+    /// subdirectories (`sessions`, `tool_result`, `dialog`, `memory`, `index`, `keys`, `run`) must not be
     /// symbolic links, and are tightened to 0700 if they are wider (see [`crate::perms`]).
     /// The first call in a process also arms the failpoints of `SATCHEL_FAILPOINTS`, if set.
     pub fn open(root: &Path) -> Result<Self, StorageError> {
@@ -52,6 +52,8 @@ impl Workspace {
     ///
     /// Rejects absolute paths and any `..` before touching the disk, then canonicalises and
     /// checks the prefix again, so a symlink inside the workspace cannot lead out of it.
+    /// Refuses the secret keys ([`StorageError::Private`]): anything under `keys/`, however
+    /// named (a symlink to it resolves there), and any hard link to the candidates key.
     pub fn resolve_existing(&self, rel: &str) -> Result<PathBuf, StorageError> {
         let candidate = Path::new(rel);
         let lexically_safe = !rel.is_empty()
@@ -69,7 +71,24 @@ impl Workspace {
         if !real.is_file() {
             return Err(StorageError::NotFound(rel.to_owned()));
         }
+        if self.is_secret(&real) {
+            return Err(StorageError::Private(rel.to_owned()));
+        }
         Ok(real)
+    }
+
+    /// Whether the canonical path `real` is a secret key: under `keys/`, or the key file
+    /// itself under another name (a hard link).
+    fn is_secret(&self, real: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        if real.starts_with(self.layout.keys_dir()) {
+            return true;
+        }
+        let identity = |path: &Path| fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+        match identity(&self.layout.candidates_key()) {
+            Some(key) => identity(real) == Some(key),
+            None => false,
+        }
     }
 
     /// Reads a workspace file named by a client as UTF-8 text.
@@ -132,6 +151,32 @@ mod tests {
             Err(StorageError::NotFound(_))
         ));
         assert!(matches!(ws.read_text("tool_result"), Err(StorageError::NotFound(_))));
+    }
+
+    #[test]
+    fn secret_keys_cannot_be_read_under_any_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        let key = ws.layout().candidates_key();
+        crate::perms::create_private_dir_all(&ws.layout().keys_dir()).unwrap();
+        fs::write(&key, "not a real key").unwrap();
+        fs::write(ws.layout().keys_dir().join("other.txt"), "x").unwrap();
+        std::os::unix::fs::symlink(&key, ws.root().join("tool_result/key-link.txt")).unwrap();
+        fs::hard_link(&key, ws.root().join("tool_result/key-hard.txt")).unwrap();
+        for secret in [
+            "keys/candidates.key",
+            "./keys/candidates.key",
+            "keys/other.txt",
+            "tool_result/key-link.txt",
+            "tool_result/key-hard.txt",
+        ] {
+            let error = ws.read_text(secret).unwrap_err();
+            assert!(matches!(error, StorageError::Private(_)), "{secret}: {error:?}");
+            assert!(!error.to_string().contains("not a real key"), "{error}");
+        }
+        assert!(matches!(ws.read_text("keys"), Err(StorageError::NotFound(_))));
+        fs::write(ws.layout().candidates_file(), "{}\n").unwrap();
+        assert_eq!(ws.read_text("candidates.jsonl").unwrap(), "{}\n");
     }
 
     #[test]
