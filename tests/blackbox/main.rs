@@ -13,6 +13,7 @@ mod assembly;
 mod basics;
 mod cache_prefix;
 mod campaigns;
+mod candidates;
 mod cli;
 mod compaction;
 mod conformance;

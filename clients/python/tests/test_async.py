@@ -93,6 +93,19 @@ def test_sections_usage_and_calibration(satchel_bin: str, workspace: Path, log_f
     asyncio.run(main())
 
 
+def test_candidates_observe_evaluate_list(satchel_bin: str, workspace: Path, log_file: Path) -> None:
+    async def main() -> None:
+        async with AsyncClient.spawn(satchel_bin, workspace, stderr=log_file) as client:
+            evidence = {"failure": "pytest failed: no module named yaml", "fix": "pip install pyyaml"}
+            observed = await client.candidates_observe("Install pyyaml before the tests", "lesson", evidence=evidence)
+            (change,) = (await client.candidates_evaluate())["changes"]
+            assert (change["id"], change["to"]) == (observed["candidate"]["id"], "promoted")
+            (listed,) = (await client.candidates_list(state="promoted"))["candidates"]
+            assert listed["evidence"][0]["fix"] == "pip install pyyaml"
+
+    asyncio.run(main())
+
+
 def test_call_timeout_cancels_the_call(satchel_bin: str, workspace: Path, log_file: Path) -> None:
     async def main() -> None:
         release = asyncio.Event()

@@ -164,6 +164,34 @@ def test_prepare_assembles_sections_and_takes_usage(client: Client) -> None:
     assert inspected["detail"]["original_content"] == PROMPT_SECTIONS[1]["content"]
 
 
+def test_a_learned_lesson_is_promoted_and_injected(client: Client) -> None:
+    lesson = "Run `cargo fmt --all` before `cargo clippy`: clippy -D warnings fails on unformatted code"
+    observed = client.candidates_observe(
+        lesson,
+        "lesson",
+        symbols=["ParserConfig"],
+        evidence={"failure": "cargo clippy -- -D warnings failed", "fix": "cargo fmt --all"},
+    )
+    candidate = observed["candidate"]
+    assert (candidate["state"], candidate["text"], observed["merged"]) == ("shadow", lesson, False)
+    assert client.candidates_list(state="promoted")["candidates"] == []
+
+    # A failure and its fix make one observation promotable.
+    (change,) = client.candidates_evaluate()["changes"]
+    assert (change["id"], change["from"], change["to"]) == (candidate["id"], "shadow", "promoted")
+    listed = client.candidates_list(state="promoted")
+    assert [c["id"] for c in listed["candidates"]] == [candidate["id"]] and listed["rejected"] == []
+
+    # The next request's system prompt carries it.
+    question = {"role": "user", "content": "Why does `ParserConfig` fail to build?"}
+    result = client.prepare("learned", messages=[question], system="Be careful.")
+    assert result["prompt"]["injectedCandidateIds"] == [candidate["id"]]
+    assert lesson in result["system"]
+    assert client.candidates_feedback(candidate["id"], "success")["candidate"]["successes"] == 1
+    assert client.candidates_remove(candidate["id"]) == {"removed": True}
+    assert client.candidates_list()["candidates"] == []
+
+
 def test_usage_notification_and_request_calibrate(client: Client) -> None:
     result = client.prepare("usage", messages=[{"role": "user", "content": "Hello there, how are you?"}])
     counted = result["tokens"]["total"]

@@ -33,6 +33,11 @@ METHODS = {
     "memory.search": "memory_search",
     "memory.merge": "memory_merge",
     "memory.status": "memory_status",
+    "candidates.observe": "candidates_observe",
+    "candidates.feedback": "candidates_feedback",
+    "candidates.list": "candidates_list",
+    "candidates.evaluate": "candidates_evaluate",
+    "candidates.remove": "candidates_remove",
 }
 
 #: TypedDicts of server->client traffic, which openrpc.json does not describe.

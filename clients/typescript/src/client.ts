@@ -11,6 +11,16 @@ import { ConnectionClosed, OutcomeUnknown, RequestCancelled, SatchelError, Spawn
 import type {
   Calibration,
   ChatMessage,
+  EvaluateParams,
+  EvaluateResult,
+  FeedbackParams,
+  FeedbackResult,
+  ListParams,
+  ListResult,
+  ObserveParams,
+  ObserveResult,
+  RemoveParams,
+  RemoveResult,
   CompactParams,
   ExpandParams,
   ExpandResult,
@@ -328,6 +338,40 @@ export class SatchelClient {
   /** `memory.status`: the index, the search modes that are on, the watcher, the embedding backend, the next merge. */
   memoryStatus(params: MemoryStatusParams = {}, options?: CallOptions): Promise<MemoryStatusResult> {
     return this.call('memory.status', params, options);
+  }
+
+  // ---- learning candidates: lessons and rules learned from the work, in the workspace's signed store ----
+
+  /**
+   * `candidates.observe`: records a lesson or rule, merged into a similar recent candidate of the
+   * same kind or a new `shadow` one. `evidence` with a `failure` and its `fix` makes a single
+   * observation promotable; `files` and `symbols` boost it when a request names them.
+   */
+  candidatesObserve(params: ObserveParams, options?: CallOptions): Promise<ObserveResult> {
+    return this.call('candidates.observe', params, options);
+  }
+
+  /** `candidates.feedback`: whether following candidate `id` (`c1`) helped (`success`) or not (`failure`). */
+  candidatesFeedback(params: FeedbackParams, options?: CallOptions): Promise<FeedbackResult> {
+    return this.call('candidates.feedback', params, options);
+  }
+
+  /** `candidates.list`: the candidates (only those in `state` when given) and the store lines rejected on load. */
+  candidatesList(params: ListParams = {}, options?: CallOptions): Promise<ListResult> {
+    return this.call('candidates.list', params, options);
+  }
+
+  /**
+   * `candidates.evaluate`: runs the promotion, demotion, archive and retention gates now; resolves
+   * with the transitions and the ids removed. Promoted candidates are sections of the next prompts.
+   */
+  candidatesEvaluate(params: EvaluateParams = {}, options?: CallOptions): Promise<EvaluateResult> {
+    return this.call('candidates.evaluate', params, options);
+  }
+
+  /** `candidates.remove`: removes a candidate; `removed` is false when none had that id. */
+  candidatesRemove(params: RemoveParams, options?: CallOptions): Promise<RemoveResult> {
+    return this.call('candidates.remove', params, options);
   }
 
   /**

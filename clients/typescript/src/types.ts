@@ -35,6 +35,15 @@ export type OffloadNoticePath = 'absolute' | 'relative';
 export type SearchMode = 'auto' | 'bm25' | 'vector' | 'hybrid';
 /** Which ranking found a `memory.search` result. */
 export type HitSource = 'bm25' | 'vector' | 'hybrid';
+/** What a learning candidate is. */
+export type CandidateKind = 'lesson' | 'rule' | 'preference' | 'correction';
+/**
+ * Where a learning candidate is in its lifecycle: `shadow` (never injected), `promoted` and
+ * `in_use` (injected into the system prompt), `archived`, `demoted` (cooling down).
+ */
+export type CandidateState = 'shadow' | 'promoted' | 'in_use' | 'archived' | 'demoted';
+/** Whether following a candidate helped (`candidates.feedback`). */
+export type FeedbackOutcome = 'success' | 'failure';
 
 /** Configuration keys; in a request every key is an optional override. */
 export interface Config {
@@ -133,6 +142,10 @@ export interface Config {
   embedding_timeout_secs?: number;
   /** Directory of a local sentence-embedding model (needs the `local-embeddings` build). */
   embedding_model_path?: string;
+  /** Learning candidates (`candidates.*`): promoted ones are sections of the system prompt (source type `candidates`). */
+  candidates_enabled?: boolean;
+  /** A compaction's new lessons (a failure and what fixed it) are observed as candidates. */
+  candidates_from_compaction?: boolean;
 }
 
 export interface ClientCapabilities {
@@ -505,6 +518,8 @@ export interface PromptAssembly {
   sections: SectionReport[];
   /** Set when the protected sections alone exceed the budget (they are sent whole anyway). */
   overBudget?: string | null;
+  /** Learned candidates (`candidates.*`) whose sections this prompt includes. */
+  injectedCandidateIds?: string[];
 }
 
 export interface CalibrationSample {
@@ -647,8 +662,11 @@ export interface InspectResult {
   truncatedSectionKeys?: string[];
   sections?: SectionReport[];
   overBudget?: string | null;
+  injectedCandidateIds?: string[];
   /** The section named by `detail_key`. */
   detail?: SectionDetail | null;
+  /** Lines of the workspace's candidate store that were skipped (bad signature, unparsable): never used. */
+  rejected_candidates?: RejectedEntry[];
 }
 
 /** `context.usage`: the provider's input tokens for the session's last `context.prepare`. */
@@ -823,6 +841,126 @@ export interface MemoryStatusResult {
   next_merge?: string | null;
 }
 
+// ---- learning candidates: `candidates.*` (the workspace's signed store of lessons and rules) ----
+
+/** The evidence of an observation: a `failure` and its `fix` make a single observation promotable. */
+export interface ObserveEvidence {
+  failure?: string | null;
+  fix?: string | null;
+  note?: string | null;
+}
+
+export interface ObserveParams {
+  /** The lesson or rule, short and imperative. */
+  text: string;
+  kind: CandidateKind;
+  tags?: string[];
+  /** Files it applies to (request focus boosts it when one is active). */
+  files?: string[];
+  /** Symbols it applies to (request focus boosts it when one is active). */
+  symbols?: string[];
+  evidence?: ObserveEvidence | null;
+  /** The session it was observed in. */
+  session_id?: string | null;
+}
+
+/** One observation's evidence. */
+export interface CandidateEvidence {
+  /** RFC 3339. */
+  at: string;
+  session_id?: string | null;
+  failure?: string | null;
+  fix?: string | null;
+  note?: string | null;
+}
+
+/** A learning candidate; promoted ones are sections of the system prompt (key `candidate:<id>`). */
+export interface Candidate {
+  /** Stable id (`c1`), taken by `candidates.feedback` and `candidates.remove`. */
+  id: string;
+  text: string;
+  kind: CandidateKind;
+  tags?: string[];
+  files?: string[];
+  symbols?: string[];
+  /** The session of its first observation. */
+  source_session?: string | null;
+  /** Oldest first (the most recent ones are kept). */
+  evidence?: CandidateEvidence[];
+  state: CandidateState;
+  /** Effective score as of the last observe, feedback or evaluate. */
+  score: number;
+  observations: number;
+  successes: number;
+  failures: number;
+  created_at: string;
+  last_seen_at: string;
+  state_since: string;
+  /** End of the cooldown of a `demoted` candidate (RFC 3339). */
+  cooldown_until?: string | null;
+}
+
+export interface ObserveResult {
+  candidate: Candidate;
+  /** True when the observation was merged into a similar recent candidate of the same kind. */
+  merged: boolean;
+}
+
+export interface FeedbackParams {
+  id: string;
+  outcome: FeedbackOutcome;
+}
+
+export interface FeedbackResult {
+  candidate: Candidate;
+}
+
+export interface ListParams {
+  /** Only the candidates in this state; all when absent. */
+  state?: CandidateState | null;
+}
+
+/** A line of the candidate store that was not loaded (bad signature, unparsable). */
+export interface RejectedEntry {
+  /** 1-based. */
+  line: number;
+  reason: string;
+}
+
+export interface ListResult {
+  /** In store order. */
+  candidates: Candidate[];
+  rejected: RejectedEntry[];
+}
+
+/** `candidates.evaluate` takes no params. */
+export interface EvaluateParams {}
+
+/** One lifecycle transition. */
+export interface StateChange {
+  id: string;
+  from: CandidateState;
+  to: CandidateState;
+  /** Why, with the numbers, e.g. `2 observations, score 2.00 >= 2.00`. */
+  reason: string;
+}
+
+export interface EvaluateResult {
+  /** In store order. */
+  changes: StateChange[];
+  /** Ids of the candidates removed after the idle days. */
+  removed: string[];
+}
+
+export interface RemoveParams {
+  id: string;
+}
+
+export interface RemoveResult {
+  /** False when no candidate had that id. */
+  removed: boolean;
+}
+
 /** Method name → [params, result]. */
 export interface Methods {
   initialize: [InitializeParams, InitializeResult];
@@ -843,6 +981,11 @@ export interface Methods {
   'memory.search': [MemorySearchParams, MemorySearchResult];
   'memory.merge': [MemoryMergeParams, MemoryMergeResult];
   'memory.status': [MemoryStatusParams, MemoryStatusResult];
+  'candidates.observe': [ObserveParams, ObserveResult];
+  'candidates.feedback': [FeedbackParams, FeedbackResult];
+  'candidates.list': [ListParams, ListResult];
+  'candidates.evaluate': [EvaluateParams, EvaluateResult];
+  'candidates.remove': [RemoveParams, RemoveResult];
 }
 
 /** `summarizer.complete`, a request satchel sends to the client (not in openrpc.json). */
@@ -874,7 +1017,8 @@ export const METHODS = exact<keyof Methods>()([
   'initialize', 'context.prepare', 'context.compact', 'context.read', 'context.inspect',
   'context.sessions', 'context.watch', 'context.usage', 'context.expand', 'context.pin',
   'context.unpin', 'context.purge', 'memory.write', 'memory.append', 'memory.get',
-  'memory.search', 'memory.merge', 'memory.status',
+  'memory.search', 'memory.merge', 'memory.status', 'candidates.observe', 'candidates.feedback', 'candidates.list',
+  'candidates.evaluate', 'candidates.remove',
 ]);
 
 /** Fields of every object schema in openrpc.json (params, results and `$defs`), `?` = optional. */
@@ -903,6 +1047,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'memory_merge_days?', 'embedding_backend?', 'embedding_base_url?', 'embedding_api_key_env?',
     'embedding_model_name?', 'embedding_dimensions?', 'embedding_cache_enabled?', 'embedding_max_cache_size?',
     'embedding_max_input_length?', 'embedding_max_batch_size?', 'embedding_timeout_secs?', 'embedding_model_path?',
+    'candidates_enabled?', 'candidates_from_compaction?',
   ]),
   PrepareParams: fields<PrepareParams>()([
     'session_id', 'messages?', 'append?', 'expect_messages?', 'format?', 'system?', 'sections?', 'usage?', 'memory?',
@@ -920,7 +1065,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ]),
   PromptAssembly: fields<PromptAssembly>()([
     'sessionId', 'totalChars', 'estimatedTokens', 'contextWindowTokens', 'systemPromptSharePct', 'requestFocus', 'budget',
-    'truncatedSectionKeys', 'sections', 'overBudget?',
+    'truncatedSectionKeys', 'sections', 'overBudget?', 'injectedCandidateIds?',
   ]),
   RequestFocus: fields<RequestFocus>()(['querySummary', 'activeFilePaths', 'activeSymbols', 'planSignals']),
   PromptBudget: fields<PromptBudget>()(['maxPerTierChars', 'maxTotalChars', 'budgetTokensEstimate']),
@@ -975,7 +1120,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'session_id', 'format?', 'loaded', 'tokens', 'message_tokens', 'config_overrides', 'pressure', 'messages',
     'archived_messages', 'summary?', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
     'totalChars?', 'estimatedTokens?', 'contextWindowTokens?', 'systemPromptSharePct?', 'requestFocus?', 'budget?',
-    'truncatedSectionKeys?', 'sections?', 'overBudget?', 'detail?',
+    'truncatedSectionKeys?', 'sections?', 'overBudget?', 'injectedCandidateIds?', 'detail?', 'rejected_candidates?',
   ]),
   MessageRoleTokens: fields<MessageRoleTokens>()(['user', 'assistant', 'tool_results']),
   OffloadedResult: fields<OffloadedResult>()([
@@ -1011,6 +1156,24 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   MemoryMergeResult: fields<MemoryMergeResult>()(['merged', 'added', 'duplicates', 'backup?', 'summarizer', 'warnings?']),
   MemoryStatusParams: fields<MemoryStatusParams>()([]),
   MemoryStatusResult: fields<MemoryStatusResult>()(['index_path', 'modes', 'index', 'watcher', 'embedding', 'next_merge?']),
+  ObserveParams: fields<ObserveParams>()(['text', 'kind', 'tags?', 'files?', 'symbols?', 'evidence?', 'session_id?']),
+  ObserveEvidence: fields<ObserveEvidence>()(['failure?', 'fix?', 'note?']),
+  ObserveResult: fields<ObserveResult>()(['candidate', 'merged']),
+  Candidate: fields<Candidate>()([
+    'id', 'text', 'kind', 'tags?', 'files?', 'symbols?', 'source_session?', 'evidence?', 'state', 'score', 'observations',
+    'successes', 'failures', 'created_at', 'last_seen_at', 'state_since', 'cooldown_until?',
+  ]),
+  CandidateEvidence: fields<CandidateEvidence>()(['at', 'session_id?', 'failure?', 'fix?', 'note?']),
+  FeedbackParams: fields<FeedbackParams>()(['id', 'outcome']),
+  FeedbackResult: fields<FeedbackResult>()(['candidate']),
+  ListParams: fields<ListParams>()(['state?']),
+  ListResult: fields<ListResult>()(['candidates', 'rejected']),
+  RejectedEntry: fields<RejectedEntry>()(['line', 'reason']),
+  EvaluateParams: fields<EvaluateParams>()([]),
+  EvaluateResult: fields<EvaluateResult>()(['changes', 'removed']),
+  StateChange: fields<StateChange>()(['id', 'from', 'to', 'reason']),
+  RemoveParams: fields<RemoveParams>()(['id']),
+  RemoveResult: fields<RemoveResult>()(['removed']),
 };
 
 /** Fields of each variant of `Action`, by `kind`. */
@@ -1047,4 +1210,7 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   OffloadNoticePath: exact<OffloadNoticePath>()(['absolute', 'relative']),
   SearchMode: exact<SearchMode>()(['auto', 'bm25', 'vector', 'hybrid']),
   HitSource: exact<HitSource>()(['bm25', 'vector', 'hybrid']),
+  CandidateKind: exact<CandidateKind>()(['lesson', 'rule', 'preference', 'correction']),
+  CandidateState: exact<CandidateState>()(['shadow', 'promoted', 'in_use', 'archived', 'demoted']),
+  FeedbackOutcome: exact<FeedbackOutcome>()(['success', 'failure']),
 };

@@ -179,6 +179,39 @@ test('prepare with sections returns the assembled system prompt and its report',
   }
 });
 
+test('candidates: an observed lesson with its failure and fix is promoted, listed and injected', async () => {
+  const client = spawnClient();
+  const lesson = 'Run `cargo fmt --all` before `cargo clippy`: clippy -D warnings fails on unformatted code';
+  try {
+    const observed = await client.candidatesObserve({
+      text: lesson,
+      kind: 'lesson',
+      symbols: ['ParserConfig'],
+      evidence: { failure: 'cargo clippy -- -D warnings failed', fix: 'cargo fmt --all' },
+    });
+    const { id } = observed.candidate;
+    assert.deepEqual([observed.candidate.state, observed.merged], ['shadow', false]);
+    assert.deepEqual((await client.candidatesList({ state: 'promoted' })).candidates, []);
+
+    // A failure and its fix make one observation promotable.
+    const evaluated = await client.candidatesEvaluate();
+    assert.deepEqual(evaluated.changes.map((c) => [c.id, c.from, c.to]), [[id, 'shadow', 'promoted']]);
+    const listed = await client.candidatesList({ state: 'promoted' });
+    assert.deepEqual([listed.candidates.map((c) => c.id), listed.rejected], [[id], []]);
+
+    // The next request's system prompt carries it.
+    const messages = [{ role: 'user', content: 'Why does `ParserConfig` fail to build?' }];
+    const res = await client.prepare({ session_id: 'learned', messages, system: 'Be careful.' });
+    assert.deepEqual(res.prompt?.injectedCandidateIds, [id]);
+    assert.ok(res.system.includes(lesson), res.system);
+    assert.equal((await client.candidatesFeedback({ id, outcome: 'success' })).candidate.successes, 1);
+    assert.deepEqual(await client.candidatesRemove({ id }), { removed: true });
+    assert.deepEqual((await client.candidatesList()).candidates, []);
+  } finally {
+    await client.close();
+  }
+});
+
 test('concurrent calls with Promise.all are matched to their replies', async () => {
   const client = spawnClient();
   await client.initialize();

@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use satchel_core::calibration::corrected;
+use satchel_core::candidates::SECTION_KEY_PREFIX;
 use satchel_core::hash::{MessageHash, text_hash};
 use satchel_core::prompt::{BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, newest_query};
 use satchel_core::tokens::TokenCounter;
@@ -139,7 +140,19 @@ pub(crate) fn report(
         truncated_section_keys: built.assembled.truncated_section_keys.clone(),
         sections: built.assembled.sections.iter().map(|s| s.report.clone()).collect(),
         over_budget: built.assembled.over_budget.clone(),
+        injected_candidate_ids: injected_candidates(built),
     }
+}
+
+/// The ids of the learned candidates whose sections `built` includes.
+pub(crate) fn injected_candidates(built: &BuiltPrompt<'_>) -> Vec<String> {
+    built
+        .assembled
+        .sections
+        .iter()
+        .filter(|s| s.report.included)
+        .filter_map(|s| s.report.key.strip_prefix(SECTION_KEY_PREFIX).map(str::to_owned))
+        .collect()
 }
 
 impl PromptState {

@@ -219,6 +219,17 @@ impl Engine {
         if config.memory_enabled {
             self.remember(id, &begun, previous.as_ref(), session.summary(), phase0.as_ref());
         }
+        if config.candidates_enabled && config.candidates_from_compaction {
+            let known = previous.as_ref().map_or(&[][..], |p| &p.lessons[..]);
+            let new: Vec<String> = begun
+                .summary
+                .lessons
+                .iter()
+                .filter(|l| !known.contains(l))
+                .cloned()
+                .collect();
+            self.observe_lessons(id, &new);
+        }
         session.compactions.push(CompactionInfo {
             begun,
             range: Some(range),

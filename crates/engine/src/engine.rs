@@ -7,6 +7,7 @@ use satchel_protocol::Config;
 use satchel_storage::{DialogArchive, MemoryFiles, OffloadStore, SessionStore, StorageError, Workspace};
 
 use crate::call::CallToken;
+use crate::candidates::Candidates;
 use crate::clock::{Clock, IdSource, RandomIds, SystemClock};
 use crate::error::EngineError;
 use crate::live::{LiveLimits, LiveSessions, Ticket};
@@ -33,6 +34,8 @@ pub struct Engine {
     pub(crate) ids: Arc<dyn IdSource>,
     /// When idle sessions are next looked for (clock milliseconds).
     next_idle_sweep_ms: AtomicI64,
+    /// The learning candidates of the workspace, loaded on first use.
+    pub(crate) candidates: Candidates,
 }
 
 impl Engine {
@@ -60,6 +63,7 @@ impl Engine {
             clock,
             ids,
             next_idle_sweep_ms: AtomicI64::new(0),
+            candidates: Candidates::default(),
         })
     }
 

@@ -12,6 +12,7 @@
 //!
 //! - [`engine`]: the [`Engine`] and the transaction every session call runs in.
 //! - [`live`]: sessions in memory, the per-session queue of calls, eviction.
+//! - `candidates`: learning candidates in the signed store, and their prompt sections.
 //! - `prepare`, `ingest`, `usage`, `compact`, `expand`, `recovery`, `queries`: one call or
 //!   stage each; `inspection`: what inspect derives from a session (tokens by role, offload
 //!   savings).
@@ -22,6 +23,7 @@
 
 mod assembly;
 pub mod call;
+mod candidates;
 pub mod clock;
 mod compact;
 pub mod engine;

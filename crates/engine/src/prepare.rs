@@ -113,6 +113,14 @@ impl Engine {
         let mut actions = Vec::new();
         let started = self.clock.now();
         let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
+        if config.candidates_enabled {
+            match self.candidate_sections() {
+                Ok(sections) if !sections.is_empty() => extras.sections.get_or_insert_with(Vec::new).extend(sections),
+                Ok(_) => {}
+                // Learned hints are an extra: a store that cannot be read leaves them out.
+                Err(e) => tracing::warn!(session = %id, "learning candidates left out of the prompt: {e}"),
+            }
+        }
         if config.budget_section_enabled {
             extras
                 .sections
@@ -217,6 +225,11 @@ impl Engine {
         }
         session.expansion = None;
         remember_request(session, output_hashes, request.extras, &result.tokens);
+        if let Some(prompt) = &prompt
+            && let Err(e) = self.candidates_injected(&assembly::injected_candidates(&prompt.built))
+        {
+            tracing::warn!(session = %id, "could not mark learning candidates in use: {e}");
+        }
         session.requests.last_prompt = prompt;
         // After `last_usage`: the event carries this call's numbers, not the previous call's.
         let event: ContextEvent = event_of(id, session, EventKind::Prepare, &result.actions);

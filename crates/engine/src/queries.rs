@@ -58,6 +58,7 @@ impl Engine {
                 summary: session.summary().cloned(),
                 offloaded: inspection::offloaded(session, config),
                 pins: session.pins.infos(),
+                rejected_candidates: self.rejected_candidates(),
                 compactions: session
                     .compactions
                     .iter()

@@ -125,6 +125,9 @@ pub struct PromptAssembly {
     /// Set when the protected sections alone exceed the budget: they are sent whole anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over_budget: Option<String>,
+    /// Learned candidates (`candidates.*`) whose sections this prompt includes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected_candidate_ids: Vec<String>,
 }
 
 /// The provider's real usage of a request, as the client read it from the API response.

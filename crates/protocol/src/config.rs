@@ -197,6 +197,12 @@ pub struct Config {
     /// how `context.expand` gets it back. Its numbers are rounded (5 % of the window) so the
     /// system prompt changes only every few calls.
     pub budget_section_enabled: bool,
+    /// Learning candidates (`candidates.*`): promoted ones are assembled into the system
+    /// prompt as sections (source type `candidates`, priority 54, boosted when the newest user
+    /// message names one of their symbols).
+    pub candidates_enabled: bool,
+    /// A compaction's new lessons (a failure and what fixed it) are observed as candidates.
+    pub candidates_from_compaction: bool,
     /// Sessions kept in memory at most; past it the least recently used idle one is dropped
     /// (its log stays, and the next call on it reloads it). Daemon-only: set in
     /// `<workspace>/config.json` or `SATCHEL_MAX_LIVE_SESSIONS`, never per request.
@@ -323,6 +329,8 @@ impl Default for Config {
             offload_retention_days: 5.0,
             offload_notice_path: OffloadNoticePath::Absolute,
             budget_section_enabled: false,
+            candidates_enabled: true,
+            candidates_from_compaction: true,
             max_live_sessions: 256,
             session_idle_secs: 1800.0,
             memory_index_enabled: true,

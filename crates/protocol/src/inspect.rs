@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::assembly::{Calibration, PromptAssembly, SectionReport};
-use crate::{CompactSummary, CompactionReport, MessageFormat, Method, Phase, PinInfo, Pressure, TokenUsage};
+use crate::{
+    CompactSummary, CompactionReport, MessageFormat, Method, Phase, PinInfo, Pressure, RejectedEntry, TokenUsage,
+};
 
 /// `context.inspect`: what satchel holds for a session and what it did.
 pub enum ContextInspect {}
@@ -147,6 +149,10 @@ pub struct InspectResult {
     /// The session's pins (`context.pin`), oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<PinInfo>,
+    /// Lines of the workspace's candidate store that were skipped (a signature that does not
+    /// match: edited by hand, or signed with another key; unsigned or malformed): never used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected_candidates: Vec<RejectedEntry>,
     /// Every compaction, oldest first.
     pub compactions: Vec<CompactionReport>,
     /// Largest request of this session since the daemon started.

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 pub use crate::assembly::ContextUsage;
 use crate::assembly::{PromptAssembly, PromptSection, ProviderUsage, PruneReport};
+use crate::candidates::{CandidatesEvaluate, CandidatesFeedback, CandidatesList, CandidatesObserve, CandidatesRemove};
 use crate::expand::ContextExpand;
 pub use crate::inspect::{
     ContextInspect, ContextMonitor, InspectParams, InspectResult, MessageRoleTokens, OffloadedResult, SectionDetail,
@@ -29,9 +30,9 @@ pub enum LockScope {
     /// capabilities, its subscriptions) and does not queue on any session; calls the
     /// connection sends after it see its effect.
     Connection,
-    /// The call changes the memory files and waits its turn on them: memory writes run one
-    /// at a time, in the order they arrived, and a search sent after one's reply finds what
-    /// it wrote.
+    /// The call changes long-term memory (the memory files, the learning candidates) and
+    /// waits its turn: such writes run one at a time, in the order they arrived, and a read
+    /// sent after one's reply finds what it wrote.
     Memory,
 }
 
@@ -67,7 +68,7 @@ impl LockScope {
                 "Changes only the calling connection's state and queues on no session; calls the connection sends after it see its effect."
             }
             LockScope::Memory => {
-                "Changes the memory files: memory writes run one at a time, in the order they arrived; a search sent after the reply finds what was written."
+                "Changes long-term memory (memory files, learning candidates): such writes run one at a time, in the order they arrived; a read sent after the reply finds what was written."
             }
         }
     }
@@ -145,6 +146,11 @@ method_table! {
     ContextPin: Session,
     ContextUnpin: Session,
     ContextPurge: Session,
+    CandidatesObserve: Memory,
+    CandidatesFeedback: Memory,
+    CandidatesList: Workspace,
+    CandidatesEvaluate: Memory,
+    CandidatesRemove: Memory,
     MemoryWrite: Memory,
     MemoryAppend: Memory,
     MemoryGet: Workspace,
@@ -888,6 +894,11 @@ mod tests {
             ("context.pin", LockScope::Session),
             ("context.unpin", LockScope::Session),
             ("context.purge", LockScope::Session),
+            ("candidates.observe", LockScope::Memory),
+            ("candidates.feedback", LockScope::Memory),
+            ("candidates.list", LockScope::Workspace),
+            ("candidates.evaluate", LockScope::Memory),
+            ("candidates.remove", LockScope::Memory),
             ("memory.write", LockScope::Memory),
             ("memory.append", LockScope::Memory),
             ("memory.get", LockScope::Workspace),

@@ -9,9 +9,10 @@ use jsonrpsee::core::RegisterMethodError;
 use jsonrpsee::types::{ErrorObjectOwned, Params};
 use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
-    ContextCompact, ContextExpand, ContextInspect, ContextPin, ContextPrepare, ContextPurge, ContextRead,
-    ContextSessions, ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet,
-    MemoryWrite, Method, MethodKind, SessionsParams,
+    CandidatesEvaluate, CandidatesFeedback, CandidatesList, CandidatesObserve, CandidatesRemove, ContextCompact,
+    ContextExpand, ContextInspect, ContextPin, ContextPrepare, ContextPurge, ContextRead, ContextSessions,
+    ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet, MemoryWrite, Method,
+    MethodKind, SessionsParams,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -174,6 +175,27 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
             }
             MethodKind::ContextPurge => {
                 register::<ContextPurge, _, _, _>(&mut module, |daemon, params, scope| daemon.purge(params, scope))
+            }
+            MethodKind::CandidatesObserve => {
+                register::<CandidatesObserve, _, _, _>(&mut module, |daemon, params, _| {
+                    daemon.candidates_observe(params)
+                })
+            }
+            MethodKind::CandidatesFeedback => {
+                register::<CandidatesFeedback, _, _, _>(&mut module, |daemon, params, _| {
+                    daemon.candidates_feedback(params)
+                })
+            }
+            MethodKind::CandidatesList => {
+                register::<CandidatesList, _, _, _>(&mut module, |daemon, params, _| daemon.candidates_list(params))
+            }
+            MethodKind::CandidatesEvaluate => {
+                register::<CandidatesEvaluate, _, _, _>(&mut module, |daemon, params, _| {
+                    daemon.candidates_evaluate(params)
+                })
+            }
+            MethodKind::CandidatesRemove => {
+                register::<CandidatesRemove, _, _, _>(&mut module, |daemon, params, _| daemon.candidates_remove(params))
             }
             MethodKind::ContextUsage => {
                 register::<ContextUsage, _, _, _>(&mut module, |daemon, params, scope| daemon.usage(params, scope))

@@ -16,6 +16,15 @@ from . import _protocol as P
 from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
     Calibration,
+    CandidateKind,
+    CandidateState,
+    EvaluateResult,
+    FeedbackOutcome,
+    FeedbackResult,
+    ListResult,
+    ObserveEvidence,
+    ObserveResult,
+    RemoveResult,
     CompactResult,
     ExpandRange,
     ExpandResult,
@@ -333,6 +342,56 @@ class AsyncClient(P.Handlers):
     async def memory_status(self) -> MemoryStatusResult:
         """``memory.status``: the index, search modes, watcher, embedding backend and next merge."""
         return await self.call("memory.status", {})
+
+    # --- learning candidates ----------------------------------------------------------------
+    # Short lessons and rules learned from the work (a failure and its fix), kept in the
+    # workspace's signed store; promoted ones are sections of the system prompt.
+
+    async def candidates_observe(
+        self,
+        text: str,
+        kind: CandidateKind,
+        tags: Optional[List[str]] = None,
+        files: Optional[List[str]] = None,
+        symbols: Optional[List[str]] = None,
+        evidence: Optional[ObserveEvidence] = None,
+        session_id: Optional[str] = None,
+    ) -> ObserveResult:
+        """``candidates.observe``: records a lesson or rule (``kind``: ``lesson``, ``rule``,
+        ``preference``, ``correction``), merged into a similar recent candidate of the same kind
+        or a new ``shadow`` one. ``evidence`` with a ``failure`` and its ``fix`` makes a single
+        observation promotable; ``files`` and ``symbols`` boost it when a request names them."""
+        return await self.call(
+            "candidates.observe",
+            P.without_none(
+                text=text,
+                kind=kind,
+                tags=tags,
+                files=files,
+                symbols=symbols,
+                evidence=evidence,
+                session_id=session_id,
+            ),
+        )
+
+    async def candidates_feedback(self, id: str, outcome: FeedbackOutcome) -> FeedbackResult:
+        """``candidates.feedback``: whether following candidate ``id`` (``c1``) helped
+        (``success``) or not (``failure``)."""
+        return await self.call("candidates.feedback", {"id": id, "outcome": outcome})
+
+    async def candidates_list(self, state: Optional[CandidateState] = None) -> ListResult:
+        """``candidates.list``: the candidates (only those in ``state`` when given) and the store
+        lines rejected on load (bad signature, unparsable)."""
+        return await self.call("candidates.list", P.without_none(state=state))
+
+    async def candidates_evaluate(self) -> EvaluateResult:
+        """``candidates.evaluate``: runs the promotion, demotion, archive and retention gates now;
+        returns the transitions and the ids removed."""
+        return await self.call("candidates.evaluate", {})
+
+    async def candidates_remove(self, id: str) -> RemoveResult:
+        """``candidates.remove``: removes candidate ``id``; ``removed`` is false when none had it."""
+        return await self.call("candidates.remove", {"id": id})
 
     async def set_summarizer(self, fn: Summarizer) -> InitializeResult:
         """Answers ``summarizer.complete`` with ``fn(messages, max_tokens)`` (sync or async) and

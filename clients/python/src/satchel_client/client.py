@@ -20,6 +20,15 @@ from . import _protocol as P
 from .errors import ConnectionClosed, RequestCancelled, error_from_response
 from .types import (
     Calibration,
+    CandidateKind,
+    CandidateState,
+    EvaluateResult,
+    FeedbackOutcome,
+    FeedbackResult,
+    ListResult,
+    ObserveEvidence,
+    ObserveResult,
+    RemoveResult,
     CompactResult,
     ExpandRange,
     ExpandResult,
@@ -359,6 +368,56 @@ class Client(P.Handlers):
         """``memory.status``: the index (files, chunks, size), the search modes that are on,
         the file watcher, the embedding backend and when the next daily merge runs."""
         return self.call("memory.status", {})
+
+    # --- learning candidates ----------------------------------------------------------------
+    # Short lessons and rules learned from the work (a failure and its fix), kept in the
+    # workspace's signed store; promoted ones are sections of the system prompt.
+
+    def candidates_observe(
+        self,
+        text: str,
+        kind: CandidateKind,
+        tags: Optional[List[str]] = None,
+        files: Optional[List[str]] = None,
+        symbols: Optional[List[str]] = None,
+        evidence: Optional[ObserveEvidence] = None,
+        session_id: Optional[str] = None,
+    ) -> ObserveResult:
+        """``candidates.observe``: records a lesson or rule (``kind``: ``lesson``, ``rule``,
+        ``preference``, ``correction``), merged into a similar recent candidate of the same kind
+        or a new ``shadow`` one. ``evidence`` with a ``failure`` and its ``fix`` makes a single
+        observation promotable; ``files`` and ``symbols`` boost it when a request names them."""
+        return self.call(
+            "candidates.observe",
+            P.without_none(
+                text=text,
+                kind=kind,
+                tags=tags,
+                files=files,
+                symbols=symbols,
+                evidence=evidence,
+                session_id=session_id,
+            ),
+        )
+
+    def candidates_feedback(self, id: str, outcome: FeedbackOutcome) -> FeedbackResult:
+        """``candidates.feedback``: whether following candidate ``id`` (``c1``) helped
+        (``success``) or not (``failure``)."""
+        return self.call("candidates.feedback", {"id": id, "outcome": outcome})
+
+    def candidates_list(self, state: Optional[CandidateState] = None) -> ListResult:
+        """``candidates.list``: the candidates (only those in ``state`` when given) and the store
+        lines rejected on load (bad signature, unparsable)."""
+        return self.call("candidates.list", P.without_none(state=state))
+
+    def candidates_evaluate(self) -> EvaluateResult:
+        """``candidates.evaluate``: runs the promotion, demotion, archive and retention gates now;
+        returns the transitions and the ids removed."""
+        return self.call("candidates.evaluate", {})
+
+    def candidates_remove(self, id: str) -> RemoveResult:
+        """``candidates.remove``: removes candidate ``id``; ``removed`` is false when none had it."""
+        return self.call("candidates.remove", {"id": id})
 
     def set_summarizer(self, fn: Summarizer) -> InitializeResult:
         """Lets ``fn(messages, max_tokens) -> str`` write satchel's summaries.

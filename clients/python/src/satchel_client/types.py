@@ -42,6 +42,13 @@ OffloadNoticePath = Literal["absolute", "relative"]
 SearchMode = Literal["auto", "bm25", "vector", "hybrid"]
 #: Which ranking found a ``memory.search`` result.
 HitSource = Literal["bm25", "vector", "hybrid"]
+#: What a learning candidate is.
+CandidateKind = Literal["lesson", "rule", "preference", "correction"]
+#: Where a learning candidate is in its lifecycle: ``shadow`` (never injected), ``promoted``
+#: and ``in_use`` (injected into the system prompt), ``archived``, ``demoted`` (cooling down).
+CandidateState = Literal["shadow", "promoted", "in_use", "archived", "demoted"]
+#: Whether following a candidate helped (``candidates.feedback``).
+FeedbackOutcome = Literal["success", "failure"]
 
 # --- params (the keyword arguments of the client's methods) ----------------------------------
 
@@ -291,6 +298,9 @@ class Config(TypedDict, total=False):
     embedding_max_batch_size: int
     embedding_timeout_secs: float
     embedding_model_path: str
+    # Learning candidates (`candidates.*`).
+    candidates_enabled: bool
+    candidates_from_compaction: bool
 
 
 class InitializeResult(TypedDict):
@@ -537,6 +547,8 @@ class PromptAssembly(_PromptAssemblyRequired, total=False):
     """How the system prompt of a request was assembled (``PrepareResult["prompt"]``)."""
 
     overBudget: Optional[str]
+    #: Learned candidates (``candidates.*``) whose sections this prompt includes.
+    injectedCandidateIds: List[str]
 
 
 class CalibrationSample(TypedDict):
@@ -678,7 +690,11 @@ class InspectResult(_InspectResultRequired, total=False):
     truncatedSectionKeys: List[str]
     sections: List[SectionReport]
     overBudget: Optional[str]
+    injectedCandidateIds: List[str]
     detail: Optional[SectionDetail]
+    #: Lines of the workspace's candidate store that were skipped (bad signature, unparsable):
+    #: never used.
+    rejected_candidates: List["RejectedEntry"]
 
 
 class _SessionSummaryRequired(TypedDict):
@@ -923,3 +939,129 @@ class PurgeResult(TypedDict):
     result_id: str
     file: str
     total_bytes: int
+
+
+# --- learning candidates (candidates.*) ------------------------------------------------------
+
+
+class ObserveEvidence(TypedDict, total=False):
+    """The evidence of an observation: a ``failure`` and its ``fix`` make a single observation
+    promotable."""
+
+    failure: Optional[str]
+    fix: Optional[str]
+    note: Optional[str]
+
+
+class _ObserveParamsRequired(TypedDict):
+    #: The lesson or rule, short and imperative.
+    text: str
+    kind: CandidateKind
+
+
+class ObserveParams(_ObserveParamsRequired, total=False):
+    tags: List[str]
+    #: Files and symbols it applies to (request focus boosts it when one is active).
+    files: List[str]
+    symbols: List[str]
+    evidence: Optional[ObserveEvidence]
+    session_id: Optional[str]
+
+
+class FeedbackParams(TypedDict):
+    id: str
+    outcome: FeedbackOutcome
+
+
+class ListParams(TypedDict, total=False):
+    #: Only the candidates in this state; all when absent.
+    state: Optional[CandidateState]
+
+
+class EvaluateParams(TypedDict):
+    pass
+
+
+class RemoveParams(TypedDict):
+    id: str
+
+
+class _CandidateEvidenceRequired(TypedDict):
+    at: str
+
+
+class CandidateEvidence(_CandidateEvidenceRequired, total=False):
+    """One observation's evidence (``at`` is RFC 3339)."""
+
+    session_id: Optional[str]
+    failure: Optional[str]
+    fix: Optional[str]
+    note: Optional[str]
+
+
+class _CandidateRequired(TypedDict):
+    #: Stable id (``c1``), taken by ``candidates_feedback`` and ``candidates_remove``.
+    id: str
+    text: str
+    kind: CandidateKind
+    state: CandidateState
+    score: float
+    observations: int
+    successes: int
+    failures: int
+    created_at: str
+    last_seen_at: str
+    state_since: str
+
+
+class Candidate(_CandidateRequired, total=False):
+    """A learning candidate: a short lesson or rule with its evidence, counts and lifecycle
+    state. Promoted ones are sections of the system prompt (key ``candidate:<id>``)."""
+
+    tags: List[str]
+    files: List[str]
+    symbols: List[str]
+    source_session: Optional[str]
+    evidence: List[CandidateEvidence]
+    #: End of the cooldown of a ``demoted`` candidate (RFC 3339).
+    cooldown_until: Optional[str]
+
+
+class ObserveResult(TypedDict):
+    """``candidates.observe``: the candidate after the observation; ``merged`` when it was merged
+    into a similar recent one of the same kind."""
+
+    candidate: Candidate
+    merged: bool
+
+
+class FeedbackResult(TypedDict):
+    candidate: Candidate
+
+
+class RejectedEntry(TypedDict):
+    """A line of the candidate store that was not loaded (bad signature, unparsable)."""
+
+    line: int
+    reason: str
+
+
+class ListResult(TypedDict):
+    candidates: List[Candidate]
+    rejected: List[RejectedEntry]
+
+
+#: One lifecycle transition (``from`` is a Python keyword, hence this form).
+StateChange = TypedDict("StateChange", {"id": str, "from": CandidateState, "to": CandidateState, "reason": str})
+
+
+class EvaluateResult(TypedDict):
+    """``candidates.evaluate``: the transitions, and the ids removed after the idle days."""
+
+    changes: List[StateChange]
+    removed: List[str]
+
+
+class RemoveResult(TypedDict):
+    #: False when no candidate had that id.
+    removed: bool

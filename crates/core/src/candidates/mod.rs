@@ -45,7 +45,7 @@ mod text;
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use satchel_protocol::{Candidate, CandidateEvidence, CandidateState, FeedbackOutcome, ObserveParams, StateChange};
 
-pub use prompt::{canonical_bytes, section_text};
+pub use prompt::section_text;
 pub use text::{jaccard, tokens};
 
 /// Source type of the candidates' sections (the focus boost's `candidates` row: +6 when an

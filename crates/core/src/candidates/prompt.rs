@@ -1,7 +1,6 @@
-//! The candidates section's text, and the bytes a candidate is signed over.
+//! A candidate's prompt section.
 
 use satchel_protocol::{Candidate, CandidateEvidence};
-use serde_json::Value;
 
 /// Longest evidence part (failure, fix, note) shown in the prompt, in characters.
 pub const EVIDENCE_CHARS: usize = 120;
@@ -53,16 +52,4 @@ fn one_line(s: &str, max: usize) -> String {
     let mut cut: String = joined.chars().take(max.saturating_sub(1)).collect();
     cut.push('…');
     cut
-}
-
-/// The exact bytes a candidate's HMAC is computed over: the candidate serialised by serde as
-/// compact JSON (no whitespace, no trailing newline) with the keys of every object sorted
-/// (byte order) at every depth, arrays in their order, absent options left out (as serde writes
-/// them) and `score` as serde_json prints an `f64` (shortest round-trip form). The workspace
-/// enables serde_json's `preserve_order`, so a `Value`'s map keeps insertion order and the keys
-/// are sorted here explicitly rather than relied on.
-pub fn canonical_bytes(c: &Candidate) -> Vec<u8> {
-    let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
-    v.sort_all_objects();
-    serde_json::to_vec(&v).unwrap_or_default()
 }

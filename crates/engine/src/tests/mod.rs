@@ -5,6 +5,7 @@
 
 mod align;
 mod cache;
+mod candidates;
 mod compaction;
 mod expand;
 mod ingest;

@@ -5,6 +5,7 @@
 //! (which client declared `summarizer_complete` or `window.workDoneProgress`, who watches
 //! which session), the model backends a compaction may use, and LSP work-done progress.
 
+mod candidates;
 mod compact;
 mod expand;
 mod initialize;

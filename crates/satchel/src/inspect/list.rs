@@ -58,6 +58,20 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
     }
     offloads::write_offloads(out, &r.offloaded, &r.session_id)?;
     write_pins(out, &r.pins)?;
+    if !r.rejected_candidates.is_empty() {
+        let lines: Vec<String> = r
+            .rejected_candidates
+            .iter()
+            .map(|c| format!("line {}", c.line))
+            .collect();
+        writeln!(
+            out,
+            "\ncandidate store: {} skipped and never used ({}; the first: {})",
+            plural(r.rejected_candidates.len() as u64, "line"),
+            lines.join(", "),
+            r.rejected_candidates[0].reason
+        )?;
+    }
     match &r.prompt {
         Some(prompt) => write_prompt(out, prompt, options.query)?,
         None => {

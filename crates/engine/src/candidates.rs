@@ -1,0 +1,283 @@
+//! `candidates.*`: learning candidates kept in the workspace's signed store, and the sections
+//! a request carries for the promoted ones.
+//!
+//! The lifecycle is `satchel_core::candidates` (pure, with `now` passed in); this module loads
+//! the store once (entries whose signature fails are skipped and reported, never used), runs
+//! each call under one lock in arrival order, and writes the whole store back atomically after
+//! a change. A write that fails leaves the store as it was on disk and the next call reloads it,
+//! so a failed call has no effect.
+
+use std::sync::{Mutex, MutexGuard};
+
+use satchel_core::candidates::{
+    SECTION_KEY_PREFIX, SECTION_PRIORITY, SOURCE_TYPE, effective_score, evaluate, feedback, injectable, mark_injected,
+    section_text, upsert, validate,
+};
+use satchel_protocol::{
+    Candidate, CandidateKind, EvaluateParams, EvaluateResult, FeedbackParams, FeedbackResult, ListParams, ListResult,
+    ObserveEvidence, ObserveParams, ObserveResult, PromptSection, RejectedEntry, RemoveParams, RemoveResult,
+};
+use satchel_storage::SignedStore;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+
+/// The candidates in memory, loaded from the store on first use.
+#[derive(Debug, Default)]
+pub struct Candidates {
+    /// The store and what was loaded from it; `None` until first use (the signing key is
+    /// created then) and again after a failed write, so the next call reloads the file.
+    loaded: Mutex<Option<Book>>,
+}
+
+/// The loaded store.
+#[derive(Debug)]
+struct Book {
+    store: SignedStore,
+    candidates: Vec<Candidate>,
+    /// Lines skipped on load (a bad or missing signature, a malformed entry).
+    rejected: Vec<RejectedEntry>,
+}
+
+impl Engine {
+    /// Runs `body` on the loaded candidates, under the store's lock; when it reports a
+    /// change, writes the store back before returning.
+    fn with_candidates<T>(
+        &self,
+        body: impl FnOnce(&mut Book) -> Result<(T, bool), EngineError>,
+    ) -> Result<T, EngineError> {
+        let mut slot = lock(&self.candidates.loaded);
+        if slot.is_none() {
+            *slot = Some(self.load_candidates()?);
+        }
+        let book = slot.as_mut().expect("loaded above");
+        let outcome = body(book);
+        let (value, changed) = match outcome {
+            Ok(done) => done,
+            Err(e) => {
+                *slot = None;
+                return Err(e);
+            }
+        };
+        if changed {
+            let entries: Vec<Value> = book
+                .candidates
+                .iter()
+                .map(|c| serde_json::to_value(c).expect("a candidate serialises"))
+                .collect();
+            if let Err(e) = book.store.save_all(&entries) {
+                // Memory is ahead of the file: forget it, so the next call reads the file.
+                *slot = None;
+                return Err(e.into());
+            }
+        }
+        Ok(value)
+    }
+
+    /// Opens the store (creating its key on first use) and reads it: entries that fail their
+    /// signature or are not valid candidates are reported, never used.
+    fn load_candidates(&self) -> Result<Book, EngineError> {
+        let store = SignedStore::open(&self.workspace)?;
+        let loaded = store.load()?;
+        let mut rejected: Vec<RejectedEntry> = loaded
+            .rejected
+            .into_iter()
+            .map(|r| RejectedEntry {
+                line: r.line,
+                reason: r.reason,
+            })
+            .collect();
+        let mut candidates = Vec::with_capacity(loaded.entries.len());
+        for (n, entry) in loaded.entries.into_iter().enumerate() {
+            match serde_json::from_value::<Candidate>(entry)
+                .map_err(|e| e.to_string())
+                .and_then(|c| validate(&c).map(|()| c))
+            {
+                Ok(candidate) => candidates.push(candidate),
+                Err(reason) => rejected.push(RejectedEntry {
+                    line: n + 1,
+                    reason: format!("signed but not a valid candidate: {reason}"),
+                }),
+            }
+        }
+        if !rejected.is_empty() {
+            tracing::warn!(
+                lines = ?rejected.iter().map(|r| r.line).collect::<Vec<_>>(),
+                "candidate store entries were skipped (tampered, unsigned or malformed); they are never used"
+            );
+        }
+        Ok(Book {
+            store,
+            candidates,
+            rejected,
+        })
+    }
+
+    /// `candidates.observe`.
+    pub fn candidates_observe(&self, params: ObserveParams) -> Result<ObserveResult, EngineError> {
+        if params.text.trim().is_empty() {
+            return Err(EngineError::invalid_params("text", "is empty"));
+        }
+        let now = self.clock.now();
+        self.with_candidates(|book| {
+            let (index, merged) = upsert(&mut book.candidates, &params, now, || self.ids.next_id());
+            let candidate = book.candidates[index].clone();
+            Ok((ObserveResult { candidate, merged }, true))
+        })
+    }
+
+    /// `candidates.feedback`.
+    pub fn candidates_feedback(&self, params: FeedbackParams) -> Result<FeedbackResult, EngineError> {
+        let now = self.clock.now();
+        self.with_candidates(|book| {
+            let candidate = find(&mut book.candidates, &params.id)?;
+            feedback(candidate, params.outcome, now);
+            Ok((
+                FeedbackResult {
+                    candidate: candidate.clone(),
+                },
+                true,
+            ))
+        })
+    }
+
+    /// `candidates.list`: every candidate (of `state`), with its effective score now, and the
+    /// store lines that were skipped.
+    pub fn candidates_list(&self, params: ListParams) -> Result<ListResult, EngineError> {
+        let now = self.clock.now();
+        self.with_candidates(|book| {
+            let candidates = book
+                .candidates
+                .iter()
+                .filter(|c| params.state.is_none_or(|s| c.state == s))
+                .map(|c| Candidate {
+                    score: effective_score(c, now),
+                    ..c.clone()
+                })
+                .collect();
+            let result = ListResult {
+                candidates,
+                rejected: book.rejected.clone(),
+            };
+            Ok((result, false))
+        })
+    }
+
+    /// `candidates.evaluate`: runs the gates now.
+    pub fn candidates_evaluate(&self, _: EvaluateParams) -> Result<EvaluateResult, EngineError> {
+        let now = self.clock.now();
+        self.with_candidates(|book| {
+            let (changes, removed) = evaluate(&mut book.candidates, now);
+            let changed = !changes.is_empty() || !removed.is_empty();
+            Ok((EvaluateResult { changes, removed }, changed))
+        })
+    }
+
+    /// `candidates.remove`.
+    pub fn candidates_remove(&self, params: RemoveParams) -> Result<RemoveResult, EngineError> {
+        self.with_candidates(|book| {
+            let before = book.candidates.len();
+            book.candidates.retain(|c| c.id != params.id);
+            let removed = book.candidates.len() < before;
+            Ok((RemoveResult { removed }, removed))
+        })
+    }
+
+    /// The store lines skipped when it was loaded, for inspect (nothing before first use:
+    /// inspecting never creates the signing key).
+    pub(crate) fn rejected_candidates(&self) -> Vec<RejectedEntry> {
+        lock(&self.candidates.loaded)
+            .as_ref()
+            .map_or_else(Vec::new, |book| book.rejected.clone())
+    }
+
+    /// One prompt section per promoted (or in use) candidate, as JSON texts for the request's
+    /// sections; the focus boosts those whose symbols the newest user message names.
+    pub(crate) fn candidate_sections(&self) -> Result<Vec<Box<RawValue>>, EngineError> {
+        let now = self.clock.now();
+        self.with_candidates(|book| {
+            let sections = injectable(&book.candidates)
+                .into_iter()
+                .map(|c| {
+                    let section = PromptSection {
+                        key: format!("{SECTION_KEY_PREFIX}{}", c.id),
+                        content: section_text(c),
+                        priority: SECTION_PRIORITY,
+                        protected: false,
+                        source_type: Some(SOURCE_TYPE.into()),
+                        scope: None,
+                        reason: Some(format!(
+                            "learned candidate ({:?}, {} observations, {} successes, score {:.1})",
+                            c.state,
+                            c.observations,
+                            c.successes,
+                            effective_score(c, now)
+                        )),
+                        paths: Vec::new(),
+                    };
+                    serde_json::value::to_raw_value(&section).expect("a section serialises")
+                })
+                .collect();
+            Ok((sections, false))
+        })
+    }
+
+    /// The candidates the prompt of a request included: PROMOTED ones become IN_USE.
+    pub(crate) fn candidates_injected(&self, ids: &[String]) -> Result<(), EngineError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        self.with_candidates(|book| {
+            let mut changed = false;
+            for c in book.candidates.iter_mut().filter(|c| ids.contains(&c.id)) {
+                changed |= mark_injected(c, now).is_some();
+            }
+            Ok(((), changed))
+        })
+    }
+
+    /// A compaction's new lessons (a failure and what fixed it) observed as candidates.
+    pub(crate) fn observe_lessons(&self, session_id: &str, lessons: &[String]) {
+        for lesson in lessons {
+            let (failure, fix) = match lesson.split_once(" → fixed: ") {
+                Some((failure, fix)) => (Some(failure.to_owned()), Some(fix.to_owned())),
+                None => (None, None),
+            };
+            let observation = ObserveParams {
+                text: lesson.clone(),
+                kind: CandidateKind::Lesson,
+                tags: vec!["compaction".into()],
+                files: Vec::new(),
+                symbols: Vec::new(),
+                evidence: Some(ObserveEvidence {
+                    failure,
+                    fix,
+                    note: None,
+                }),
+                session_id: Some(session_id.to_owned()),
+            };
+            // Derived data, like the memory note: a failure is logged, never the call's.
+            if let Err(e) = self.candidates_observe(observation) {
+                tracing::warn!(
+                    session = session_id,
+                    "a compaction's lesson was not observed as a candidate: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// The candidate with `id`, or a clear error.
+fn find<'a>(candidates: &'a mut [Candidate], id: &str) -> Result<&'a mut Candidate, EngineError> {
+    candidates
+        .iter_mut()
+        .find(|c| c.id == id)
+        .ok_or_else(|| EngineError::invalid_params("id", format!("no candidate {id}")))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,152 @@
+//! Black-box tests of learning candidates: a lesson observed and evaluated is promoted and
+//! becomes a section of the next request's system prompt, boosted when the newest user message
+//! names its symbol; a hand-edited store entry is rejected after a restart and never used; the
+//! signing key is private.
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::{Value, json};
+
+use crate::support::Daemon;
+use crate::support::builders::user;
+use crate::support::checks::error_code;
+
+const SYSTEM: &str = "You are a careful coding agent.";
+const LESSON: &str = "Run `cargo fmt --all` before `cargo clippy`: clippy -D warnings fails on unformatted code";
+
+fn prepare(daemon: &mut Daemon, session: &str, question: &str) -> Value {
+    daemon.call(
+        "context.prepare",
+        json!({"session_id": session, "system": SYSTEM, "messages": [user(question)]}),
+    )
+}
+
+/// The section of candidate `id` in a prepare's prompt report.
+fn section<'a>(result: &'a Value, id: &str) -> Option<&'a Value> {
+    result["prompt"]["sections"]
+        .as_array()?
+        .iter()
+        .find(|s| s["key"] == format!("candidate:{id}"))
+}
+
+#[test]
+fn a_promoted_candidate_is_a_section_boosted_by_its_symbol_and_a_tampered_one_is_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let observed = daemon.call(
+        "candidates.observe",
+        json!({"text": LESSON, "kind": "lesson", "symbols": ["ParserConfig"], "files": ["src/parser.rs"],
+               "evidence": {"failure": "cargo clippy -- -D warnings failed", "fix": "cargo fmt --all"}}),
+    );
+    let id = observed["candidate"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(observed["candidate"]["state"], "shadow", "{observed}");
+    assert_eq!(observed["merged"], false);
+    // A shadow candidate is never injected.
+    let before = prepare(&mut daemon, "s1", "Why does `ParserConfig` fail to build?");
+    assert!(section(&before, &id).is_none(), "{}", before["prompt"]);
+
+    let evaluated = daemon.call("candidates.evaluate", json!({}));
+    let change = &evaluated["changes"][0];
+    assert_eq!(
+        (change["id"].as_str(), &change["from"], &change["to"]),
+        (Some(id.as_str()), &json!("shadow"), &json!("promoted")),
+        "{evaluated}"
+    );
+
+    // The next request whose query names its symbol carries it, boosted (+6).
+    let asked = prepare(&mut daemon, "s2", "Why does `ParserConfig` fail to build?");
+    let system = asked["system"].as_str().unwrap();
+    assert!(system.contains(&format!("Learned [{id}]: {LESSON}")), "{system}");
+    assert!(
+        system.contains("after: cargo clippy -- -D warnings failed → fix: cargo fmt --all"),
+        "{system}"
+    );
+    assert_eq!(
+        asked["prompt"]["injectedCandidateIds"],
+        json!([id]),
+        "{}",
+        asked["prompt"]
+    );
+    let boosted = section(&asked, &id).unwrap();
+    assert_eq!(boosted["sourceType"], "candidates");
+    assert_eq!(
+        (boosted["basePriority"].as_i64(), boosted["priority"].as_i64()),
+        (Some(54), Some(60)),
+        "{boosted}"
+    );
+    // One that does not name it carries it unboosted.
+    let other = prepare(&mut daemon, "s3", "Please summarise the README.");
+    assert_eq!(section(&other, &id).unwrap()["priority"], 54);
+    // Injected: in use now.
+    let listed = daemon.call("candidates.list", json!({"state": "in_use"}));
+    assert_eq!(listed["candidates"][0]["id"], id.as_str(), "{listed}");
+
+    // The key is private; the store is signed line by line.
+    let key = dir.path().join("keys/candidates.key");
+    assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(dir.path().join("keys")).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    daemon.shutdown();
+
+    // Someone edits the stored text by hand: after a restart the entry is rejected, reported,
+    // and never injected.
+    let store = dir.path().join("candidates.jsonl");
+    let text = std::fs::read_to_string(&store).unwrap();
+    std::fs::write(&store, text.replace("before `cargo clippy`", "after `cargo clippy`")).unwrap();
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let listed = daemon.call("candidates.list", json!({}));
+    assert_eq!(listed["candidates"], json!([]), "{listed}");
+    assert_eq!(listed["rejected"][0]["line"], 1, "{listed}");
+    assert!(
+        listed["rejected"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("signature does not match"),
+        "{listed}"
+    );
+    let asked = prepare(&mut daemon, "s4", "Why does `ParserConfig` fail to build?");
+    assert!(
+        !asked["system"].as_str().unwrap_or_default().contains("Learned ["),
+        "{asked}"
+    );
+    let inspected = daemon.call("context.inspect", json!({"session_id": "s4"}));
+    assert_eq!(
+        inspected["rejected_candidates"][0]["line"], 1,
+        "reported by inspect too"
+    );
+    let reply = daemon.call_raw("candidates.feedback", json!({"id": id, "outcome": "success"}));
+    assert_eq!(error_code(&reply["error"]), -32602, "{reply}");
+    daemon.shutdown();
+}
+
+#[test]
+fn feedback_and_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let observed = daemon.call(
+        "candidates.observe",
+        json!({"text": "Prefer `rg` over grep in this repo", "kind": "preference"}),
+    );
+    let id = observed["candidate"]["id"].as_str().unwrap().to_owned();
+    let again = daemon.call(
+        "candidates.observe",
+        json!({"text": "prefer rg over grep in this repo!", "kind": "preference"}),
+    );
+    assert_eq!(
+        (again["merged"].as_bool(), again["candidate"]["observations"].as_u64()),
+        (Some(true), Some(2)),
+        "{again}"
+    );
+    let fed = daemon.call("candidates.feedback", json!({"id": id, "outcome": "failure"}));
+    assert_eq!(fed["candidate"]["failures"], 1);
+    assert_eq!(daemon.call("candidates.remove", json!({"id": id}))["removed"], true);
+    assert_eq!(daemon.call("candidates.remove", json!({"id": id}))["removed"], false);
+    assert_eq!(daemon.call("candidates.list", json!({}))["candidates"], json!([]));
+    let reply = daemon.call_raw("candidates.observe", json!({"text": "  ", "kind": "rule"}));
+    assert_eq!(error_code(&reply["error"]), -32602, "{reply}");
+    let reply = daemon.call_raw("candidates.observe", json!({"text": "x", "kind": "wish"}));
+    assert_eq!(error_code(&reply["error"]), -32602, "{reply}");
+    daemon.shutdown();
+}
