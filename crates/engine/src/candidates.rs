@@ -239,31 +239,54 @@ impl Engine {
         })
     }
 
-    /// A compaction's new lessons (a failure and what fixed it) observed as candidates.
-    pub(crate) fn observe_lessons(&self, session_id: &str, lessons: &[String]) {
-        for lesson in lessons {
+    /// What a compaction newly found, observed as candidates: its lessons (a failure and what
+    /// fixed it) and the constraints the user stated. A constraint stated once stays a
+    /// `shadow` candidate; one the user repeats (in other words too: the store merges similar
+    /// texts) gains observations and can be promoted, which is how repeated corrections earn
+    /// their way into the prompt.
+    pub(crate) fn observe_compaction(&self, session_id: &str, lessons: &[String], constraints: &[String]) {
+        let lessons = lessons.iter().map(|lesson| {
             let (failure, fix) = match lesson.split_once(" → fixed: ") {
                 Some((failure, fix)) => (Some(failure.to_owned()), Some(fix.to_owned())),
                 None => (None, None),
             };
-            let observation = ObserveParams {
-                text: lesson.clone(),
-                kind: CandidateKind::Lesson,
-                tags: vec!["compaction".into()],
-                files: Vec::new(),
-                symbols: Vec::new(),
-                evidence: Some(ObserveEvidence {
+            (
+                lesson,
+                CandidateKind::Lesson,
+                ObserveEvidence {
                     failure,
                     fix,
                     note: None,
-                }),
+                },
+            )
+        });
+        let corrections = constraints.iter().map(|constraint| {
+            let note = Some("stated by the user".to_owned());
+            (
+                constraint,
+                CandidateKind::Correction,
+                ObserveEvidence {
+                    failure: None,
+                    fix: None,
+                    note,
+                },
+            )
+        });
+        for (text, kind, evidence) in lessons.chain(corrections) {
+            let observation = ObserveParams {
+                text: text.clone(),
+                kind,
+                tags: vec!["compaction".into()],
+                files: Vec::new(),
+                symbols: Vec::new(),
+                evidence: Some(evidence),
                 session_id: Some(session_id.to_owned()),
             };
             // Derived data, like the memory note: a failure is logged, never the call's.
             if let Err(e) = self.candidates_observe(observation) {
                 tracing::warn!(
                     session = session_id,
-                    "a compaction's lesson was not observed as a candidate: {e}"
+                    "a compaction's finding was not observed as a candidate: {e}"
                 );
             }
         }

@@ -220,15 +220,15 @@ impl Engine {
             self.remember(id, &begun, previous.as_ref(), session.summary(), phase0.as_ref());
         }
         if config.candidates_enabled && config.candidates_from_compaction {
-            let known = previous.as_ref().map_or(&[][..], |p| &p.lessons[..]);
-            let new: Vec<String> = begun
-                .summary
-                .lessons
-                .iter()
-                .filter(|l| !known.contains(l))
-                .cloned()
-                .collect();
-            self.observe_lessons(id, &new);
+            let new = |now: &[String], before: Option<&Vec<String>>| -> Vec<String> {
+                now.iter()
+                    .filter(|x| before.is_none_or(|b| !b.contains(x)))
+                    .cloned()
+                    .collect()
+            };
+            let lessons = new(&begun.summary.lessons, previous.as_ref().map(|p| &p.lessons));
+            let constraints = new(&begun.summary.constraints, previous.as_ref().map(|p| &p.constraints));
+            self.observe_compaction(id, &lessons, &constraints);
         }
         session.compactions.push(CompactionInfo {
             begun,

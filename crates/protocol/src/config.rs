@@ -201,7 +201,9 @@ pub struct Config {
     /// prompt as sections (source type `candidates`, priority 54, boosted when the newest user
     /// message names one of their symbols).
     pub candidates_enabled: bool,
-    /// A compaction's new lessons (a failure and what fixed it) are observed as candidates.
+    /// A compaction's new lessons (a failure and what fixed it) and the constraints the user
+    /// stated are observed as candidates (a constraint repeated, in other words too, merges
+    /// and can be promoted).
     pub candidates_from_compaction: bool,
     /// Sessions kept in memory at most; past it the least recently used idle one is dropped
     /// (its log stays, and the next call on it reloads it). Daemon-only: set in

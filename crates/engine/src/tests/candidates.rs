@@ -80,3 +80,53 @@ fn a_compactions_lesson_becomes_a_candidate_once() {
         "{system}"
     );
 }
+
+#[test]
+fn a_constraint_the_user_repeats_in_other_words_earns_promotion() {
+    let harness = Harness::new(small_window());
+    let mut messages = vec![user("Fix the failing parser tests. Never use unwrap in library code.")];
+    let work = |messages: &mut Vec<Value>, turns: std::ops::Range<usize>| {
+        for turn in turns {
+            let id = format!("call_{turn}");
+            messages.push(run(&id, &format!("cargo test -p parser module_{turn}")));
+            messages.push(output(&id, &big_output(turn, 2_500)));
+            harness.prepare(messages);
+        }
+    };
+    // The newest user message is never compacted: later requests let the constraint go.
+    work(&mut messages, 0..3);
+    messages.push(user("Thanks. Now check the lexer module as well."));
+    work(&mut messages, 3..10);
+    let corrections = |harness: &Harness| {
+        harness
+            .engine
+            .candidates_list(ListParams { state: None })
+            .unwrap()
+            .candidates
+            .into_iter()
+            .filter(|c| c.kind == CandidateKind::Correction)
+            .collect::<Vec<_>>()
+    };
+    let once = corrections(&harness);
+    assert_eq!(once.len(), 1, "{once:?}");
+    assert_eq!(once[0].text, "Never use unwrap in library code.");
+    assert!(
+        harness
+            .engine
+            .candidates_evaluate(EvaluateParams {})
+            .unwrap()
+            .changes
+            .is_empty(),
+        "said once: shadow"
+    );
+
+    messages.push(user("Do not use unwrap() in the library code."));
+    work(&mut messages, 10..13);
+    messages.push(user("Good. Go on with the printer module."));
+    work(&mut messages, 13..22);
+    let twice = corrections(&harness);
+    assert_eq!(twice.len(), 1, "merged: {twice:?}");
+    assert_eq!(twice[0].observations, 2);
+    let evaluated = harness.engine.candidates_evaluate(EvaluateParams {}).unwrap();
+    assert_eq!(evaluated.changes[0].to, CandidateState::Promoted, "{evaluated:?}");
+}
