@@ -20,6 +20,7 @@ pub mod methods;
 pub mod openrpc;
 pub mod pins;
 pub mod summary;
+pub mod watch;
 
 pub use assembly::{
     Calibration, CalibrationSample, PromptAssembly, PromptBudget, PromptSection, ProviderUsage, PruneReport,
