@@ -33,6 +33,10 @@ fn section<'a>(result: &'a Value, id: &str) -> Option<&'a Value> {
 fn a_promoted_candidate_is_a_section_boosted_by_its_symbol_and_a_tampered_one_is_never_used() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::start(dir.path(), &[]);
+    // Requests of a workspace without candidates create no store and no key.
+    prepare(&mut daemon, "s0", "Hello");
+    assert!(!dir.path().join("keys/candidates.key").exists());
+    assert!(!dir.path().join("candidates.jsonl").exists());
     let observed = daemon.call(
         "candidates.observe",
         json!({"text": LESSON, "kind": "lesson", "symbols": ["ParserConfig"], "files": ["src/parser.rs"],

@@ -196,6 +196,11 @@ impl Engine {
     /// One prompt section per promoted (or in use) candidate, as JSON texts for the request's
     /// sections; the focus boosts those whose symbols the newest user message names.
     pub(crate) fn candidate_sections(&self) -> Result<Vec<Box<RawValue>>, EngineError> {
+        // A workspace that never observed a candidate has no store: a request does not create
+        // one (nor its signing key).
+        if lock(&self.candidates.loaded).is_none() && !self.workspace.layout().candidates_file().exists() {
+            return Ok(Vec::new());
+        }
         let now = self.clock.now();
         self.with_candidates(|book| {
             let sections = injectable(&book.candidates)
