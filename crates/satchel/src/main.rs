@@ -382,7 +382,10 @@ async fn evict_periodically(daemon: Arc<handlers::Daemon>) {
     loop {
         ticks.tick().await;
         let daemon = daemon.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || daemon.engine().evict_idle()).await {
+        // A task cancelled because the runtime is shutting down is no failure.
+        if let Err(e) = tokio::task::spawn_blocking(move || daemon.engine().evict_idle()).await
+            && e.is_panic()
+        {
             tracing::warn!("dropping idle sessions panicked: {e}");
         }
     }
