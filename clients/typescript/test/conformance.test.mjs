@@ -7,14 +7,13 @@
 // `window/workDoneProgress/cancel`, and the daemon's `$/cancelRequest` for a `summarizer.complete`
 // it stopped waiting for), and the extractive fallback when the client's model never answers.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
 import jsonrpc from 'vscode-jsonrpc/node';
 
-import { REPO_DIR, SATCHEL_BIN, bigLog, tempDir } from './helpers.mjs';
+import { REPO_DIR, bigLog, spawnServe } from './helpers.mjs';
 
 const {
   CancellationTokenSource,
@@ -42,20 +41,7 @@ const SHARED_TRAJECTORY = join(REPO_DIR, '../shared/data/trajectories/sweagent__
 
 /** `satchel --workspace <tmp> serve` on stdio, with a vscode-jsonrpc connection on it (not listening yet). */
 function startDaemon(env = {}) {
-  const workspace = tempDir('satchel-conformance-');
-  const child = spawn(SATCHEL_BIN, ['--workspace', workspace, 'serve'], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
-  });
-  let stderr = '';
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (chunk) => {
-    stderr = (stderr + chunk).slice(-20_000);
-  });
-  const exited = new Promise((resolve, reject) => {
-    child.on('error', reject);
-    child.on('exit', (code, signal) => resolve({ code, signal }));
-  });
+  const { child, workspace, stderr, exited } = spawnServe('satchel-conformance-', env);
   const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
   // Progress under a token nobody registered a handler for: a conformance failure.
   const unhandledProgress = [];
@@ -64,7 +50,7 @@ function startDaemon(env = {}) {
     connection,
     workspace,
     unhandledProgress,
-    stderr: () => stderr,
+    stderr,
     /** Ends stdin (the daemon's only stop signal); resolves with the exit status. */
     async close() {
       connection.end();

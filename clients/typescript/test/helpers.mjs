@@ -1,4 +1,5 @@
 // Shared by the tests: the real satchel binary, fresh workspaces, and conversations.
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -21,6 +22,28 @@ export const tempDir = (prefix = 'satchel-ts-') => {
   made.push(dir);
   return dir;
 };
+
+/**
+ * `satchel --workspace <tmp> serve` on stdio for a third-party JSON-RPC client, with `env` added:
+ * the child, its workspace, the last 20 KB of its stderr, and a promise of its exit status.
+ */
+export function spawnServe(prefix, env = {}) {
+  const workspace = tempDir(prefix);
+  const child = spawn(SATCHEL_BIN, ['--workspace', workspace, 'serve'], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
+  let stderr = '';
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk) => {
+    stderr = (stderr + chunk).slice(-20_000);
+  });
+  const exited = new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code, signal) => resolve({ code, signal }));
+  });
+  return { child, workspace, stderr: () => stderr, exited };
+}
 
 /** A daemon on a fresh workspace, its log discarded. */
 export const spawnClient = (options = {}) =>

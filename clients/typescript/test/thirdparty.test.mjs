@@ -3,12 +3,11 @@
 // It checks that cancellation is honest: -32800 means the call had no effect, a result means it
 // did, and the session always holds exactly what the client was told.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 
 import jsonrpc from 'vscode-jsonrpc/node';
 
-import { SATCHEL_BIN, tempDir } from './helpers.mjs';
+import { spawnServe } from './helpers.mjs';
 
 const { CancellationTokenSource, ResponseError, StreamMessageReader, StreamMessageWriter, createMessageConnection } =
   jsonrpc;
@@ -19,23 +18,12 @@ const CONFIG = { tokenizer: 'estimate' };
 
 /** `satchel --workspace <tmp> serve` on stdio, with a vscode-jsonrpc connection listening on it. */
 function startDaemon() {
-  const child = spawn(SATCHEL_BIN, ['--workspace', tempDir('satchel-vscode-'), 'serve'], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (chunk) => {
-    stderr = (stderr + chunk).slice(-20_000);
-  });
-  const exited = new Promise((resolve, reject) => {
-    child.on('error', reject);
-    child.on('exit', (code, signal) => resolve({ code, signal }));
-  });
+  const { child, stderr, exited } = spawnServe('satchel-vscode-');
   const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
   connection.listen();
   return {
     connection,
-    stderr: () => stderr,
+    stderr,
     /** Ends the connection and the daemon's stdin (its only stop signal); resolves with the exit status. */
     async close() {
       connection.end();

@@ -42,10 +42,6 @@ pub(crate) fn usage(
         config,
     );
     let summary = session.summary_tokens(counter, config);
-    if !session.pins.pins.is_empty() || !session.pins.purged.is_empty() {
-        // Messages that arrived since the last call get their pins' and purges' controls.
-        session.apply_result_controls();
-    }
     let messages: Vec<MessageTokens> = session
         .entries
         .iter()

@@ -499,6 +499,27 @@ pub(crate) mod fixture {
     use satchel_protocol::InspectResult;
     use serde_json::{Value, json};
 
+    /// The result of a session known from its log but not prepared since the daemon started:
+    /// no numbers yet.
+    pub fn not_loaded_json() -> Value {
+        let mut json = json();
+        json["loaded"] = false.into();
+        for key in [
+            "system",
+            "tools",
+            "summary",
+            "compactable",
+            "reserved",
+            "messages",
+            "total",
+        ] {
+            json["tokens"][key] = 0.into();
+        }
+        json["monitor"]["current_tokens"] = 0.into();
+        json["peak_tokens"] = 0.into();
+        json
+    }
+
     /// The result as JSON (tests edit it before parsing).
     pub fn json() -> Value {
         json!({
@@ -656,21 +677,7 @@ mod tests {
 
     #[test]
     fn list_view_of_a_session_not_loaded_since_the_daemon_started() {
-        let mut json = fixture::json();
-        json["loaded"] = false.into();
-        for key in [
-            "system",
-            "tools",
-            "summary",
-            "compactable",
-            "reserved",
-            "messages",
-            "total",
-        ] {
-            json["tokens"][key] = 0.into();
-        }
-        json["monitor"]["current_tokens"] = 0.into();
-        json["peak_tokens"] = 0.into();
+        let mut json = fixture::not_loaded_json();
         json["messages"] = 1.into();
         let r: InspectResult = serde_json::from_value(json).unwrap();
         let text = fixture::render(|out| {

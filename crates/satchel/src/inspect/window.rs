@@ -251,21 +251,7 @@ mod tests {
 
     #[test]
     fn window_of_a_session_not_loaded_since_the_daemon_started() {
-        let mut json = fixture::json();
-        json["loaded"] = false.into();
-        for key in [
-            "system",
-            "tools",
-            "summary",
-            "compactable",
-            "reserved",
-            "messages",
-            "total",
-        ] {
-            json["tokens"][key] = 0.into();
-        }
-        json["monitor"]["current_tokens"] = 0.into();
-        json["peak_tokens"] = 0.into();
+        let json = fixture::not_loaded_json();
         let r: InspectResult = serde_json::from_value(json).unwrap();
         assert_eq!(window(&r, false), format!("window   {NOT_LOADED}\n"));
     }
