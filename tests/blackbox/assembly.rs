@@ -211,6 +211,55 @@ fn a_query_naming_a_file_keeps_the_section_that_mentions_it() {
     d.shutdown();
 }
 
+/// With `task_focus_section_enabled: false` a new user message leaves the system prompt byte
+/// for byte as it was (a provider's prompt cache keeps it), and the focus still boosts.
+#[test]
+fn without_the_task_focus_section_a_new_user_turn_keeps_the_system_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_TOKENIZER", "estimate")]);
+    let sections = forty_sections();
+    let first_query = format!("Fix the retry bug in {FOCUS_FILE}");
+    let second_query = format!("Now run the tests of {FOCUS_FILE} and explain the failures");
+    let mut systems = Vec::new();
+    for enabled in [true, false] {
+        let session = format!("focus-{enabled}");
+        let config = json!({"task_focus_section_enabled": enabled});
+        let first = d.call(
+            "context.prepare",
+            json!({"session_id": session, "messages": [user(&first_query), assistant("on it")],
+                   "sections": sections, "config": config}),
+        );
+        let second = d.call(
+            "context.prepare",
+            json!({"session_id": session, "append": [user(&second_query)], "sections": sections, "config": config}),
+        );
+        let has_focus = |r: &Value| {
+            r["prompt"]["sections"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["key"] == "task-focus")
+        };
+        assert_eq!(has_focus(&first), enabled);
+        assert_eq!(has_focus(&second), enabled);
+        assert_eq!(
+            section(&second["prompt"], FOCUS_KEY)["priority"],
+            json!(30),
+            "boosted either way"
+        );
+        systems.push((first["system"].clone(), second["system"].clone()));
+    }
+    assert_ne!(
+        systems[0].0, systems[0].1,
+        "the task-focus section follows the newest user message"
+    );
+    assert_eq!(
+        systems[1].0, systems[1].1,
+        "without it the prompt is byte-stable across user turns"
+    );
+    d.shutdown();
+}
+
 #[test]
 fn protected_sections_over_the_budget_are_sent_whole_and_reported() {
     let dir = tempfile::tempdir().unwrap();

@@ -100,6 +100,8 @@ export interface Config {
   offload_notice_path?: OffloadNoticePath;
   /** Add the agent-visible budget section `satchel:budget` to the system prompt. */
   budget_section_enabled?: boolean;
+  /** With sections, add the `task-focus` section (it changes at every user message; off keeps the system prompt byte-stable). */
+  task_focus_section_enabled?: boolean;
   /** Daemon-wide (ignored per request): sessions kept in memory; the least recently used beyond it leave memory. */
   max_live_sessions?: number;
   /** Daemon-wide (ignored per request): a session idle this long leaves memory (reloaded from its log when used). */
@@ -1039,6 +1041,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'pruning_old_msg_max_bytes?', 'pruning_recent_msg_max_bytes?', 'pruning_slack_bytes?', 'pruning_tail_ratio?',
     'markdown_recent_msg_max_bytes?', 'markdown_old_msg_max_bytes?', 'markdown_tool_names?', 'markdown_file_extensions?',
     'read_file_tool_names?', 'offload_retention_days?', 'offload_notice_path?', 'budget_section_enabled?',
+    'task_focus_section_enabled?',
     'max_live_sessions?',
     'session_idle_secs?',
     'memory_index_enabled?', 'fts_enabled?', 'memory_store_backend?', 'memory_extra_paths?', 'memory_watch_enabled?',

@@ -31,6 +31,8 @@ pub struct PromptState {
     sections: Vec<PromptSection>,
     /// The budget it was cut to.
     budget: SystemPromptBudget,
+    /// `task_focus_section_enabled` when it was built.
+    task_focus_section: bool,
     /// The prompt.
     pub built: BuiltPrompt<'static>,
     /// Hash of `built.system`, for its token count.
@@ -71,7 +73,8 @@ pub(crate) fn assemble(
     }
     let query = newest_user_text(session);
     let budget = SystemPromptBudget::of_config(config);
-    let key = input_key(&request, query.as_deref(), budget);
+    let task_focus_section = config.task_focus_section_enabled;
+    let key = input_key(&request, query.as_deref(), budget, task_focus_section);
     if let Some(last) = &session.requests.last_prompt
         && last.key == key
     {
@@ -79,7 +82,7 @@ pub(crate) fn assemble(
     }
     let sections = parse_sections(request.sections.unwrap_or_default())?;
     let system = request.system.cloned();
-    let built = build_owned(system.as_ref(), &sections, query.as_deref(), budget)?;
+    let built = build_owned(system.as_ref(), &sections, query.as_deref(), budget, task_focus_section)?;
     let system_hash = built.system.as_ref().map(MessageHash::of_value);
     let system_raw = built.system.as_ref().map(to_raw);
     Ok(Some(Arc::new(PromptState {
@@ -87,6 +90,7 @@ pub(crate) fn assemble(
         system,
         sections,
         budget,
+        task_focus_section,
         built,
         system_hash,
         system_raw,
@@ -97,7 +101,13 @@ pub(crate) fn assemble(
 impl PromptState {
     /// The same sections assembled for another query (inspect's `query_hint`).
     pub(crate) fn with_query(&self, query: &str) -> Result<BuiltPrompt<'static>, EngineError> {
-        build_owned(self.system.as_ref(), &self.sections, Some(query), self.budget)
+        build_owned(
+            self.system.as_ref(),
+            &self.sections,
+            Some(query),
+            self.budget,
+            self.task_focus_section,
+        )
     }
 
     /// The `system` to send.
@@ -229,12 +239,14 @@ fn build_owned(
     sections: &[PromptSection],
     query: Option<&str>,
     budget: SystemPromptBudget,
+    task_focus_section: bool,
 ) -> Result<BuiltPrompt<'static>, EngineError> {
     let input = PromptInput {
         system,
         sections,
         query,
         budget,
+        task_focus_section,
     };
     build(input).map(BuiltPrompt::into_owned).map_err(invalid)
 }
@@ -264,7 +276,12 @@ fn parse_sections(texts: &[Box<RawValue>]) -> Result<Vec<PromptSection>, EngineE
 }
 
 /// The hash of everything the prompt depends on.
-fn input_key(request: &PromptRequest<'_>, query: Option<&str>, budget: SystemPromptBudget) -> u128 {
+fn input_key(
+    request: &PromptRequest<'_>,
+    query: Option<&str>,
+    budget: SystemPromptBudget,
+    task_focus_section: bool,
+) -> u128 {
     let mut hasher = Xxh3::new();
     let system = request.system.map_or([0; 16], |s| MessageHash::of_value(s).to_bytes());
     hasher.update(&system);
@@ -276,6 +293,7 @@ fn input_key(request: &PromptRequest<'_>, query: Option<&str>, budget: SystemPro
     hasher.update(&[u8::from(query.is_some())]);
     hasher.update(&budget.max_per_section_chars.to_le_bytes());
     hasher.update(&budget.max_total_chars.to_le_bytes());
+    hasher.update(&[u8::from(task_focus_section)]);
     hasher.digest128()
 }
 

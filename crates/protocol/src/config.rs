@@ -197,6 +197,12 @@ pub struct Config {
     /// how `context.expand` gets it back. Its numbers are rounded (5 % of the window) so the
     /// system prompt changes only every few calls.
     pub budget_section_enabled: bool,
+    /// Add the `task-focus` section (last in the system prompt) that names what the newest user
+    /// message is about. It changes with every user message, and the system prompt is the
+    /// start of the request, so a provider's prompt cache is rebuilt from the first token at
+    /// each one: turn it off to keep the system prompt byte-stable across user turns. The
+    /// focus still boosts the sections that match it.
+    pub task_focus_section_enabled: bool,
     /// Learning candidates (`candidates.*`): promoted ones are assembled into the system
     /// prompt as sections (source type `candidates`, priority 54, boosted when the newest user
     /// message names one of their symbols).
@@ -331,6 +337,7 @@ impl Default for Config {
             offload_retention_days: 5.0,
             offload_notice_path: OffloadNoticePath::Absolute,
             budget_section_enabled: false,
+            task_focus_section_enabled: true,
             candidates_enabled: true,
             candidates_from_compaction: true,
             max_live_sessions: 256,

@@ -270,6 +270,7 @@ class Config(TypedDict, total=False):
     offload_retention_days: float
     offload_notice_path: OffloadNoticePath
     budget_section_enabled: bool
+    task_focus_section_enabled: bool
     max_live_sessions: int
     session_idle_secs: float
     # Long-term memory (daemon-wide: set on the daemon, not per request).

@@ -46,6 +46,9 @@ pub struct PromptInput<'a> {
     pub query: Option<&'a str>,
     /// The budget to cut to.
     pub budget: SystemPromptBudget,
+    /// Whether a client that sends sections gets the `task-focus` section
+    /// (`task_focus_section_enabled`); the focus boosts the sections either way.
+    pub task_focus_section: bool,
 }
 
 /// The assembled system prompt of a request.
@@ -208,7 +211,7 @@ pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
     // Only a client that sends sections gets the focus as a section: a plain `system` is left
     // as sent, so a provider's prompt cache keeps it (and the conversation after it) when the
     // next user message changes the focus.
-    let task_focus = if input.sections.is_empty() {
+    let task_focus = if input.sections.is_empty() || !input.task_focus_section {
         None
     } else {
         task_focus_section(&focus)

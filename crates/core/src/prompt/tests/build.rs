@@ -15,6 +15,7 @@ fn build_with<'a>(
         sections,
         query,
         budget,
+        task_focus_section: true,
     })
     .expect("valid input");
     invariants(&built.assembled, budget);
@@ -129,6 +130,7 @@ fn invalid_input_is_rejected_naming_the_field() {
             sections,
             query: *query,
             budget: SystemPromptBudget::DEFAULT,
+            task_focus_section: true,
         })
         .unwrap_err();
         let _ = writeln!(errors, "{} | {err}", err.field());
@@ -182,4 +184,35 @@ fn inspect_data_keeps_originals_and_finals() {
     assert_eq!(built.assembled.truncated_section_keys, ["git"]);
     let owned: BuiltPrompt<'static> = built.clone().into_owned();
     assert_eq!(owned, built);
+}
+
+#[test]
+fn without_the_task_focus_section_the_prompt_stays_the_same_across_user_messages() {
+    let system = json!("You are AceClaw.");
+    let sections = aceclaw_sections();
+    let queries = [
+        "continue: fix the `StreamingAgentLoop` bug in src/agent/StreamingAgentLoop.java",
+        "now run the tests for src/agent/StreamingAgentLoop.java",
+    ];
+    let prompt = |query: &'static str, task_focus_section: bool| {
+        super::super::build(PromptInput {
+            system: Some(&system),
+            sections: &sections,
+            query: Some(query),
+            budget: SystemPromptBudget::DEFAULT,
+            task_focus_section,
+        })
+        .expect("valid input")
+    };
+    let [with_first, with_second] = queries.map(|q| prompt(q, true));
+    assert_ne!(with_first.assembled.prompt, with_second.assembled.prompt);
+    let [first, second] = queries.map(|q| prompt(q, false));
+    assert_eq!(first.assembled.prompt, second.assembled.prompt);
+    assert!(first.assembled.sections.iter().all(|s| s.report.key != "task-focus"));
+    // The focus still boosts: `memory:auto` names the symbol, `rules` covers the path.
+    let boosted = |built: &BuiltPrompt<'_>, key: &str| {
+        let s = built.assembled.sections.iter().find(|s| s.report.key == key).unwrap();
+        s.report.priority > s.report.base_priority
+    };
+    assert!(boosted(&first, "memory:auto") && boosted(&first, "rules"));
 }

@@ -131,6 +131,7 @@ fn built<'a>(sections: &'a [PromptSection], query: Option<&'a str>, budget: Syst
         sections,
         query,
         budget,
+        task_focus_section: true,
     })
     .expect("valid sections");
     invariants(&built.assembled, budget);

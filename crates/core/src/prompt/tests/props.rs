@@ -83,6 +83,7 @@ proptest! {
             sections: &sections,
             query: query.as_deref(),
             budget,
+            task_focus_section: true,
         }).expect("generated sections are valid");
         invariants(&built.assembled, budget);
 
