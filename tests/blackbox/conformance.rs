@@ -322,6 +322,52 @@ fn cancel_request_names_a_call_by_any_id() {
     d.shutdown();
 }
 
+/// A client's response too large for `--max-message-bytes` is not answered (a response never
+/// is), and the request it answers fails at once, naming the size, rather than at its timeout.
+#[test]
+fn an_oversized_response_fails_the_request_it_answers_and_gets_no_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = RawDaemon::start(dir.path(), &["--max-message-bytes", "65536"]);
+    let init = json!({"capabilities": {"summarizer_complete": true}});
+    assert!(
+        d.ask(Framing::Ndjson, &call("1", "initialize", &init))
+            .contains(r#""result""#)
+    );
+    let create = json!({"session_id": "c", "messages": history()});
+    assert!(
+        d.ask(Framing::Ndjson, &call("2", "context.prepare", &create))
+            .contains(r#""result""#)
+    );
+    let compact = json!({"session_id": "c", "config": {"summarizer": "client", "llm_timeout_secs": 600}});
+    d.send(Framing::Ndjson, &call("3", "context.compact", &compact));
+    let mut asked = 0;
+    let reply = loop {
+        let (_, frame) = d.next();
+        let value: Value = serde_json::from_str(&frame).unwrap();
+        if value["method"] == "summarizer.complete" {
+            asked += 1;
+            let huge = json!({"jsonrpc": "2.0", "id": value["id"], "result": {"text": "y".repeat(70_000)}});
+            d.send(Framing::Ndjson, &huge.to_string());
+            continue;
+        }
+        if value.get("method").is_none() {
+            break value;
+        }
+    };
+    assert!(asked >= 1);
+    assert_eq!(reply["id"], 3, "the only reply is the compaction's: {reply}");
+    let summary = reply["result"]["summary"].to_string();
+    let report = reply["result"].to_string();
+    assert!(
+        report.contains("too big") || report.contains("Exceeded max limit"),
+        "the reason names the size: {report}"
+    );
+    assert!(!summary.is_empty());
+    let next = d.ask(Framing::Ndjson, &call("4", "context.sessions", &json!({})));
+    assert!(next.starts_with(r#"{"jsonrpc":"2.0","id":4,"result""#), "{next}");
+    d.shutdown();
+}
+
 #[test]
 fn an_oversized_request_is_answered_under_the_id_its_prefix_carries() {
     let dir = tempfile::tempdir().unwrap();

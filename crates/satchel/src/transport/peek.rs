@@ -32,6 +32,9 @@ pub(super) struct Peek<'a> {
     /// Whether `jsonrpc` is `"2.0"`: only then is a message without an id a notification
     /// (otherwise jsonrpsee answers it -32600).
     pub(super) version_2: bool,
+    /// Whether a `result` or `error` member began, even if its value was not read (an
+    /// oversized response is cut inside it).
+    saw_outcome: bool,
 }
 
 impl<'a> Peek<'a> {
@@ -62,6 +65,25 @@ impl<'a> Peek<'a> {
     /// one), as JSON text, when it can be read there: a string or a number (`None` for any
     /// other, or when the id is not in the prefix).
     pub(super) fn id_in_prefix(prefix: &[u8]) -> Option<&RawValue> {
+        let peek = Self::of_prefix(prefix)?;
+        let raw = peek.raw_id.filter(|_| !peek.bad_id)?;
+        // A number cut by the end of the prefix would read as another number.
+        let end = raw.get().as_ptr() as usize - prefix.as_ptr() as usize + raw.get().len();
+        let valid = raw
+            .get()
+            .starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit());
+        (valid && end < prefix.len()).then_some(raw)
+    }
+
+    /// Whether the message of which only the first bytes `prefix` are known (an oversized
+    /// one) is a response to one of our requests: a `result` or `error` member began before
+    /// any `method`. A response is never answered, however large.
+    pub(super) fn response_in_prefix(prefix: &[u8]) -> bool {
+        Self::of_prefix(prefix).is_some_and(|peek| peek.method.is_none() && peek.saw_outcome)
+    }
+
+    /// What the first bytes of a message say, when it is a JSON object.
+    fn of_prefix(prefix: &[u8]) -> Option<Peek<'_>> {
         if prefix.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return None;
         }
@@ -74,13 +96,7 @@ impl<'a> Peek<'a> {
             peek: &mut peek,
             stopped_early: &mut stopped_early,
         });
-        let raw = peek.raw_id.filter(|_| !peek.bad_id)?;
-        // A number cut by the end of the prefix would read as another number.
-        let end = raw.get().as_ptr() as usize - prefix.as_ptr() as usize + raw.get().len();
-        let valid = raw
-            .get()
-            .starts_with(|c: char| c == '"' || c == '-' || c.is_ascii_digit());
-        (valid && end < prefix.len()).then_some(raw)
+        Some(peek)
     }
 
     pub(super) fn is_call(&self) -> bool {
@@ -155,8 +171,14 @@ impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
                     let raw: &'de RawValue = map.next_value()?;
                     self.peek.version_2 = raw.get() == r#""2.0""#;
                 }
-                "result" => self.peek.result = Some(map.next_value()?),
-                "error" => self.peek.error = Some(map.next_value()?),
+                "result" => {
+                    self.peek.saw_outcome = true;
+                    self.peek.result = Some(map.next_value()?);
+                }
+                "error" => {
+                    self.peek.saw_outcome = true;
+                    self.peek.error = Some(map.next_value()?);
+                }
                 _ => {
                     map.next_value::<de::IgnoredAny>()?;
                 }
