@@ -114,6 +114,66 @@ impl Campaign {
 }
 
 /// Turn `n` of a plain chat tagged `tag`, its texts padded with `filler` words.
+/// While a call on one session waits (its compaction asks the client's model), a call on
+/// another session is answered, and a later call on the waiting session waits its turn.
+#[test]
+fn a_waiting_session_holds_up_only_its_own_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &[("SATCHEL_TOKENIZER", "estimate")]);
+    daemon.call("initialize", json!({"capabilities": {"summarizer_complete": true}}));
+    let history: Vec<Value> = (0..6).flat_map(|n| turn("t", n, 40)).collect();
+    for session in ["slow", "fast"] {
+        daemon.call("context.prepare", json!({"session_id": session, "messages": history}));
+    }
+    let compact = daemon.request(
+        "context.compact",
+        json!({"session_id": "slow", "config": {"summarizer": "client", "llm_timeout_secs": 600}}),
+    );
+    let asked = loop {
+        let (_, frame) = daemon.next_frame();
+        assert!(frame.get("method").is_some(), "a reply before the model ran: {frame}");
+        if frame["method"] == "summarizer.complete" {
+            break frame;
+        }
+    };
+    let behind = daemon.request(
+        "context.prepare",
+        json!({"session_id": "slow", "append": turn("t", 6, 1)}),
+    );
+    let other = daemon.request(
+        "context.prepare",
+        json!({"session_id": "fast", "append": turn("t", 6, 1)}),
+    );
+    let mut order = Vec::new();
+    while !order.contains(&other) {
+        let (_, frame) = daemon.next_frame();
+        if let Some(id) = frame["id"].as_u64().filter(|_| frame.get("method").is_none()) {
+            order.push(id);
+        }
+    }
+    assert_eq!(
+        order,
+        [other],
+        "only the other session's call is answered while the model runs"
+    );
+    daemon.send(
+        &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"text": CLIENT_SUMMARY}}),
+        Framing::Ndjson,
+    );
+    while order.len() < 3 {
+        let (_, frame) = daemon.next_frame();
+        if let Some(id) = frame["id"].as_u64().filter(|_| frame.get("method").is_none()) {
+            order.push(id);
+        }
+    }
+    assert_eq!(
+        order,
+        [other, compact, behind],
+        "the waiting session's calls in arrival order"
+    );
+    daemon.shutdown();
+}
+
 fn turn(tag: &str, n: usize, filler: usize) -> Vec<Value> {
     vec![
         user(&format!("{tag} request {n}: {}", "context ".repeat(filler))),

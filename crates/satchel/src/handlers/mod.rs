@@ -392,3 +392,27 @@ impl WorkDone {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long-running daemon keeps nothing of a connection once it closes: its summariser
+    /// and progress capabilities leave with it (a later connection never inherits them).
+    #[test]
+    fn a_closed_connection_leaves_no_capability_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = satchel_storage::Workspace::open(dir.path()).unwrap();
+        let engine = Engine::new(workspace, satchel_protocol::Config::default()).unwrap();
+        let daemon = Daemon::new(engine);
+        for connection in [1, 2] {
+            lock(&daemon.completing_clients).insert(connection);
+            lock(&daemon.progress_clients).insert(connection);
+        }
+        daemon.connection_closed(1);
+        assert_eq!(*lock(&daemon.completing_clients), HashSet::from([2]));
+        assert_eq!(*lock(&daemon.progress_clients), HashSet::from([2]));
+        daemon.connection_closed(2);
+        assert!(lock(&daemon.completing_clients).is_empty() && lock(&daemon.progress_clients).is_empty());
+    }
+}
