@@ -30,9 +30,9 @@
 //! effective configuration `initialize` returns), and the calls reporting `over_limit` are
 //! counted.
 //!
-//! Every fact must have had at least one compaction after its message was sent. When the chain
-//! is too short for that at a window (no compaction after the last fact once the chain is
-//! sent; with the development data at 65536 and 131072), the chain is replayed a second time
+//! Every fact must have left the session (been compacted into the archive) and been checked
+//! after that. When the chain is too short for that at a window (a fact still in the live tail
+//! once the chain is sent; with the development data at every window), the chain is replayed a second time
 //! in the same session, appended after the first pass: the same messages without any system
 //! message and without the injected facts, ids prefixed again (`p2_t03_` + id). Its requests
 //! are not tracked (they repeat the first pass's), but the checks of the first pass's facts go
@@ -42,7 +42,7 @@
 //! The table goes to stderr and, as JSON, to `target/continuity.json` (or
 //! `$SATCHEL_CONTINUITY_OUT`). Asserted, unless `SATCHEL_ASSERT_CONTINUITY=0` (which only
 //! reports): every share is 100 % and no summary exceeded its budget. Always asserted, as they
-//! are about the check itself: every fact had a compaction after it and each kind was checked
+//! are about the check itself: every fact left the session and was checked, and each kind was checked
 //! at every window. `SATCHEL_SHOW_MISSES=1` prints each miss (window, call, fact) with the
 //! summary's Goal and Constraints sections, once per run of consecutive calls that missed the
 //! same facts with the same sections.
@@ -388,8 +388,6 @@ struct Replay<'a> {
     sent: usize,
     /// Original indices archived so far.
     archived: HashSet<usize>,
-    /// Messages the session held at the latest compaction.
-    sent_at_last_compaction: usize,
     show_misses: bool,
 }
 
@@ -445,7 +443,6 @@ impl Replay<'_> {
             .count();
         if compactions > 0 {
             self.report.compactions += compactions;
-            self.sent_at_last_compaction = self.sent;
             self.archived = crate::support::archived(self.workspace, SESSION).into_keys().collect();
         }
         if self.archived.is_empty() {
@@ -528,18 +525,16 @@ fn replay_window(window: u64, first: &Chain, second: &Chain, show_misses: bool) 
         },
         sent: 0,
         archived: HashSet::new(),
-        sent_at_last_compaction: 0,
         show_misses,
     };
     replay.pass(&first.messages);
-    let last_fact = first.facts.iter().map(|f| f.index).max().unwrap_or(0);
-    if replay.sent_at_last_compaction <= last_fact {
+    // A fact is checked once its message has left the session: replay on until every one has.
+    if first.facts.iter().any(|f| !replay.archived.contains(&f.index)) {
         replay.pass(&second.messages);
     }
-    let covered_below = replay.sent_at_last_compaction;
     let mut report = replay.report;
     report.uncovered = (0..first.facts.len())
-        .filter(|&f| first.facts[f].index >= covered_below)
+        .filter(|&f| !replay.archived.contains(&first.facts[f].index))
         .collect();
     replay.daemon.shutdown();
     report.elapsed = started.elapsed();
@@ -683,10 +678,16 @@ fn requests_and_constraints_survive_compaction() {
     for r in &reports {
         assert!(
             r.uncovered.is_empty(),
-            "window {}: no compaction came after {} facts (the first at message {}): the chain is too short",
+            "window {}: {} facts never left the session (the first at message {}): the chain is too short",
             r.window,
             r.uncovered.len(),
             first.facts[r.uncovered[0]].index
+        );
+        assert_eq!(
+            r.facts_checked.len(),
+            first.facts.len(),
+            "window {}: every fact is checked after it left the session",
+            r.window
         );
         for kind in Kind::ALL {
             assert!(
