@@ -24,7 +24,9 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         "session {} ({}): {} live, {} archived",
         r.session_id,
         r.format
-            .map_or("format unknown".to_owned(), |f| format!("{f:?}").to_lowercase()),
+            .map_or("plain text so far: openai or anthropic".to_owned(), |f| {
+                format!("{f:?}").to_lowercase()
+            }),
         plural(r.messages as u64, "message"),
         r.archived_messages
     )?;
