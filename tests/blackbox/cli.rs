@@ -5,12 +5,13 @@
 
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::socket::{daemon_file, default_socket, path_str};
 use crate::support::builders::user;
 use crate::support::{Daemon, prepare, satchel_bin, wait_for_path};
 
@@ -38,10 +39,6 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     satchel(args, env).output().expect("run satchel")
 }
 
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 temp path")
-}
-
 fn stderr_of(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -66,14 +63,6 @@ fn closed_pipe() -> Stdio {
     let (reader, writer) = rustix::pipe::pipe().expect("pipe");
     drop(reader);
     Stdio::from(writer)
-}
-
-fn default_socket(workspace: &Path) -> PathBuf {
-    workspace.join("run").join("satchel.sock")
-}
-
-fn daemon_file(workspace: &Path) -> PathBuf {
-    workspace.join("run").join("daemon.json")
 }
 
 // ---------------------------------------------------------------------------------------------

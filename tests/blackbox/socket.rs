@@ -27,7 +27,7 @@ pub(crate) fn default_socket(workspace: &Path) -> PathBuf {
     workspace.join("run").join("satchel.sock")
 }
 
-fn daemon_file(workspace: &Path) -> PathBuf {
+pub(crate) fn daemon_file(workspace: &Path) -> PathBuf {
     workspace.join("run").join("daemon.json")
 }
 
