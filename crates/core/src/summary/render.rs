@@ -192,15 +192,25 @@ pub(crate) fn path_guide(archive: &[ArchiveRange]) -> Vec<ArchiveRange> {
 /// One line of the path guide, e.g.
 /// ``- `dialog/2026-11-22.jsonl` lines 12-40: messages 3-31 (29 messages).``
 pub(crate) fn archive_line(range: &ArchiveRange) -> String {
+    let plural = if range.messages == 1 { "" } else { "s" };
+    // A request kept live while later turns were compacted leaves a gap: say so rather than
+    // name a range the lines do not hold.
+    let messages = if range.last_index + 1 - range.first_index.min(range.last_index) == range.messages {
+        format!(
+            "messages {}-{} ({} message{plural})",
+            range.first_index, range.last_index, range.messages
+        )
+    } else {
+        format!(
+            "{} message{plural} between messages {} and {}",
+            range.messages, range.first_index, range.last_index
+        )
+    };
     format!(
-        "- {} lines {}-{}: messages {}-{} ({} message{}).",
+        "- {} lines {}-{}: {messages}.",
         code_span(&range.file),
         range.start_line,
-        range.end_line,
-        range.first_index,
-        range.last_index,
-        range.messages,
-        if range.messages == 1 { "" } else { "s" }
+        range.end_line
     )
 }
 

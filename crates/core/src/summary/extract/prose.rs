@@ -61,12 +61,9 @@ const INTENT_CUES: &[&str] = &[
     "i am going to",
     "we need to",
     "we will",
-    "next",
-    "now",
 ];
 /// Cues of a step that comes after the current one.
 const PLAN_CUES: &[&str] = &[
-    "next",
     "then",
     "after that",
     "afterwards",
@@ -79,6 +76,10 @@ const PLAN_CUES: &[&str] = &[
     "we'll",
     "let's",
 ];
+/// Cues that mark intent or a plan only as a sentence's first word ("Next, …", "Now …"):
+/// inside a sentence they describe ("advances by the next character", "now passes").
+const OPENING_CUES: &[&str] = &["next", "now"];
+
 /// Default openings of a user message that demonstrates how to work instead of asking for
 /// work; the daemon's `demonstration_prefixes` replaces them.
 pub use satchel_protocol::config::DEFAULT_DEMONSTRATION_PREFIXES as DEMONSTRATION_PREFIXES;
@@ -148,7 +149,16 @@ pub fn is_decision(sentence: &str) -> bool {
 
 /// Whether an agent's sentence says what it is doing now ("Let's run the tests").
 pub fn is_intent(sentence: &str) -> bool {
-    is_prose(sentence) && has_cue(sentence, INTENT_CUES)
+    is_prose(sentence) && (has_cue(sentence, INTENT_CUES) || opens_with_cue(sentence))
+}
+
+/// Whether the sentence's first word is one of [`OPENING_CUES`].
+fn opens_with_cue(sentence: &str) -> bool {
+    let first = sentence
+        .split(|c: char| c.is_whitespace() || c == ',' || c == ':')
+        .find(|w| !w.is_empty())
+        .unwrap_or("");
+    OPENING_CUES.iter().any(|cue| first.eq_ignore_ascii_case(cue))
 }
 
 /// The steps an agent's message plans: its list items when it has two or more, else its
@@ -166,7 +176,7 @@ pub fn plan_steps(text: &str) -> Vec<String> {
     }
     sentences(text)
         .into_iter()
-        .filter(|s| is_prose(s) && has_cue(s, PLAN_CUES) && !s.ends_with(':'))
+        .filter(|s| is_prose(s) && (has_cue(s, PLAN_CUES) || opens_with_cue(s)) && !s.ends_with(':'))
         .collect()
 }
 
@@ -259,6 +269,12 @@ mod tests {
             ["Now let's run the tests.", "Then we can submit."]
         );
         assert!(plan_steps("Exit due to cost limit").is_empty());
+        // "next" and "now" plan only as a sentence's first word: a report of what was done
+        // is not a step still to take.
+        let report = "Fixed: `next_token` now advances by the length of the next character.";
+        assert!(plan_steps(report).is_empty() && !is_intent(report));
+        assert_eq!(plan_steps("Next, rerun the suite."), ["Next, rerun the suite."]);
+        assert!(is_intent("Now run the failing test alone."));
     }
 
     #[test]
