@@ -1,6 +1,8 @@
 //! Compaction: summarise the older part of a session, archive its raw messages, and put the
 //! summary in their place; automatic (from `prepare`) or manual (`context.compact`).
 
+mod sizes;
+
 use std::collections::HashSet;
 
 use satchel_core::calibration::corrected;
@@ -10,13 +12,13 @@ use satchel_core::summary::dropped::dropped_identifiers;
 use satchel_core::summary::extractive::ExtractiveSummarizer;
 use satchel_core::summary::llm::{Language, LlmSummarizer};
 use satchel_core::summary::memory::memory_note;
-use satchel_core::summary::render::{COMPACTED_OPENING, summary_message_text_for};
+use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::summary::{Summarizer, SummaryInput};
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionEvent, CompactionReport, Config,
-    ContextEvent, ContextMode, EventKind,
+    ContextEvent, ContextMode, EventKind, TokenUsage,
 };
 use satchel_storage::{
     AppendedLines, CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord,
@@ -30,7 +32,8 @@ use crate::ingest::Writes;
 use crate::live::Ticket;
 use crate::session::{Entry, Session, format_or_default};
 use crate::usage::{RequestExtras, usage};
-use crate::{Outcome, event_of, result_size};
+use crate::{Outcome, event_of};
+use sizes::{check_result_bound, estimated_tokens_after, summary_budget, usage_after_compaction};
 
 /// Why and how a compaction runs.
 pub(crate) struct CompactionRequest<'a, 'c> {
@@ -153,18 +156,7 @@ impl Engine {
             compacted_tokens,
             phase0,
         } = drafted;
-        let before_summary = session.summary_tokens(counter, config);
-        let summary_tokens = counter.count_text(&summary_message_text_for(&begun.summary, config.context_mode)) + 4;
-        // A summary that is not smaller than what it replaces would only be run again on the
-        // next call (a small window thrashing): an automatic compaction then changes nothing.
-        // A manual one was asked for, and runs.
-        if !how.manual && summary_tokens >= compacted_tokens + before_summary {
-            return Err(CompactError::Futile(format!(
-                "compaction skipped: the summary ({summary_tokens} tokens) would not be smaller than the {} tokens it replaces",
-                compacted_tokens + before_summary
-            )));
-        }
-        begun.tokens_after = (begun.tokens_before + summary_tokens).saturating_sub(compacted_tokens + before_summary);
+        begun.tokens_after = estimated_tokens_after(session, config, counter, &begun, compacted_tokens, how.manual)?;
         if !how.manual {
             check_result_bound(session, config, &begun.summary, how.call)?;
         }
@@ -183,53 +175,19 @@ impl Engine {
         // Archived: the messages may leave memory. The log says so only with the done record
         // below; if that write fails the call is rolled back and the reload finds the log as
         // it was before the call.
-        let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
-        session.entries.retain(|e| !compacted.contains(&e.index));
-        let previous = session.summary().cloned();
-        let mut summary = begun.summary.clone();
-        summary.add_archive_range(range.clone(), &begun.indices);
-        session.set_summary(Some(summary));
-        // The size of the request returned next: with recent results cut to the old-phase
-        // limit too when it is still over the window, as `prepare` will do.
-        let mut after = usage(session, config, counter, extras, false);
-        if after.total > config.effective_window() {
-            after = usage(session, config, counter, extras, true);
-        }
-        begun.tokens_after = after.total;
+        let previous = replace_with_summary(session, &begun, &range);
+        begun.tokens_after = usage_after_compaction(session, config, counter, extras).total;
         session.futile_compaction_at = None;
-        let done = SessionRecord::CompactionDone {
-            id: begun.id.clone(),
-            range: range.clone(),
-            tokens_after: Some(begun.tokens_after),
-        };
-        if let Err(e) = self.sessions.append(id, &[done]) {
-            // The call is rolled back: its archive lines go too, or a retry would archive
-            // the same messages again under another compaction id.
-            if let Some(appended) = &appended
-                && let Err(undo) = self.archive.withdraw(appended)
-            {
-                tracing::error!(
-                    session = id,
-                    "could not take back a rolled-back compaction's archive lines: {undo}"
-                );
-            }
-            return Err(e.into());
-        }
+        self.log_compaction_done(id, &begun, &range, appended.as_ref())?;
         let report = report_of(&begun, Some(&range));
-        if config.memory_enabled {
-            self.remember(id, &begun, previous.as_ref(), session.summary(), phase0.as_ref());
-        }
-        if config.candidates_enabled && config.candidates_from_compaction {
-            let new = |now: &[String], before: Option<&Vec<String>>| -> Vec<String> {
-                now.iter()
-                    .filter(|x| before.is_none_or(|b| !b.contains(x)))
-                    .cloned()
-                    .collect()
-            };
-            let lessons = new(&begun.summary.lessons, previous.as_ref().map(|p| &p.lessons));
-            let constraints = new(&begun.summary.constraints, previous.as_ref().map(|p| &p.constraints));
-            self.observe_compaction(id, &lessons, &constraints);
-        }
+        self.learn_from_compaction(
+            id,
+            config,
+            &begun,
+            previous.as_ref(),
+            session.summary(),
+            phase0.as_ref(),
+        );
         session.compactions.push(CompactionInfo {
             begun,
             range: Some(range),
@@ -242,6 +200,64 @@ impl Engine {
             );
         }
         Ok(Some(report))
+    }
+
+    /// Logs the end of compaction `begun`, archived as `range` (its lines `appended`); when
+    /// that fails the call is rolled back, so the archive lines are taken back too.
+    fn log_compaction_done(
+        &self,
+        id: &str,
+        begun: &CompactionBegun,
+        range: &ArchiveRange,
+        appended: Option<&AppendedLines>,
+    ) -> Result<(), CompactError> {
+        let done = SessionRecord::CompactionDone {
+            id: begun.id.clone(),
+            range: range.clone(),
+            tokens_after: Some(begun.tokens_after),
+        };
+        if let Err(e) = self.sessions.append(id, &[done]) {
+            // Without this a retry would archive the same messages again under another
+            // compaction id.
+            if let Some(appended) = appended
+                && let Err(undo) = self.archive.withdraw(appended)
+            {
+                tracing::error!(
+                    session = id,
+                    "could not take back a rolled-back compaction's archive lines: {undo}"
+                );
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Hands what compaction `begun` found to memory (`memory_enabled`) and to the learning
+    /// candidates (`candidates_from_compaction`): what its summary (`summary`, after) says
+    /// that the `previous` one did not.
+    fn learn_from_compaction(
+        &self,
+        id: &str,
+        config: &Config,
+        begun: &CompactionBegun,
+        previous: Option<&CompactSummary>,
+        summary: Option<&CompactSummary>,
+        phase0: Option<&Phase0>,
+    ) {
+        if config.memory_enabled {
+            self.remember(id, begun, previous, summary, phase0);
+        }
+        if config.candidates_enabled && config.candidates_from_compaction {
+            let new = |now: &[String], before: Option<&Vec<String>>| -> Vec<String> {
+                now.iter()
+                    .filter(|x| before.is_none_or(|b| !b.contains(x)))
+                    .cloned()
+                    .collect()
+            };
+            let lessons = new(&begun.summary.lessons, previous.map(|p| &p.lessons));
+            let constraints = new(&begun.summary.constraints, previous.map(|p| &p.constraints));
+            self.observe_compaction(id, &lessons, &constraints);
+        }
     }
 
     /// Plans the split and summarises the span, encoding its archive lines on another core
@@ -285,24 +301,7 @@ impl Engine {
         };
         // Watchers learn that a compaction starts before its summary is written (a model
         // summary can take a while).
-        (how.call.events)(ContextEvent {
-            session_id: id.to_owned(),
-            kind: EventKind::CompactionStarted,
-            pressure: before.pressure(),
-            tokens: before.clone(),
-            messages: session.entries.len(),
-            compactions: session.compactions.len(),
-            actions: Vec::new(),
-            compaction: Some(CompactionEvent {
-                id: None,
-                manual: how.manual,
-                messages: indices.len(),
-                tokens_before: before.total,
-                tokens_after: None,
-                threshold: before.threshold,
-                dropped: Vec::new(),
-            }),
-        });
+        (how.call.events)(compaction_started(id, session, &before, how.manual, indices.len()));
         let compaction_id = self.ids.next_id();
         let at = self.clock.now();
         let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
@@ -412,32 +411,43 @@ impl Engine {
     }
 }
 
-/// Room in a `prepare` result for what is not a message or the summary: tokens, actions,
-/// reconciliation, the archive range.
-const RESULT_SLACK_BYTES: usize = 64 << 10;
-/// Room per live message for its actions (offloaded, truncated, repaired).
-const RESULT_SLACK_PER_MESSAGE: usize = 512;
+/// The event announcing that a compaction of `messages` messages of `session`, whose request
+/// is `before`, starts.
+fn compaction_started(id: &str, session: &Session, before: &TokenUsage, manual: bool, messages: usize) -> ContextEvent {
+    ContextEvent {
+        session_id: id.to_owned(),
+        kind: EventKind::CompactionStarted,
+        pressure: before.pressure(),
+        tokens: before.clone(),
+        messages: session.entries.len(),
+        compactions: session.compactions.len(),
+        actions: Vec::new(),
+        compaction: Some(CompactionEvent {
+            id: None,
+            manual,
+            messages,
+            tokens_before: before.total,
+            tokens_after: None,
+            threshold: before.threshold,
+            dropped: Vec::new(),
+        }),
+    }
+}
 
-/// Refuses an automatic compaction whose `prepare` result could not be delivered, before it
-/// commits. A compaction only removes messages and puts the summary first, so the request as
-/// it stands, plus the new summary as text and as fields, bounds the result.
-fn check_result_bound(
+/// Drops the messages of `begun` (archived as `range`) from `session` and puts its summary in
+/// their place; returns the summary it replaces.
+fn replace_with_summary(
     session: &mut Session,
-    config: &Config,
-    summary: &CompactSummary,
-    call: &CallContext<'_>,
-) -> Result<(), EngineError> {
-    let Some(limit) = call.max_result_bytes else {
-        return Ok(());
-    };
-    let live = session.entries.len();
-    let (messages, _) = session.render(config, false).to_json();
-    let bound = result_size::json_bytes(&messages)
-        + result_size::json_bytes(summary)
-        + result_size::json_bytes(&summary_message_text_for(summary, config.context_mode))
-        + RESULT_SLACK_BYTES
-        + RESULT_SLACK_PER_MESSAGE * live;
-    result_size::check(bound, Some(limit))
+    begun: &CompactionBegun,
+    range: &ArchiveRange,
+) -> Option<CompactSummary> {
+    let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
+    session.entries.retain(|e| !compacted.contains(&e.index));
+    let previous = session.summary().cloned();
+    let mut summary = begun.summary.clone();
+    summary.add_archive_range(range.clone(), &begun.indices);
+    session.set_summary(Some(summary));
+    previous
 }
 
 /// Runs the configured summariser. Model-backed ones never fail: they retry once and fall
@@ -521,16 +531,5 @@ pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -
         archive: range.cloned(),
         summarizer: begun.summarizer.clone(),
         dropped: begun.dropped.clone(),
-    }
-}
-
-/// Tokens the summary may take: its budget, less the `[COMPACTED]` opening it carries in
-/// `aceclaw` mode (which the summary's own budget does not see).
-fn summary_budget(config: &Config, counter: &TokenCounter) -> u64 {
-    match config.context_mode {
-        ContextMode::Qwenpaw => config.summary_budget_tokens(),
-        ContextMode::Aceclaw => config
-            .summary_budget_tokens()
-            .saturating_sub(counter.count_text(COMPACTED_OPENING)),
     }
 }

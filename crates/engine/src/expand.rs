@@ -57,33 +57,7 @@ impl Engine {
                 Some(compaction) => compaction_range(session, compaction)?,
                 None => (file, start, end),
             };
-            if start == 0 || end < start {
-                return Err(EngineError::invalid_params(
-                    "archive",
-                    "start_line must be at least 1 and end_line not before it",
-                ));
-            }
-            let lines = self.archive.read_range(&file, start, end).map_err(|e| match e {
-                StorageError::NotFound(_) => {
-                    EngineError::invalid_params("archive.file", format!("no archive file {file}"))
-                }
-                other => other.into(),
-            })?;
-            if lines.is_empty() {
-                return Err(EngineError::invalid_params(
-                    "archive",
-                    format!("{file} has no archive line in {start}-{end}"),
-                ));
-            }
-            if let Some((number, line)) = lines.iter().find(|(_, l)| l.session_id != *id) {
-                return Err(EngineError::invalid_params(
-                    "archive",
-                    format!(
-                        "line {number} of {file} belongs to session {}, not {id}",
-                        line.session_id
-                    ),
-                ));
-            }
+            let lines = self.read_span(id, &file, start, end)?;
             let format = format_or_default(session.format);
             let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
             let rendered = render_lines(&lines, config, self.offloads.workspace_root());
@@ -97,17 +71,7 @@ impl Engine {
                 .min(room);
             let messages: Vec<&Value> = lines.iter().map(|(_, l)| &l.message).collect();
             let Some(first) = fit(&messages, &tokens, budget, format) else {
-                let smallest = smallest_tail(&messages, &tokens, format).map_or_else(
-                    || "no part of the span starts with a tool call and its results".to_owned(),
-                    |t| format!("its newest turn that keeps tool calls with their results takes {t} tokens"),
-                );
-                return Err(EngineError::invalid_params(
-                    "max_tokens",
-                    format!(
-                        "the span does not fit the budget of {budget} tokens (the room under the compaction \
-                         threshold is {room}): {smallest}"
-                    ),
-                ));
+                return Err(does_not_fit(&messages, &tokens, format, budget, room));
             };
             let kept = &lines[first..];
             let record = Expansion {
@@ -141,6 +105,42 @@ impl Engine {
                 truncated_results,
             })
         })
+    }
+
+    /// The archive lines `start`..=`end` of `file`, which must exist and belong to session `id`.
+    fn read_span(
+        &self,
+        id: &str,
+        file: &str,
+        start: usize,
+        end: usize,
+    ) -> Result<Vec<(usize, DialogLine)>, EngineError> {
+        if start == 0 || end < start {
+            return Err(EngineError::invalid_params(
+                "archive",
+                "start_line must be at least 1 and end_line not before it",
+            ));
+        }
+        let lines = self.archive.read_range(file, start, end).map_err(|e| match e {
+            StorageError::NotFound(_) => EngineError::invalid_params("archive.file", format!("no archive file {file}")),
+            other => other.into(),
+        })?;
+        if lines.is_empty() {
+            return Err(EngineError::invalid_params(
+                "archive",
+                format!("{file} has no archive line in {start}-{end}"),
+            ));
+        }
+        if let Some((number, line)) = lines.iter().find(|(_, l)| l.session_id != id) {
+            return Err(EngineError::invalid_params(
+                "archive",
+                format!(
+                    "line {number} of {file} belongs to session {}, not {id}",
+                    line.session_id
+                ),
+            ));
+        }
+        Ok(lines)
     }
 
     /// The pending expansion of a session's log, rendered again (on load).
@@ -235,6 +235,22 @@ fn fit(messages: &[&Value], tokens: &[u64], budget: u64, format: MessageFormat) 
         }
     }
     best
+}
+
+/// The error of a span (`messages` of `tokens`) with no tail that fits `budget` (at most the
+/// `room` under the compaction threshold): what its smallest tail would take.
+fn does_not_fit(messages: &[&Value], tokens: &[u64], format: MessageFormat, budget: u64, room: u64) -> EngineError {
+    let smallest = smallest_tail(messages, tokens, format).map_or_else(
+        || "no part of the span starts with a tool call and its results".to_owned(),
+        |t| format!("its newest turn that keeps tool calls with their results takes {t} tokens"),
+    );
+    EngineError::invalid_params(
+        "max_tokens",
+        format!(
+            "the span does not fit the budget of {budget} tokens (the room under the compaction \
+             threshold is {room}): {smallest}"
+        ),
+    )
 }
 
 /// Tokens of the shortest tail [`fit`] could keep.

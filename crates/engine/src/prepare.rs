@@ -2,32 +2,36 @@
 //! received messages, count the request, compact the older part when over the threshold,
 //! render what the model sees.
 
+mod request;
+
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
+
 use satchel_core::budget_note::{BUDGET_SECTION_KEY, BudgetFacts, budget_section_text};
-use satchel_core::calibration::corrected;
 use satchel_core::hash::MessageHash;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
-    Action, Config, ContextEvent, ContextMode, EventKind, FormatHint, MessageFormat, Phase, PrepareParams,
-    PrepareResult, PromptSection, PruneReport, TokenUsage,
+    Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, PrepareParams, PrepareResult, PromptSection,
+    TokenUsage,
 };
 use satchel_storage::SessionRecord;
 use serde_json::value::RawValue;
 
-use crate::assembly::{self, PromptRequest};
+use crate::assembly::{self, PromptRequest, PromptState};
 use crate::call::CallContext;
 use crate::compact::{CompactError, CompactionRequest};
 use crate::engine::Engine;
 use crate::error::EngineError;
-use crate::ingest::{Incoming, Ingested, Writes};
+use crate::ingest::{Incoming, Writes};
 use crate::live::Ticket;
-use crate::pruning::{Renderings, prune_rendered, usage_after};
+use crate::pruning::usage_after;
 use crate::requests::PhaseReached;
-use crate::session::{Session, TruncatedMessage, format_or_default};
-use crate::usage::{RequestExtras, usage};
-use crate::{Outcome, event_of, repair_action, result_size};
+use crate::session::{Session, format_or_default};
+use crate::usage::RequestExtras;
+use crate::{Outcome, event_of, result_size};
+use request::Request;
 
 /// What `prepare` returns: the request with its messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;
@@ -113,20 +117,7 @@ impl Engine {
         let mut actions = Vec::new();
         let started = self.clock.now();
         let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
-        if config.candidates_enabled {
-            match self.candidate_sections() {
-                Ok(sections) if !sections.is_empty() => extras.sections.get_or_insert_with(Vec::new).extend(sections),
-                Ok(_) => {}
-                // Learned hints are an extra: a store that cannot be read leaves them out.
-                Err(e) => tracing::warn!(session = %id, "learning candidates left out of the prompt: {e}"),
-            }
-        }
-        if config.budget_section_enabled {
-            extras
-                .sections
-                .get_or_insert_with(Vec::new)
-                .push(budget_section(session, config));
-        }
+        self.add_generated_sections(id, session, &mut extras, config);
         let prompt_request = PromptRequest {
             system: extras.system.as_ref(),
             sections: extras.sections.as_deref(),
@@ -143,38 +134,18 @@ impl Engine {
         };
         let counted_usage = request.usage(session, false);
         let counted = self.clock.now();
-        let over_trigger = |usage: &TokenUsage| {
-            config.context_mode == ContextMode::Aceclaw && usage.total >= config.compact_threshold_tokens()
-        };
-        let mut phases = Vec::new();
-        // `aceclaw` mode: the pruned estimate decides whether compaction is needed at all.
-        let decisive_usage = if over_trigger(&counted_usage) {
-            phases.push(PhaseReached::Prune);
-            let report = request.prune(session, &counted_usage);
-            usage_after(&counted_usage, &report)
-        } else {
-            counted_usage.clone()
-        };
-        let compaction = self.compact_if_due(id, session, &request, call, decisive_usage, &mut ingested.durable)?;
-        if matches!(compaction.action, Some(Action::Compacted(_))) {
-            phases.push(PhaseReached::Summarize);
-        }
-        actions.extend(compaction.action);
-        let mut usage_now = if phases == [PhaseReached::Prune] {
-            // Pruning was enough: the request is the full one, pruned again as it is sent.
-            counted_usage.clone()
-        } else {
-            compaction.usage
-        };
-        // Last resort before giving up on the limit: recent tool results get the old-phase limit too.
-        let squeeze = usage_now.total > config.effective_window();
-        if squeeze {
-            usage_now = request.usage(session, true);
-        }
+        let fitted = self.fit_to_window(id, session, &request, call, &counted_usage, &mut ingested.durable)?;
+        actions.extend(fitted.action);
+        let mut usage_now = fitted.usage;
         let compacted = self.clock.now();
-        let prune = over_trigger(&usage_now);
-        let (messages, output_hashes, pruned) =
-            request.render(session, squeeze, prune.then_some(&usage_now), &ingested, &mut actions);
+        let prune = request.over_trigger(&usage_now);
+        let (messages, output_hashes, pruned) = request.render(
+            session,
+            fitted.squeeze,
+            prune.then_some(&usage_now),
+            &ingested,
+            &mut actions,
+        );
         // A request over its trigger with nothing to prune (every message in the protected
         // turns, or no offloaded result nor reasoning before them) is sent whole: no action.
         if let Some(report) = pruned.filter(|r| r.stubbed_results + r.removed_reasoning > 0) {
@@ -184,18 +155,9 @@ impl Engine {
         let cache_stable_prefix_tokens = request.stable_prefix_tokens(session, &messages, &output_hashes);
         let saved = counted_usage.total.saturating_sub(usage_now.total);
         let fits = usage_now.total < config.compact_threshold_tokens();
-        session.requests.record_phases(phases, saved, fits);
-        let (prompt_report, over_budget) = match &prompt {
-            Some(p) => {
-                let (report, over_budget) = p.report_raw(id, session, &request.counter, config);
-                (Some(report), over_budget)
-            }
-            None => (None, None),
-        };
-        let over_limit = match (over_limit_message(&usage_now, compaction.reason.as_ref()), over_budget) {
-            (Some(window), Some(budget)) => Some(format!("{window}; {budget}")),
-            (window, budget) => window.or(budget),
-        };
+        session.requests.record_phases(fitted.phases, saved, fits);
+        let (prompt_report, over_limit) =
+            prompt_report_and_over_limit(id, session, prompt.as_deref(), &request, &usage_now, fitted.reason);
         let result = PrepareResult {
             session_id: id.to_owned(),
             format: format_or_default(session.format),
@@ -210,7 +172,97 @@ impl Engine {
             prompt: prompt_report,
         };
         result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;
-        ingested.durable.wait()?;
+        let sent = SentRequest {
+            output_hashes,
+            extras: request.extras,
+            prompt,
+        };
+        self.commit_prepare(id, session, call, &mut ingested.durable, sent, &result.tokens)?;
+        // After `last_usage`: the event carries this call's numbers, not the previous call's.
+        let event: ContextEvent = event_of(id, session, EventKind::Prepare, &result.actions);
+        trace_stage_durations(id, started, counted, compacted, self.clock.now());
+        Ok(Outcome {
+            result,
+            event: Some(event),
+        })
+    }
+
+    /// Adds the sections the daemon itself contributes to the client's: learned candidates
+    /// (`candidates_enabled`) and the budget section (`budget_section_enabled`).
+    fn add_generated_sections(&self, id: &str, session: &Session, extras: &mut RequestExtras, config: &Config) {
+        if config.candidates_enabled {
+            match self.candidate_sections() {
+                Ok(sections) if !sections.is_empty() => extras.sections.get_or_insert_with(Vec::new).extend(sections),
+                Ok(_) => {}
+                // Learned hints are an extra: a store that cannot be read leaves them out.
+                Err(e) => tracing::warn!(session = %id, "learning candidates left out of the prompt: {e}"),
+            }
+        }
+        if config.budget_section_enabled {
+            extras
+                .sections
+                .get_or_insert_with(Vec::new)
+                .push(budget_section(session, config));
+        }
+    }
+
+    /// Brings the counted request (`counted_usage`) toward the window: prunes it to decide
+    /// whether compaction is due (`aceclaw` mode), compacts when it is, and squeezes recent
+    /// tool results as a last resort.
+    fn fit_to_window(
+        &self,
+        id: &str,
+        session: &mut Session,
+        request: &Request<'_>,
+        call: &CallContext<'_>,
+        counted_usage: &TokenUsage,
+        pending_writes: &mut Writes,
+    ) -> Result<Fitted, EngineError> {
+        let mut phases = Vec::new();
+        // `aceclaw` mode: the pruned estimate decides whether compaction is needed at all.
+        let decisive_usage = if request.over_trigger(counted_usage) {
+            phases.push(PhaseReached::Prune);
+            let report = request.prune(session, counted_usage);
+            usage_after(counted_usage, &report)
+        } else {
+            counted_usage.clone()
+        };
+        let compaction = self.compact_if_due(id, session, request, call, decisive_usage, pending_writes)?;
+        if matches!(compaction.action, Some(Action::Compacted(_))) {
+            phases.push(PhaseReached::Summarize);
+        }
+        let mut usage = if phases == [PhaseReached::Prune] {
+            // Pruning was enough: the request is the full one, pruned again as it is sent.
+            counted_usage.clone()
+        } else {
+            compaction.usage
+        };
+        // Last resort before giving up on the limit: recent tool results get the old-phase limit too.
+        let squeeze = usage.total > request.config.effective_window();
+        if squeeze {
+            usage = request.usage(session, true);
+        }
+        Ok(Fitted {
+            usage,
+            squeeze,
+            phases,
+            action: compaction.action,
+            reason: compaction.reason,
+        })
+    }
+
+    /// Makes a prepared request durable and takes it as the session's last one: the commit
+    /// point of a call that did not compact (a compaction commits before it logs anything).
+    fn commit_prepare(
+        &self,
+        id: &str,
+        session: &mut Session,
+        call: &CallContext<'_>,
+        pending_writes: &mut Writes,
+        sent: SentRequest,
+        usage_now: &TokenUsage,
+    ) -> Result<(), EngineError> {
+        pending_writes.wait()?;
         // The span `context.expand` brought back is carried by this request only.
         if let Some(expansion) = &session.expansion {
             let done = SessionRecord::ExpandDone {
@@ -218,35 +270,19 @@ impl Engine {
             };
             self.sessions.append(id, &[done])?;
         }
-        // The commit point of a call that did not compact (a compaction commits before it
-        // logs anything): from here on the call takes effect.
+        // From here on the call takes effect.
         if !call.token.commit() {
             return Err(EngineError::Cancelled);
         }
         session.expansion = None;
-        remember_request(session, output_hashes, request.extras, &result.tokens);
-        if let Some(prompt) = &prompt
+        remember_request(session, sent.output_hashes, sent.extras, usage_now);
+        if let Some(prompt) = &sent.prompt
             && let Err(e) = self.candidates_injected(&assembly::injected_candidates(&prompt.built))
         {
             tracing::warn!(session = %id, "could not mark learning candidates in use: {e}");
         }
-        session.requests.last_prompt = prompt;
-        // After `last_usage`: the event carries this call's numbers, not the previous call's.
-        let event: ContextEvent = event_of(id, session, EventKind::Prepare, &result.actions);
-        let ms = |from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>| {
-            (to - from).num_microseconds().unwrap_or(0) as f64 / 1000.0
-        };
-        tracing::debug!(
-            session = %id,
-            ingest_and_count_ms = ms(started, counted),
-            compact_ms = ms(counted, compacted),
-            render_ms = ms(compacted, self.clock.now()),
-            "prepared"
-        );
-        Ok(Outcome {
-            result,
-            event: Some(event),
-        })
+        session.requests.last_prompt = sent.prompt;
+        Ok(())
     }
 
     /// Compacts the session when [`compaction_due`] says so; returns the usage after, the
@@ -296,21 +332,28 @@ impl Engine {
     }
 }
 
-/// The request-wide inputs of one `prepare`, shared by its stages.
-struct Request<'a> {
-    /// The call's effective configuration.
-    config: &'a Config,
-    /// Counts with the configured tokenizer.
-    counter: TokenCounter,
-    /// The system prompt and tool definitions sent beside the messages.
-    extras: RequestExtras,
+/// The request after [`Engine::fit_to_window`], before it is rendered.
+struct Fitted {
+    /// Its usage now.
+    usage: TokenUsage,
+    /// Whether recent tool results get the old-phase limit too (still over the window).
+    squeeze: bool,
+    /// The phases that ran.
+    phases: Vec<PhaseReached>,
+    /// The compaction, or why it failed.
+    action: Option<Action>,
+    /// Why the request may still be over the window.
+    reason: Option<OverLimitReason>,
 }
 
-impl Request<'_> {
-    /// Token usage of the request `session` would send now.
-    fn usage(&self, session: &mut Session, squeeze: bool) -> TokenUsage {
-        usage(session, self.config, &self.counter, &self.extras, squeeze)
-    }
+/// What a committed `prepare` keeps of the request it returned.
+struct SentRequest {
+    /// Hashes of the messages returned, to recognise them when sent back.
+    output_hashes: Vec<MessageHash>,
+    /// The system prompt and tool definitions sent beside them.
+    extras: RequestExtras,
+    /// The assembled prompt, if any.
+    prompt: Option<Arc<PromptState>>,
 }
 
 /// What the automatic compaction step of `prepare` did.
@@ -323,92 +366,46 @@ struct AutoCompaction {
     reason: Option<OverLimitReason>,
 }
 
-impl Request<'_> {
-    /// Prunes the request `session` renders now (`aceclaw` mode) and returns what that did,
-    /// without keeping the pruned request.
-    fn prune(&self, session: &mut Session, usage: &TokenUsage) -> PruneReport {
-        let renderings = Renderings::of(session);
-        let format = format_or_default(session.format);
-        let factor = session.requests.calibration.factor;
-        let mut rendered = session.render(self.config, false);
-        prune_rendered(
-            &mut rendered,
-            &renderings,
-            format,
-            &self.counter,
-            usage,
-            factor,
-            self.config,
-        )
-    }
-
-    /// Renders the request `session` sends now, as JSON texts and their hashes, pruned when
-    /// `prune_from` (its usage) is given, and adds its truncations, repairs and pruning to
-    /// `actions`.
-    fn render(
-        &self,
-        session: &mut Session,
-        squeeze: bool,
-        prune_from: Option<&TokenUsage>,
-        ingested: &Ingested,
-        actions: &mut Vec<Action>,
-    ) -> (Vec<Arc<RawValue>>, Vec<MessageHash>, Option<PruneReport>) {
-        let renderings = prune_from.map(|_| Renderings::of(session));
-        let format = format_or_default(session.format);
-        let factor = session.requests.calibration.factor;
-        let mut rendered = session.render(self.config, squeeze);
-        let pruned = prune_from.zip(renderings.as_ref()).map(|(usage, renderings)| {
-            prune_rendered(
-                &mut rendered,
-                renderings,
-                format,
-                &self.counter,
-                usage,
-                factor,
-                self.config,
-            )
-        });
-        let (json, hashes) = rendered.to_json();
-        actions.extend(truncation_actions(
-            &rendered.truncated,
-            ingested.first_new_index,
-            ingested.recent_start_before,
-        ));
-        actions.extend(rendered.repairs.iter().map(repair_action));
-        (json, hashes, pruned)
-    }
+/// The prompt's report, and the notice of a request still over the window (`reason`, when
+/// compaction could not help) or over the prompt's budget.
+fn prompt_report_and_over_limit(
+    id: &str,
+    session: &mut Session,
+    prompt: Option<&PromptState>,
+    request: &Request<'_>,
+    usage_now: &TokenUsage,
+    reason: Option<OverLimitReason>,
+) -> (Option<Arc<RawValue>>, Option<String>) {
+    let (prompt_report, over_budget) = match prompt {
+        Some(p) => {
+            let (report, over_budget) = p.report_raw(id, session, &request.counter, request.config);
+            (Some(report), over_budget)
+        }
+        None => (None, None),
+    };
+    let over_limit = match (over_limit_message(usage_now, reason.as_ref()), over_budget) {
+        (Some(window), Some(budget)) => Some(format!("{window}; {budget}")),
+        (window, budget) => window.or(budget),
+    };
+    (prompt_report, over_limit)
 }
 
-impl Request<'_> {
-    /// Tokens at the start of the request (tools, system, then `messages` with their
-    /// `hashes`) identical to the previous request the session returned: the part a
-    /// provider's prompt cache can reuse. Counted from the cached per-message counts.
-    fn stable_prefix_tokens(&self, session: &mut Session, messages: &[Arc<RawValue>], hashes: &[MessageHash]) -> u64 {
-        if session.last_usage.is_none() || self.extras.tools != session.last_tools {
-            return 0;
-        }
-        let (system, tools) = session.extras_tokens(
-            self.extras.system.as_ref(),
-            self.extras.system_hash,
-            self.extras.tools.as_deref(),
-            &self.counter,
-            self.config,
-        );
-        let factor = session.requests.calibration.factor;
-        if self.extras.system != session.last_system {
-            return corrected(tools, factor);
-        }
-        let shared = hashes
-            .iter()
-            .zip(&session.last_output)
-            .take_while(|(now, before)| now == before)
-            .count();
-        let divisor = self.config.token_count_estimate_divisor;
-        corrected(
-            tools + system + session.prefix_tokens(hashes, messages, shared, divisor),
-            factor,
-        )
-    }
+/// Logs how long each stage of a `prepare` took.
+fn trace_stage_durations(
+    id: &str,
+    started: DateTime<Utc>,
+    counted: DateTime<Utc>,
+    compacted: DateTime<Utc>,
+    rendered: DateTime<Utc>,
+) {
+    let ms = |from: DateTime<Utc>, to: DateTime<Utc>| (to - from).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    tracing::debug!(
+        session = %id,
+        ingest_and_count_ms = ms(started, counted),
+        compact_ms = ms(counted, compacted),
+        render_ms = ms(compacted, rendered),
+        "prepared"
+    );
 }
 
 /// Keeps what a committed call returned: its request, to recognise it when sent back, and
@@ -427,41 +424,6 @@ fn remember_request(
     session.last_usage = Some(usage_now.clone());
     session.requests.last_factor = Some(session.requests.calibration.factor);
     session.requests.calibration_before_report = None;
-}
-
-/// The `truncated` actions of a call: texts of messages new in this call, and of messages
-/// that left the recent window in it (their cut changed from the recent to the old limit).
-fn truncation_actions(
-    truncated: &[TruncatedMessage],
-    first_new_index: usize,
-    recent_start_before: usize,
-) -> Vec<Action> {
-    let mut actions = Vec::new();
-    for TruncatedMessage {
-        position,
-        index,
-        phase,
-        texts,
-    } in truncated
-    {
-        let changed = *index >= first_new_index || (*phase == Phase::Old && *position >= recent_start_before);
-        if !changed {
-            continue;
-        }
-        for text in texts {
-            if let Some(kept_bytes) = text.kept_bytes {
-                actions.push(Action::Truncated {
-                    index: *index,
-                    pointer: text.pointer.clone(),
-                    phase: *phase,
-                    file: text.file.clone(),
-                    kept_bytes,
-                    total_bytes: text.total_bytes,
-                });
-            }
-        }
-    }
-    actions
 }
 
 /// The agent-visible budget section (`budget_section_enabled`), from the session's last

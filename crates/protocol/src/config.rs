@@ -450,17 +450,24 @@ impl Config {
     ///
     /// Returns the offending key and why, so the error can name the field.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        let ratio = |v: f64| v > 0.0 && v <= 1.0;
+        self.validate_window_and_pruning()?;
+        self.validate_compaction()?;
+        self.validate_limits()?;
+        self.validate_memory()
+    }
+
+    /// Checks the window, pruning and prompt keys (called by [`Config::validate`]).
+    fn validate_window_and_pruning(&self) -> Result<(), (&'static str, String)> {
         if self.max_input_length < 1024 {
             return Err(("max_input_length", "must be at least 1024".into()));
         }
         if self.max_output_tokens > self.max_input_length / 2 {
             return Err(("max_output_tokens", "must be at most half of max_input_length".into()));
         }
-        if !ratio(self.prune_trigger_ratio) {
+        if !is_ratio(self.prune_trigger_ratio) {
             return Err(("prune_trigger_ratio", "must be in (0, 1]".into()));
         }
-        if !ratio(self.prune_target_ratio) || self.prune_target_ratio >= self.prune_trigger_ratio {
+        if !is_ratio(self.prune_target_ratio) || self.prune_target_ratio >= self.prune_trigger_ratio {
             return Err((
                 "prune_target_ratio",
                 "must be in (0, 1] and below prune_trigger_ratio".into(),
@@ -484,10 +491,15 @@ impl Config {
                 "must be at least 1000 and at most prompt_max_total_chars".into(),
             ));
         }
-        if !ratio(self.compact_threshold_ratio) {
+        Ok(())
+    }
+
+    /// Checks the compaction and summarizing-model keys (called by [`Config::validate`]).
+    fn validate_compaction(&self) -> Result<(), (&'static str, String)> {
+        if !is_ratio(self.compact_threshold_ratio) {
             return Err(("compact_threshold_ratio", "must be in (0, 1]".into()));
         }
-        if !ratio(self.reserve_threshold_ratio) || self.reserve_threshold_ratio >= self.compact_threshold_ratio {
+        if !is_ratio(self.reserve_threshold_ratio) || self.reserve_threshold_ratio >= self.compact_threshold_ratio {
             return Err((
                 "reserve_threshold_ratio",
                 "must be in (0, 1] and below compact_threshold_ratio".into(),
@@ -522,6 +534,12 @@ impl Config {
         if !(1.0..=10.0).contains(&self.token_count_estimate_divisor) {
             return Err(("token_count_estimate_divisor", "must be in [1, 10]".into()));
         }
+        Ok(())
+    }
+
+    /// Checks the truncation, retention, session and dialog keys (called by
+    /// [`Config::validate`]).
+    fn validate_limits(&self) -> Result<(), (&'static str, String)> {
         if !(0.0..=0.5).contains(&self.pruning_tail_ratio) {
             return Err(("pruning_tail_ratio", "must be in [0, 0.5]".into()));
         }
@@ -555,7 +573,7 @@ impl Config {
         if self.dialog_path.is_empty() || self.dialog_path.contains("..") || self.dialog_path.starts_with('/') {
             return Err(("dialog_path", "must be a relative path inside the workspace".into()));
         }
-        self.validate_memory()
+        Ok(())
     }
 
     /// The window the request must fit: `max_input_length` less the room kept for the answer.
@@ -589,6 +607,11 @@ impl Config {
     pub fn reserve_tokens(&self) -> u64 {
         (self.effective_window() as f64 * self.reserve_threshold_ratio) as u64
     }
+}
+
+/// Whether a ratio key's value `v` is in (0, 1].
+fn is_ratio(v: f64) -> bool {
+    v > 0.0 && v <= 1.0
 }
 
 /// `url` with its userinfo and query string (where credentials hide) replaced by [`REDACTED`].

@@ -140,55 +140,8 @@ pub fn assemble<'a>(sections: Vec<Section<'a>>, budget: SystemPromptBudget) -> R
         return Err(DuplicateKey(dup.key.clone()));
     }
 
-    // Pass 1: the per-section cap.
-    let mut slots: Vec<Slot> = sections
-        .iter()
-        .map(|s| {
-            let chars = s.content.chars().count();
-            let mut slot = Slot {
-                chars,
-                original_chars: chars,
-                included: chars > 0,
-                truncated: false,
-                cut: None,
-            };
-            if !s.protected && chars > budget.max_per_section_chars {
-                apply_cut(&mut slot, &s.content, budget.max_per_section_chars);
-            }
-            slot
-        })
-        .collect();
-
-    // Pass 2: the total, lowest priority first, later first on ties.
-    let mut total = joined_chars(slots.iter().filter(|s| s.included).map(|s| s.chars));
-    if total > budget.max_total_chars {
-        let mut order: Vec<usize> = (0..sections.len())
-            .filter(|&i| !sections[i].protected && slots[i].included)
-            .collect();
-        order.sort_by_key(|&i| (sections[i].priority, std::cmp::Reverse(i)));
-        let mut included = slots.iter().filter(|s| s.included).count();
-        for i in order {
-            if total <= budget.max_total_chars {
-                break;
-            }
-            let slot = &mut slots[i];
-            let before = slot.chars;
-            let excess = total - budget.max_total_chars;
-            if before > excess {
-                apply_cut(slot, &sections[i].content, before - excess);
-            } else {
-                drop_slot(slot);
-            }
-            if slot.included {
-                total -= before - slot.chars;
-            } else {
-                // The section and one separator leave the prompt.
-                included -= 1;
-                total -= before + if included > 0 { SECTION_SEPARATOR.len() } else { 0 };
-            }
-        }
-    }
-
+    let mut slots = capped_slots(&sections, budget);
+    let total = fit_total(&sections, &mut slots, budget);
     let over_budget = protected_overrun(&sections, &slots, budget);
     let mut prompt = String::with_capacity(
         sections
@@ -239,6 +192,62 @@ pub fn assemble<'a>(sections: Vec<Section<'a>>, budget: SystemPromptBudget) -> R
         truncated_section_keys,
         over_budget,
     })
+}
+
+/// Pass 1: a slot for each of `sections`, cut to the per-section cap unless protected.
+fn capped_slots(sections: &[Section<'_>], budget: SystemPromptBudget) -> Vec<Slot> {
+    sections
+        .iter()
+        .map(|s| {
+            let chars = s.content.chars().count();
+            let mut slot = Slot {
+                chars,
+                original_chars: chars,
+                included: chars > 0,
+                truncated: false,
+                cut: None,
+            };
+            if !s.protected && chars > budget.max_per_section_chars {
+                apply_cut(&mut slot, &s.content, budget.max_per_section_chars);
+            }
+            slot
+        })
+        .collect()
+}
+
+/// Pass 2: cuts or drops unprotected sections, lowest priority first, later first on ties,
+/// until the prompt fits the total; returns the prompt's length in characters.
+fn fit_total(sections: &[Section<'_>], slots: &mut [Slot], budget: SystemPromptBudget) -> usize {
+    let mut total = joined_chars(slots.iter().filter(|s| s.included).map(|s| s.chars));
+    if total <= budget.max_total_chars {
+        return total;
+    }
+    let mut order: Vec<usize> = (0..sections.len())
+        .filter(|&i| !sections[i].protected && slots[i].included)
+        .collect();
+    order.sort_by_key(|&i| (sections[i].priority, std::cmp::Reverse(i)));
+    let mut included = slots.iter().filter(|s| s.included).count();
+    for i in order {
+        if total <= budget.max_total_chars {
+            break;
+        }
+        let slot = &mut slots[i];
+        let before = slot.chars;
+        let excess = total - budget.max_total_chars;
+        if before > excess {
+            apply_cut(slot, &sections[i].content, before - excess);
+        } else {
+            drop_slot(slot);
+        }
+        if slot.included {
+            total -= before - slot.chars;
+        } else {
+            // The section and one separator leave the prompt.
+            included -= 1;
+            total -= before + if included > 0 { SECTION_SEPARATOR.len() } else { 0 };
+        }
+    }
+    total
 }
 
 /// Length of `lengths` joined by the separator.

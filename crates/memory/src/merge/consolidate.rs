@@ -126,9 +126,26 @@ pub fn consolidated(memory: &str, new: &NewEntries, reply: &str) -> Result<Merge
         return Err("the reply has no bullet".into());
     }
     let existing = existing_entries(memory);
-    let mut cited_new = vec![false; numbered.len()];
+    let cited_existing = checked_citations(&sections, &existing, numbered.len())?;
+    let edits = Edits::of(&sections, &existing, cited_existing, &numbered, &new.repeats);
+    Ok(Merged {
+        memory: edits.applied(memory, &existing),
+        added: numbered.len(),
+        duplicates: new.duplicates,
+    })
+}
+
+/// Checks the ids the bullets of `sections` cite against the `existing` entries and the
+/// `new_count` new ones: every bullet cites a new entry, every new entry is cited, an existing
+/// one at most once and only under its own heading. Which existing entries are cited.
+fn checked_citations(
+    sections: &[(String, Vec<Bullet>)],
+    existing: &[Existing],
+    new_count: usize,
+) -> Result<Vec<bool>, String> {
+    let mut cited_new = vec![false; new_count];
     let mut cited_existing = vec![false; existing.len()];
-    for (kind, bullets) in &sections {
+    for (kind, bullets) in sections {
         for bullet in bullets {
             if !bullet.cites.iter().any(|c| matches!(c, Cited::New(_))) {
                 return Err(format!("a bullet under `{kind}` cites no new entry"));
@@ -155,101 +172,132 @@ pub fn consolidated(memory: &str, new: &NewEntries, reply: &str) -> Result<Merge
             }
         }
     }
-    let missing: Vec<String> = (1..=numbered.len())
+    let missing: Vec<String> = (1..=new_count)
         .filter(|n| !cited_new[n - 1])
         .map(|n| format!("N{n}"))
         .collect();
     if !missing.is_empty() {
         return Err(format!("the reply leaves out {}", missing.join(", ")));
     }
+    Ok(cited_existing)
+}
 
-    // What replaces each existing entry (`None`: kept as it is), which ones go, and the new
-    // list items by heading.
-    let mut replaced: Vec<Option<Entry>> = vec![None; existing.len()];
-    let mut removed = vec![false; existing.len()];
-    let mut appended: Vec<(String, Vec<Entry>)> = Vec::new();
-    for (kind, bullets) in &sections {
-        for bullet in bullets {
-            let mut from: Vec<String> = Vec::new();
-            let mut olds: Vec<usize> = Vec::new();
-            for cited in &bullet.cites {
-                match *cited {
-                    Cited::New(n) => from.extend(fingerprinted(numbered[n - 1].1)),
-                    Cited::Existing(m) => olds.push(m - 1),
-                }
-            }
-            if olds.is_empty() {
-                // A bullet saying word for word what an earlier bullet or an entry of
-                // `MEMORY.md` says is merged into it, as if the model had cited it.
-                let key = normalized(&bullet.text);
-                let earlier = appended
-                    .iter_mut()
-                    .flat_map(|(_, list)| list.iter_mut())
-                    .find(|entry| normalized(&entry.text) == key);
-                if let Some(entry) = earlier {
-                    entry.from.extend(from);
-                    entry.from = grouped(std::mem::take(&mut entry.from));
-                    continue;
-                }
-                let same = (0..existing.len()).find(|&m| !cited_existing[m] && normalized(&existing[m].text) == key);
-                if let Some(m) = same {
-                    cited_existing[m] = true;
-                    olds.push(m);
-                }
-            }
-            for &m in &olds {
-                from.extend(replaced_provenance(&existing[m], &new.repeats));
-            }
-            let entry = Entry {
-                text: bullet.text.clone(),
-                from: grouped(from),
-            };
-            match olds.split_first() {
-                Some((&first, rest)) => {
-                    replaced[first] = Some(entry);
-                    for &m in rest {
-                        removed[m] = true;
+/// What a checked reply does to `MEMORY.md`.
+struct Edits {
+    /// What replaces each existing entry (`None`: kept as it is).
+    replaced: Vec<Option<Entry>>,
+    /// The existing entries that go.
+    removed: Vec<bool>,
+    /// The new list items by heading.
+    appended: Vec<(String, Vec<Entry>)>,
+}
+
+impl Edits {
+    /// The edits of the bullets of `sections`, given the `existing` entries (those
+    /// `cited_existing`), the `numbered` new ones and the `repeats` of existing ones.
+    fn of(
+        sections: &[(String, Vec<Bullet>)],
+        existing: &[Existing],
+        mut cited_existing: Vec<bool>,
+        numbered: &[(&str, &Entry)],
+        repeats: &[Entry],
+    ) -> Edits {
+        let mut edits = Edits {
+            replaced: vec![None; existing.len()],
+            removed: vec![false; existing.len()],
+            appended: Vec::new(),
+        };
+        for (kind, bullets) in sections {
+            for bullet in bullets {
+                let mut from: Vec<String> = Vec::new();
+                let mut olds: Vec<usize> = Vec::new();
+                for cited in &bullet.cites {
+                    match *cited {
+                        Cited::New(n) => from.extend(fingerprinted(numbered[n - 1].1)),
+                        Cited::Existing(m) => olds.push(m - 1),
                     }
                 }
-                None => match appended.iter_mut().find(|(k, _)| k == kind) {
-                    Some((_, list)) => list.push(entry),
-                    None => appended.push((kind.clone(), vec![entry])),
-                },
+                if olds.is_empty() {
+                    // A bullet saying word for word what an earlier bullet or an entry of
+                    // `MEMORY.md` says is merged into it, as if the model had cited it.
+                    let key = normalized(&bullet.text);
+                    let earlier = edits
+                        .appended
+                        .iter_mut()
+                        .flat_map(|(_, list)| list.iter_mut())
+                        .find(|entry| normalized(&entry.text) == key);
+                    if let Some(entry) = earlier {
+                        entry.from.extend(from);
+                        entry.from = grouped(std::mem::take(&mut entry.from));
+                        continue;
+                    }
+                    let same =
+                        (0..existing.len()).find(|&m| !cited_existing[m] && normalized(&existing[m].text) == key);
+                    if let Some(m) = same {
+                        cited_existing[m] = true;
+                        olds.push(m);
+                    }
+                }
+                for &m in &olds {
+                    from.extend(replaced_provenance(&existing[m], repeats));
+                }
+                let entry = Entry {
+                    text: bullet.text.clone(),
+                    from: grouped(from),
+                };
+                edits.put(kind, &olds, entry);
             }
+        }
+        edits
+    }
+
+    /// Puts `entry`, under heading `kind`, in place of the existing entries `olds` (the first
+    /// replaced, the rest removed), or appends it when it replaces none.
+    fn put(&mut self, kind: &str, olds: &[usize], entry: Entry) {
+        match olds.split_first() {
+            Some((&first, rest)) => {
+                self.replaced[first] = Some(entry);
+                for &m in rest {
+                    self.removed[m] = true;
+                }
+            }
+            None => match self.appended.iter_mut().find(|(k, _)| k == kind) {
+                Some((_, list)) => list.push(entry),
+                None => self.appended.push((kind.to_owned(), vec![entry])),
+            },
         }
     }
 
-    let lines: Vec<&str> = memory.split_inclusive('\n').collect();
-    let mut kept: Vec<Option<String>> = lines.iter().map(|l| Some((*l).to_owned())).collect();
-    for (m, old) in existing.iter().enumerate() {
-        let replacement = replaced[m].as_ref().filter(|_| !removed[m]);
-        if replacement.is_none() && !removed[m] {
-            continue;
+    /// `memory`, whose entries are `existing`, with the edits made.
+    fn applied(&self, memory: &str, existing: &[Existing]) -> String {
+        let lines: Vec<&str> = memory.split_inclusive('\n').collect();
+        let mut kept: Vec<Option<String>> = lines.iter().map(|l| Some((*l).to_owned())).collect();
+        for (m, old) in existing.iter().enumerate() {
+            let replacement = self.replaced[m].as_ref().filter(|_| !self.removed[m]);
+            if replacement.is_none() && !self.removed[m] {
+                continue;
+            }
+            for i in old.lines.clone() {
+                kept[i] = None;
+            }
+            if let Some(entry) = replacement {
+                let start = old.lines.start;
+                let indent = &lines[start][..lines[start].len() - lines[start].trim_start().len()];
+                let newline = if lines[old.lines.end - 1].ends_with('\n') {
+                    "\n"
+                } else {
+                    ""
+                };
+                kept[start] = Some(format!("{indent}- {}{newline}", entry.line()));
+            }
         }
-        for i in old.lines.clone() {
-            kept[i] = None;
+        let mut out: String = kept.into_iter().flatten().collect();
+        for (kind, list) in &self.appended {
+            let lines: Vec<String> = list.iter().map(Entry::line).collect();
+            out = insert_under(&out, kind, &lines);
         }
-        if let Some(entry) = replacement {
-            let start = old.lines.start;
-            let indent = &lines[start][..lines[start].len() - lines[start].trim_start().len()];
-            let newline = if lines[old.lines.end - 1].ends_with('\n') {
-                "\n"
-            } else {
-                ""
-            };
-            kept[start] = Some(format!("{indent}- {}{newline}", entry.line()));
-        }
+        out
     }
-    let mut out: String = kept.into_iter().flatten().collect();
-    for (kind, list) in &appended {
-        let lines: Vec<String> = list.iter().map(Entry::line).collect();
-        out = insert_under(&out, kind, &lines);
-    }
-    Ok(Merged {
-        memory: out,
-        added: numbered.len(),
-        duplicates: new.duplicates,
-    })
 }
 
 /// The provenance of a model's bullet standing for `entry`: each log with the entry's

@@ -281,6 +281,31 @@ impl IdAlias {
 
 type InFlightMap = Arc<Mutex<HashMap<Id<'static>, InFlight>>>;
 
+/// A message that asks for a call, as [`Connection::read_call`] leaves it to be run.
+struct ReadCall {
+    /// The message, with a stand-in or given id where it needs one.
+    body: Vec<u8>,
+    /// The id it runs under.
+    id: Option<Id<'static>>,
+    method: Option<String>,
+    /// The client's own id, when the call runs under a stand-in.
+    alias: Option<Arc<IdAlias>>,
+    /// A notification of a protocol method, run under an id of satchel's own.
+    notification: bool,
+}
+
+/// Valid JSON that is not a request: jsonrpsee answers -32700 (it reads only requests, and
+/// anything else it cannot read it takes for bad JSON), JSON-RPC wants -32600. `first` is the
+/// first non-blank byte of `body`.
+fn is_not_a_request(peek: Option<&Peek<'_>>, first: Option<u8>, body: &[u8]) -> bool {
+    match peek {
+        Some(p) => p.id.is_none() && !p.is_notification() && p.method.as_deref() != Some("$/cancelRequest"),
+        None => {
+            first != Some(b'{') && first != Some(b'[') && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+        }
+    }
+}
+
 /// State of one served stream, owned by the read loop.
 struct Connection {
     shim: Arc<Shim>,
@@ -305,25 +330,32 @@ struct Connection {
 impl Connection {
     /// Starts processing one message in its own task, or handles it here if it is a cancel
     /// or a response from the client.
-    async fn dispatch(&mut self, framing: Framing, mut body: Vec<u8>) {
+    async fn dispatch(&mut self, framing: Framing, body: Vec<u8>) {
+        if let Some(call) = self.read_call(framing, body).await {
+            self.spawn_call(framing, call);
+        }
+    }
+
+    /// Reads what a message asks for: `None` when it was handled here (a response, a cancel,
+    /// a message answered with an error at once), else the call to run.
+    async fn read_call(&mut self, framing: Framing, mut body: Vec<u8>) -> Option<ReadCall> {
         let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
         if first == Some(b'[') {
-            match self.route_batch(body) {
-                Some(calls) => body = calls,
-                None => return,
-            }
+            body = self.route_batch(body)?;
         }
         // A batch or malformed message does not peek; jsonrpsee answers it as a whole.
         let mut peek = Peek::of(&body);
         if let Some(peek) = &peek
             && peek.is_response()
         {
-            return self.peer.resolve(peek.id.as_ref(), peek.result, peek.error);
+            self.peer.resolve(peek.id.as_ref(), peek.result, peek.error);
+            return None;
         }
         if peek.as_ref().is_some_and(|p| p.bad_id) {
             tracing::debug!("a message with an invalid id");
             let reply = MethodResponse::error(Id::Null, ErrorCode::InvalidRequest);
-            return self.send(framing, reply).await;
+            self.send(framing, reply).await;
+            return None;
         }
         let odd_id = peek.as_ref().and_then(|p| p.aliased_id).map(|raw| {
             let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
@@ -338,28 +370,21 @@ impl Connection {
             None => None,
         };
         let notification_shape = peek.as_ref().is_some_and(|p| !p.saw_id && p.version_2);
-        // Valid JSON that is not a request: jsonrpsee answers -32700 (it reads only requests,
-        // and anything else it cannot read it takes for bad JSON), JSON-RPC wants -32600.
-        let not_a_request = match &peek {
-            Some(p) => p.id.is_none() && !p.is_notification() && p.method.as_deref() != Some("$/cancelRequest"),
-            None => {
-                first != Some(b'{')
-                    && first != Some(b'[')
-                    && serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok()
-            }
-        };
-        if not_a_request {
+        if is_not_a_request(peek.as_ref(), first, &body) {
             tracing::debug!("valid JSON, not a request");
             let reply = MethodResponse::error(Id::Null, ErrorCode::InvalidRequest);
-            return self.send(framing, reply).await;
+            self.send(framing, reply).await;
+            return None;
         }
         let (id, method) = peek.map_or((None, None), |p| (p.id, p.method));
         tracing::debug!(?method, ?id, ?framing, "message");
         if method.as_deref() == Some("$/cancelRequest") && id.is_none() {
-            return self.cancel(&body).await;
+            self.cancel(&body).await;
+            return None;
         }
         if method.as_deref() == Some(PROGRESS_CANCEL_METHOD) && id.is_none() {
-            return self.cancel_progress(&body).await;
+            self.cancel_progress(&body).await;
+            return None;
         }
         // jsonrpsee drops client notifications; one of a protocol method (a `context.usage`
         // sent after the model call) runs as a call under an id of ours, its reply dropped.
@@ -370,6 +395,24 @@ impl Connection {
             None if notification => Some(give_id(&mut body, self.next_seq)),
             id => id,
         };
+        Some(ReadCall {
+            body,
+            id,
+            method,
+            alias,
+            notification,
+        })
+    }
+
+    /// Runs `call` in its own task, tracked in `in_flight` (when it has an id) until it replies.
+    fn spawn_call(&mut self, framing: Framing, call: ReadCall) {
+        let ReadCall {
+            body,
+            id,
+            method,
+            alias,
+            notification,
+        } = call;
         // Only a single call with an id: notifications and batches keep jsonrpsee's handling.
         let direct = method
             .as_deref()

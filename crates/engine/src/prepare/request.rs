@@ -1,0 +1,161 @@
+//! The request of one `prepare` as its stages share it: counted, pruned, rendered.
+
+use std::sync::Arc;
+
+use satchel_core::calibration::corrected;
+use satchel_core::hash::MessageHash;
+use satchel_core::tokens::TokenCounter;
+use satchel_protocol::{Action, Config, ContextMode, Phase, PruneReport, TokenUsage};
+use serde_json::value::RawValue;
+
+use crate::ingest::Ingested;
+use crate::pruning::{Renderings, prune_rendered};
+use crate::repair_action;
+use crate::session::{Session, TruncatedMessage, format_or_default};
+use crate::usage::{RequestExtras, usage};
+
+/// The request-wide inputs of one `prepare`, shared by its stages.
+pub(super) struct Request<'a> {
+    /// The call's effective configuration.
+    pub(super) config: &'a Config,
+    /// Counts with the configured tokenizer.
+    pub(super) counter: TokenCounter,
+    /// The system prompt and tool definitions sent beside the messages.
+    pub(super) extras: RequestExtras,
+}
+
+impl Request<'_> {
+    /// Token usage of the request `session` would send now.
+    pub(super) fn usage(&self, session: &mut Session, squeeze: bool) -> TokenUsage {
+        usage(session, self.config, &self.counter, &self.extras, squeeze)
+    }
+
+    /// Whether a request of `usage` is over the trigger at which `aceclaw` mode prunes.
+    pub(super) fn over_trigger(&self, usage: &TokenUsage) -> bool {
+        self.config.context_mode == ContextMode::Aceclaw && usage.total >= self.config.compact_threshold_tokens()
+    }
+
+    /// Prunes the request `session` renders now (`aceclaw` mode) and returns what that did,
+    /// without keeping the pruned request.
+    pub(super) fn prune(&self, session: &mut Session, usage: &TokenUsage) -> PruneReport {
+        let renderings = Renderings::of(session);
+        let format = format_or_default(session.format);
+        let factor = session.requests.calibration.factor;
+        let mut rendered = session.render(self.config, false);
+        prune_rendered(
+            &mut rendered,
+            &renderings,
+            format,
+            &self.counter,
+            usage,
+            factor,
+            self.config,
+        )
+    }
+
+    /// Renders the request `session` sends now, as JSON texts and their hashes, pruned when
+    /// `prune_from` (its usage) is given, and adds its truncations, repairs and pruning to
+    /// `actions`.
+    pub(super) fn render(
+        &self,
+        session: &mut Session,
+        squeeze: bool,
+        prune_from: Option<&TokenUsage>,
+        ingested: &Ingested,
+        actions: &mut Vec<Action>,
+    ) -> (Vec<Arc<RawValue>>, Vec<MessageHash>, Option<PruneReport>) {
+        let renderings = prune_from.map(|_| Renderings::of(session));
+        let format = format_or_default(session.format);
+        let factor = session.requests.calibration.factor;
+        let mut rendered = session.render(self.config, squeeze);
+        let pruned = prune_from.zip(renderings.as_ref()).map(|(usage, renderings)| {
+            prune_rendered(
+                &mut rendered,
+                renderings,
+                format,
+                &self.counter,
+                usage,
+                factor,
+                self.config,
+            )
+        });
+        let (json, hashes) = rendered.to_json();
+        actions.extend(truncation_actions(
+            &rendered.truncated,
+            ingested.first_new_index,
+            ingested.recent_start_before,
+        ));
+        actions.extend(rendered.repairs.iter().map(repair_action));
+        (json, hashes, pruned)
+    }
+
+    /// Tokens at the start of the request (tools, system, then `messages` with their
+    /// `hashes`) identical to the previous request the session returned: the part a
+    /// provider's prompt cache can reuse. Counted from the cached per-message counts.
+    pub(super) fn stable_prefix_tokens(
+        &self,
+        session: &mut Session,
+        messages: &[Arc<RawValue>],
+        hashes: &[MessageHash],
+    ) -> u64 {
+        if session.last_usage.is_none() || self.extras.tools != session.last_tools {
+            return 0;
+        }
+        let (system, tools) = session.extras_tokens(
+            self.extras.system.as_ref(),
+            self.extras.system_hash,
+            self.extras.tools.as_deref(),
+            &self.counter,
+            self.config,
+        );
+        let factor = session.requests.calibration.factor;
+        if self.extras.system != session.last_system {
+            return corrected(tools, factor);
+        }
+        let shared = hashes
+            .iter()
+            .zip(&session.last_output)
+            .take_while(|(now, before)| now == before)
+            .count();
+        let divisor = self.config.token_count_estimate_divisor;
+        corrected(
+            tools + system + session.prefix_tokens(hashes, messages, shared, divisor),
+            factor,
+        )
+    }
+}
+
+/// The `truncated` actions of a call: texts of messages new in this call, and of messages
+/// that left the recent window in it (their cut changed from the recent to the old limit).
+fn truncation_actions(
+    truncated: &[TruncatedMessage],
+    first_new_index: usize,
+    recent_start_before: usize,
+) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for TruncatedMessage {
+        position,
+        index,
+        phase,
+        texts,
+    } in truncated
+    {
+        let changed = *index >= first_new_index || (*phase == Phase::Old && *position >= recent_start_before);
+        if !changed {
+            continue;
+        }
+        for text in texts {
+            if let Some(kept_bytes) = text.kept_bytes {
+                actions.push(Action::Truncated {
+                    index: *index,
+                    pointer: text.pointer.clone(),
+                    phase: *phase,
+                    file: text.file.clone(),
+                    kept_bytes,
+                    total_bytes: text.total_bytes,
+                });
+            }
+        }
+    }
+    actions
+}
