@@ -76,9 +76,11 @@ const PLAN_CUES: &[&str] = &[
     "we'll",
     "let's",
 ];
-/// Cues that mark intent or a plan only as a sentence's first word ("Next, …", "Now …"):
-/// inside a sentence they describe ("advances by the next character", "now passes").
-const OPENING_CUES: &[&str] = &["next", "now"];
+/// Cues that mark intent only as a sentence's first word ("Next, …", "Now …"): inside a
+/// sentence they describe ("advances by the next character", "now passes").
+const OPENING_INTENT_CUES: &[&str] = &["next", "now"];
+/// The same for a later step of the plan ("Next, …").
+const OPENING_PLAN_CUES: &[&str] = &["next"];
 
 /// Default openings of a user message that demonstrates how to work instead of asking for
 /// work; the daemon's `demonstration_prefixes` replaces them.
@@ -149,16 +151,16 @@ pub fn is_decision(sentence: &str) -> bool {
 
 /// Whether an agent's sentence says what it is doing now ("Let's run the tests").
 pub fn is_intent(sentence: &str) -> bool {
-    is_prose(sentence) && (has_cue(sentence, INTENT_CUES) || opens_with_cue(sentence))
+    is_prose(sentence) && (has_cue(sentence, INTENT_CUES) || opens_with(sentence, OPENING_INTENT_CUES))
 }
 
-/// Whether the sentence's first word is one of [`OPENING_CUES`].
-fn opens_with_cue(sentence: &str) -> bool {
+/// Whether the sentence's first word is one of `cues`.
+fn opens_with(sentence: &str, cues: &[&str]) -> bool {
     let first = sentence
         .split(|c: char| c.is_whitespace() || c == ',' || c == ':')
         .find(|w| !w.is_empty())
         .unwrap_or("");
-    OPENING_CUES.iter().any(|cue| first.eq_ignore_ascii_case(cue))
+    cues.iter().any(|cue| first.eq_ignore_ascii_case(cue))
 }
 
 /// The steps an agent's message plans: its list items when it has two or more, else its
@@ -176,7 +178,7 @@ pub fn plan_steps(text: &str) -> Vec<String> {
     }
     sentences(text)
         .into_iter()
-        .filter(|s| is_prose(s) && (has_cue(s, PLAN_CUES) || opens_with_cue(s)) && !s.ends_with(':'))
+        .filter(|s| is_prose(s) && (has_cue(s, PLAN_CUES) || opens_with(s, OPENING_PLAN_CUES)) && !s.ends_with(':'))
         .collect()
 }
 
