@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::Daemon;
 use crate::support::builders::user;
 use crate::support::checks::error_code;
+use crate::support::{Daemon, SocketClient, wait_for_path};
 
 /// How long a test waits for the watcher or the start-up sync (generous: shared machines).
 const SETTLE: Duration = Duration::from_secs(20);
@@ -273,6 +273,91 @@ fn pipelined_writes_and_searches_all_succeed_in_order() {
         Some(&("memory/log.md".to_owned(), 40)),
         "{found}"
     );
+    d.shutdown();
+}
+
+/// A word unique to `kind`, connection `conn` and `round`, made of letters only (`ownbravoac`),
+/// so search matches it whole and no other round's word shares a part with it.
+fn tag(kind: &str, conn: usize, round: usize) -> String {
+    let letter = |n: usize| char::from(b'a' + u8::try_from(n % 26).unwrap());
+    let connection = ["alfa", "bravo"][conn];
+    format!("{kind}{connection}{}{}", letter(round / 26), letter(round))
+}
+
+#[test]
+fn two_connections_writing_and_searching_at_once_lose_nothing_and_find_their_own_writes() {
+    const ROUNDS: usize = 25;
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with_args(dir.path(), &[], &["--socket"]);
+    let socket = dir.path().join("run/satchel.sock");
+    wait_for_path(&socket);
+
+    // Each connection appends to a file both share and rewrites one of its own, searching
+    // after every write for what it just wrote.
+    let connections: Vec<_> = (0..2)
+        .map(|conn| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut client = SocketClient::connect(&socket);
+                let own = format!("memory/conn{conn}.md");
+                let mut shared_lines = Vec::new();
+                for round in 0..ROUNDS {
+                    let appended = client.call(
+                        "memory.append",
+                        json!({"path": "memory/shared.md", "text": format!("- conn{conn} entry about {}", tag("shared", conn, round))}),
+                    );
+                    shared_lines.push(appended["lines"].as_u64().unwrap());
+                    let found = client.call(
+                        "memory.search",
+                        json!({"query": tag("shared", conn, round), "mode": "bm25", "min_score": 0.0}),
+                    );
+                    assert_eq!(
+                        places(&found).first().map(|(path, _)| path.as_str()),
+                        Some("memory/shared.md"),
+                        "conn{conn} round {round}: {found}"
+                    );
+
+                    client.call(
+                        "memory.write",
+                        json!({"path": own, "content": format!("# Latest\n\n- version {}\n", tag("own", conn, round))}),
+                    );
+                    let found = client.call(
+                        "memory.search",
+                        json!({"query": tag("own", conn, round), "mode": "bm25", "min_score": 0.0}),
+                    );
+                    assert_eq!(
+                        places(&found).first(),
+                        Some(&(own.clone(), 3)),
+                        "conn{conn} round {round}: {found}"
+                    );
+                }
+                shared_lines
+            })
+        })
+        .collect();
+    let mut line_counts: Vec<u64> = connections
+        .into_iter()
+        .flat_map(|connection| connection.join().unwrap())
+        .collect();
+
+    // The appends ran one at a time: each saw a different length, and every line is there once.
+    line_counts.sort_unstable();
+    assert_eq!(line_counts, (1..=2 * ROUNDS as u64).collect::<Vec<_>>());
+    let shared = std::fs::read_to_string(dir.path().join("memory/shared.md")).unwrap();
+    let mut lines: Vec<&str> = shared.lines().collect();
+    lines.sort_unstable();
+    let mut expected: Vec<String> = (0..2)
+        .flat_map(|conn| {
+            (0..ROUNDS).map(move |round| format!("- conn{conn} entry about {}", tag("shared", conn, round)))
+        })
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(lines, expected);
+    // Each own file holds its last version only, and the index agrees.
+    for conn in 0..2 {
+        let stale = search(&mut d, &tag("own", conn, ROUNDS - 2), "bm25");
+        assert!(places(&stale).is_empty(), "{stale}");
+    }
     d.shutdown();
 }
 

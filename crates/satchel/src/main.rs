@@ -9,6 +9,8 @@
 
 mod cli_config;
 mod config;
+#[cfg(feature = "memory")]
+mod daily_merge;
 mod demo;
 mod error;
 mod handlers;
@@ -298,7 +300,7 @@ fn serve(
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
         let evicter = tokio::spawn(evict_periodically(daemon.clone()));
         #[cfg(feature = "memory")]
-        let merger = tokio::spawn(merge_daily(daemon.clone()));
+        let merger = tokio::spawn(daily_merge::merge_daily(daemon.clone(), daily_merge::SystemClock));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
@@ -387,23 +389,6 @@ async fn evict_periodically(daemon: Arc<handlers::Daemon>) {
             && e.is_panic()
         {
             tracing::warn!("dropping idle sessions panicked: {e}");
-        }
-    }
-}
-
-/// Runs the daily memory merge at `memory_merge_time` (local), until the daemon stops.
-#[cfg(feature = "memory")]
-async fn merge_daily(daemon: Arc<handlers::Daemon>) {
-    loop {
-        let now = chrono::Local::now();
-        let Some(at) = handlers::next_merge(daemon.engine().config(), now) else {
-            return;
-        };
-        let wait = (at - now).to_std().unwrap_or_default();
-        tokio::time::sleep(wait).await;
-        let daemon = daemon.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || daemon.scheduled_merge(chrono::Local::now())).await {
-            tracing::warn!("the daily memory merge panicked: {e}");
         }
     }
 }
