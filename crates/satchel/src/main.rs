@@ -249,15 +249,9 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(
-    workspace_dir: PathBuf,
-    limits: transport::TransportLimits,
-    socket_path: Option<Option<PathBuf>>,
-    no_stdio: bool,
-) -> anyhow::Result<()> {
-    let workspace =
-        Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
-    let lock = socket::lock_workspace(workspace.layout())?;
+/// The daemon of `workspace` (whose lock the caller holds): its configuration read and checked,
+/// the token encoder warming up beside it, the engine and, with the feature, the memory index.
+fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     let config = config::load(workspace.layout(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
     let variables: Vec<String> = std::env::vars_os()
@@ -293,7 +287,19 @@ fn serve(
         };
         daemon.with_memory(memory)
     };
-    let daemon = Arc::new(daemon);
+    Ok(daemon)
+}
+
+fn serve(
+    workspace_dir: PathBuf,
+    limits: transport::TransportLimits,
+    socket_path: Option<Option<PathBuf>>,
+    no_stdio: bool,
+) -> anyhow::Result<()> {
+    let workspace =
+        Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
+    let lock = socket::lock_workspace(workspace.layout())?;
+    let daemon = Arc::new(open_daemon(workspace)?);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
