@@ -528,7 +528,8 @@ fn replay_window(window: u64, first: &Chain, second: &Chain, show_misses: bool) 
         show_misses,
     };
     replay.pass(&first.messages);
-    // A fact is checked once its message has left the session: replay on until every one has.
+    // A fact is checked once its message has left the session: when one is still live after
+    // the chain, replay it once more (asserted below: every fact left).
     if first.facts.iter().any(|f| !replay.archived.contains(&f.index)) {
         replay.pass(&second.messages);
     }

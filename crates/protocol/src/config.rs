@@ -197,8 +197,8 @@ pub struct Config {
     /// how `context.expand` gets it back. Its numbers are rounded (5 % of the window) so the
     /// system prompt changes only every few calls.
     pub budget_section_enabled: bool,
-    /// Add the `task-focus` section (last in the system prompt) that names what the newest user
-    /// message is about. It changes with every user message, and the system prompt is the
+    /// When the client sends `sections`, add the `task-focus` section (last in the system
+    /// prompt) that names what the newest user message is about. It changes with every user message, and the system prompt is the
     /// start of the request, so a provider's prompt cache is rebuilt from the first token at
     /// each one: turn it off to keep the system prompt byte-stable across user turns. The
     /// focus still boosts the sections that match it.

@@ -190,12 +190,14 @@ pub(crate) fn path_guide(archive: &[ArchiveRange]) -> Vec<ArchiveRange> {
 }
 
 /// One line of the path guide, e.g.
-/// ``- `dialog/2026-11-22.jsonl` lines 12-40: messages 3-31 (29 messages).``
+/// ``- `dialog/2026-11-22.jsonl` lines 12-40: messages 3-31 (29 messages).``, or for a range
+/// with a gap ``- `dialog/2026-11-22.jsonl` lines 41-44: 4 messages between messages 1 and 13.``
 pub(crate) fn archive_line(range: &ArchiveRange) -> String {
     let plural = if range.messages == 1 { "" } else { "s" };
     // A request kept live while later turns were compacted leaves a gap: say so rather than
     // name a range the lines do not hold.
-    let messages = if range.last_index + 1 - range.first_index.min(range.last_index) == range.messages {
+    let contiguous = range.last_index.checked_sub(range.first_index).map(|d| d + 1) == Some(range.messages);
+    let messages = if contiguous {
         format!(
             "messages {}-{} ({} message{plural})",
             range.first_index, range.last_index, range.messages
@@ -450,6 +452,30 @@ pub(crate) fn code_span(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_guide_range_with_a_gap_says_how_many_messages_lie_between_its_ends() {
+        let range = |first_index, last_index, messages| ArchiveRange {
+            file: "dialog/2026-11-22.jsonl".into(),
+            start_line: 41,
+            end_line: 40 + messages,
+            first_index,
+            last_index,
+            messages,
+        };
+        assert_eq!(
+            archive_line(&range(3, 31, 29)),
+            "- `dialog/2026-11-22.jsonl` lines 41-69: messages 3-31 (29 messages)."
+        );
+        assert_eq!(
+            archive_line(&range(1, 13, 4)),
+            "- `dialog/2026-11-22.jsonl` lines 41-44: 4 messages between messages 1 and 13."
+        );
+        assert_eq!(
+            archive_line(&range(7, 7, 1)),
+            "- `dialog/2026-11-22.jsonl` lines 41-41: messages 7-7 (1 message)."
+        );
+    }
 
     #[test]
     fn a_long_archive_history_stays_a_short_path_guide() {

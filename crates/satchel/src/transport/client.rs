@@ -56,6 +56,13 @@ pub enum ClientRequestError {
         /// The error's `message`.
         message: String,
     },
+    /// The client's answer was larger than the daemon reads (`--max-message-bytes`), so it
+    /// was skipped unread.
+    #[error("the client's answer was larger than --max-message-bytes ({limit} bytes)")]
+    ResponseTooBig {
+        /// The limit the answer exceeded.
+        limit: u64,
+    },
     /// The connection closed (or its writer failed) before the client answered.
     #[error("the client is disconnected")]
     Disconnected,
@@ -252,12 +259,7 @@ impl Peer {
 
     /// Hands a response from the client to the request waiting for it, if any.
     pub fn resolve(&self, id: Option<&Id<'_>>, result: Option<&RawValue>, error: Option<&RawValue>) {
-        let waiter = match id {
-            Some(Id::Str(id)) => lock(&self.pending).waiters.remove(id.as_ref()),
-            _ => None,
-        };
-        let Some(waiter) = waiter else {
-            tracing::warn!(?id, "ignored a response that answers no waiting request");
+        let Some(waiter) = self.waiter(id) else {
             return;
         };
         tracing::debug!(?id, "response from the client");
@@ -271,6 +273,26 @@ impl Peer {
             (None, None) => Ok(Value::Null),
         };
         waiter.send(reply);
+    }
+
+    /// Fails the request that a response too large to read answered (`id` from the response's
+    /// first bytes; without it the request waits for its timeout, as nothing says which it was).
+    pub fn fail_too_big(&self, id: Option<&Id<'_>>, limit: u64) {
+        if let Some(waiter) = self.waiter(id) {
+            waiter.send(Err(ClientRequestError::ResponseTooBig { limit }));
+        }
+    }
+
+    /// The request waiting for the response `id`, taken from the waiting list.
+    fn waiter(&self, id: Option<&Id<'_>>) -> Option<Waiter> {
+        let waiter = match id {
+            Some(Id::Str(id)) => lock(&self.pending).waiters.remove(id.as_ref()),
+            _ => None,
+        };
+        if waiter.is_none() {
+            tracing::warn!(?id, "ignored a response that answers no waiting request");
+        }
+        waiter
     }
 
     /// Fails every waiting request, and every later one, with `Disconnected`.
@@ -394,6 +416,7 @@ mod tests {
             ClientRequestError::Rejected { .. } => 2,
             ClientRequestError::Disconnected => 3,
             ClientRequestError::Cancelled => 4,
+            ClientRequestError::ResponseTooBig { .. } => 5,
         };
         ErrorObject::owned(code, error.to_string(), None::<()>)
     }

@@ -194,13 +194,11 @@ where
         match frame {
             Frame::Message(body) => conn.dispatch(framing, body).await,
             Frame::TooBig(prefix) if Peek::response_in_prefix(&prefix) => {
-                // Not answered (a response never is); the request it answers fails now
-                // rather than at its timeout.
+                // Not answered (a response never is); the request it answers fails now rather
+                // than at its timeout, when its id is in the first bytes.
                 tracing::warn!(limit = limits.max_request_bytes, "skipped an oversized response");
                 let id = Peek::id_in_prefix(&prefix).and_then(|raw| serde_json::from_str::<Id<'_>>(raw.get()).ok());
-                let error = serde_json::value::to_raw_value(&reject_too_big_request(limits.max_request_bytes))
-                    .expect("an error object serialises");
-                conn.peer.resolve(id.as_ref(), None, Some(&error));
+                conn.peer.fail_too_big(id.as_ref(), u64::from(limits.max_request_bytes));
             }
             Frame::TooBig(prefix) => {
                 tracing::warn!(limit = limits.max_request_bytes, "skipped an oversized message");

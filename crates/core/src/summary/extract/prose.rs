@@ -277,6 +277,10 @@ mod tests {
         assert!(plan_steps(report).is_empty() && !is_intent(report));
         assert_eq!(plan_steps("Next, rerun the suite."), ["Next, rerun the suite."]);
         assert!(is_intent("Now run the failing test alone."));
+        assert!(
+            plan_steps("Now run the failing test alone.").is_empty(),
+            "the step under way"
+        );
     }
 
     #[test]
