@@ -256,10 +256,10 @@ fn history() -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn cancel_request_names_a_call_by_any_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut d = RawDaemon::start(dir.path(), &[]);
+/// A daemon whose client declared `summarizer_complete`, with session `c` holding [`history`]
+/// (ids 1 and 2 used).
+fn summarising_client_with_session(workspace: &Path, serve_args: &[&str]) -> RawDaemon {
+    let mut d = RawDaemon::start(workspace, serve_args);
     let init = json!({"capabilities": {"summarizer_complete": true}});
     assert!(
         d.ask(Framing::Ndjson, &call("1", "initialize", &init))
@@ -270,6 +270,13 @@ fn cancel_request_names_a_call_by_any_id() {
         d.ask(Framing::Ndjson, &call("2", "context.prepare", &create))
             .contains(r#""result""#)
     );
+    d
+}
+
+#[test]
+fn cancel_request_names_a_call_by_any_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = summarising_client_with_session(dir.path(), &[]);
     let compact = json!({"session_id": "c", "config": {"summarizer": "client", "llm_timeout_secs": 60}});
     // (id of the call, id the cancel names): a number by its value, a string by its text.
     let cases = [
@@ -327,17 +334,7 @@ fn cancel_request_names_a_call_by_any_id() {
 #[test]
 fn an_oversized_response_fails_the_request_it_answers_and_gets_no_reply() {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = RawDaemon::start(dir.path(), &["--max-message-bytes", "65536"]);
-    let init = json!({"capabilities": {"summarizer_complete": true}});
-    assert!(
-        d.ask(Framing::Ndjson, &call("1", "initialize", &init))
-            .contains(r#""result""#)
-    );
-    let create = json!({"session_id": "c", "messages": history()});
-    assert!(
-        d.ask(Framing::Ndjson, &call("2", "context.prepare", &create))
-            .contains(r#""result""#)
-    );
+    let mut d = summarising_client_with_session(dir.path(), &["--max-message-bytes", "65536"]);
     let compact = json!({"session_id": "c", "config": {"summarizer": "client", "llm_timeout_secs": 600}});
     d.send(Framing::Ndjson, &call("3", "context.compact", &compact));
     let mut asked = 0;
