@@ -123,7 +123,7 @@ impl SpanFacts {
                     let text = text_blocks(message).collect::<Vec<_>>().join("\n");
                     let tool_calls = format::tool_calls(message, span.format);
                     if !text.trim().is_empty() {
-                        facts.assistant_text(&text);
+                        facts.assistant_text(&text, !tool_calls.is_empty());
                         last_assistant = Some((text, !tool_calls.is_empty()));
                     }
                     pending_request = None;
@@ -208,8 +208,9 @@ impl SpanFacts {
     }
 
     /// Decisions, and the step under way: the message's first intent ("Let's run the
-    /// tests"), which its call carries out; later intents of it are the plan.
-    fn assistant_text(&mut self, text: &str) {
+    /// tests"), which its call carries out; later intents of it are the plan. A message
+    /// without calls is an answer that ends the step under way, unless it states a new one.
+    fn assistant_text(&mut self, text: &str, has_calls: bool) {
         let mut intent = None;
         for sentence in sentences(text) {
             if is_decision(&sentence) {
@@ -219,7 +220,7 @@ impl SpanFacts {
                 intent = Some(cut_words(&sentence, SENTENCE_CHARS));
             }
         }
-        if intent.is_some() {
+        if intent.is_some() || !has_calls {
             self.in_progress = intent;
         }
     }

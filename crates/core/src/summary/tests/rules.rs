@@ -206,6 +206,20 @@ fn next_steps_come_from_the_stated_plan() {
     ])
     .summarize();
     assert!(ended.next_steps.is_empty(), "{:?}", ended.next_steps);
+    // An answer without calls ends the step under way: the fix is not still in progress.
+    let answered = Case::new(vec![
+        user("Fix the unicode bug in src/lexer.rs."),
+        run(
+            "c1",
+            "I'll advance by the length of the next char instead.",
+            "sed -i 's/+ 1/+ len/' src/lexer.rs",
+        ),
+        result("c1", ""),
+        say("Fixed: the lexer now advances by whole characters. All tests pass."),
+    ])
+    .summarize();
+    assert!(answered.in_progress.is_empty(), "{:?}", answered.in_progress);
+    assert!(answered.next_steps.is_empty(), "{:?}", answered.next_steps);
 }
 
 /// Rule 3: junk that looks like a path or a name is not listed.
