@@ -117,6 +117,7 @@ impl Draft {
         }
         let in_progress = match span.in_progress {
             Some(text) => fresh(vec![text]),
+            None if span.step_ended => Vec::new(),
             None => merge_items(&base.in_progress, Vec::new()),
         };
         // A plan from before this span was carried out by it unless it did no work at all.

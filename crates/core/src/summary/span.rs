@@ -72,6 +72,9 @@ pub(crate) struct SpanFacts {
     /// Files changed by calls that succeeded, for one "Modified" item in `done`.
     changed: Unique,
     pub in_progress: Option<String>,
+    /// The span's last word on the step under way was an answer that ended it: a summary it
+    /// merges into no longer has one either.
+    pub step_ended: bool,
     pub outcomes: Vec<Outcome>,
     pub next_steps: Vec<String>,
     pub files_read: Unique,
@@ -221,6 +224,7 @@ impl SpanFacts {
             }
         }
         if intent.is_some() || !has_calls {
+            self.step_ended = intent.is_none();
             self.in_progress = intent;
         }
     }

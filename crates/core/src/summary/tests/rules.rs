@@ -220,6 +220,25 @@ fn next_steps_come_from_the_stated_plan() {
     .summarize();
     assert!(answered.in_progress.is_empty(), "{:?}", answered.in_progress);
     assert!(answered.next_steps.is_empty(), "{:?}", answered.next_steps);
+    // The same when the answer comes in a later compaction than the step.
+    let working = Case::new(vec![
+        user("Fix the unicode bug in src/lexer.rs."),
+        run(
+            "c1",
+            "I'll advance by the length of the next char instead.",
+            "sed -i 's/+ 1/+ len/' src/lexer.rs",
+        ),
+        result("c1", ""),
+    ])
+    .summarize();
+    assert_eq!(
+        working.in_progress,
+        ["I'll advance by the length of the next char instead."]
+    );
+    let later = Case::new(vec![say("Fixed: the lexer now advances by whole characters.")])
+        .after(&working)
+        .summarize();
+    assert!(later.in_progress.is_empty(), "{:?}", later.in_progress);
 }
 
 /// Rule 3: junk that looks like a path or a name is not listed.
