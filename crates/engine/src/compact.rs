@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use satchel_core::calibration::corrected;
 use satchel_core::compact::plan_split;
 use satchel_core::phase0::{self, Phase0};
-use satchel_core::summary::dropped::dropped_identifiers;
+use satchel_core::summary::dropped::SpanIdentifiers;
 use satchel_core::summary::extractive::ExtractiveSummarizer;
 use satchel_core::summary::llm::{Language, LlmSummarizer};
 use satchel_core::summary::memory::memory_note;
@@ -307,30 +307,26 @@ impl Engine {
         let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let archive_file = self.archive.file_for(&at.format("%Y-%m-%d").to_string());
         let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries[p]).collect();
-        // The archive lines are encoded on another core while the summariser runs: for a
-        // first pass over a long history each takes tens of milliseconds.
-        let (summarized, encoded) = std::thread::scope(|scope| {
-            let encoding = scope.spawn(|| {
+        // The archive lines are encoded, and what the span names is read (to tell what the
+        // summary drops), on another core while the summariser runs: for a first pass over a
+        // long history each takes tens of milliseconds.
+        let (summarized, (encoded, identifiers)) = std::thread::scope(|scope| {
+            let beside = scope.spawn(|| {
                 let lines = dialog_lines(id, &compaction_id, &archived_at, &removed, &span, &HashSet::new());
-                self.archive.encode(&archive_file, &lines)
+                let encoded = self.archive.encode(&archive_file, &lines);
+                let identifiers = SpanIdentifiers::read(&span, &indices, format, Some(&config.demonstration_prefixes));
+                (encoded, identifiers)
             });
             let summarized = summarize(config, &input, how.call);
-            let encoded = encoding.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (summarized, encoded)
+            let beside = beside.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (summarized, beside)
         });
         let (mut summary, summarizer) = summarized?;
         let encoded = encoded?;
         summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
         let phase0 = (config.context_mode == ContextMode::Aceclaw).then(|| phase0::extract(&span, format));
-        let dropped = dropped_identifiers(
-            &span,
-            &indices,
-            format,
-            Some(&config.demonstration_prefixes),
-            &summary_message_text_for(&summary, config.context_mode),
-            DROPPED_LISTED,
-        );
+        let dropped = identifiers.dropped(&summary_message_text_for(&summary, config.context_mode), DROPPED_LISTED);
         Ok(Some(Drafted {
             begun: CompactionBegun {
                 id: compaction_id,

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use aho_corasick::AhoCorasick;
 use satchel_protocol::{DroppedIdentifier, DroppedKind, MessageFormat};
 use serde_json::Value;
 
@@ -18,84 +19,127 @@ use super::span::{Span, SpanFacts};
 /// Characters of a request's opening that must appear in the summary for it to count as kept.
 const REQUEST_OPENING_CHARS: usize = 60;
 
-/// Ranks identifiers of the span `messages` (original indices `indices`) that
-/// `summary_text` does not contain: requests first, then errors, modified files, commands and
-/// read files; within a kind, the most often mentioned first, then the earliest. At most
-/// `limit`.
-pub fn dropped_identifiers(
-    messages: &[Value],
-    indices: &[usize],
-    format: MessageFormat,
-    demonstration_prefixes: Option<&[String]>,
-    summary_text: &str,
-    limit: usize,
-) -> Vec<DroppedIdentifier> {
-    let facts = SpanFacts::read(&Span {
-        messages,
-        indices,
-        format,
-        demonstration_prefixes,
-    });
-    let texts: Vec<String> = messages.iter().map(Value::to_string).collect();
-    let first_index = |needle: &str| -> (usize, usize) {
-        let mut first = None;
-        let mut count = 0;
-        for (position, text) in texts.iter().enumerate() {
-            if text.contains(needle) {
-                count += 1;
-                first.get_or_insert(indices.get(position).copied().unwrap_or(position));
-            }
-        }
-        (first.unwrap_or(0), count.max(1))
-    };
+/// What a span names, read once (before its summary exists, so on another core while the
+/// summariser runs): its facts and each message's JSON text.
+pub struct SpanIdentifiers {
+    facts: SpanFacts,
+    /// JSON text of each message, where mentions are counted.
+    texts: Vec<String>,
+    /// Original index of each message.
+    indices: Vec<usize>,
+}
 
-    let mut dropped = Vec::new();
-    for request in facts.requests.iter().filter(|r| !r.demonstration) {
-        let text = collapse_ws(request.text.trim_end_matches('…'));
-        let (opening, _) = cut_chars(&text, REQUEST_OPENING_CHARS);
-        if !summary_text.contains(opening) {
-            dropped.push(DroppedIdentifier {
-                kind: DroppedKind::Request,
-                text: request.text.clone(),
-                index: request.index,
-                mentions: 1,
-            });
+impl SpanIdentifiers {
+    /// Reads the span `messages` (original indices `indices`).
+    pub fn read(
+        messages: &[Value],
+        indices: &[usize],
+        format: MessageFormat,
+        demonstration_prefixes: Option<&[String]>,
+    ) -> Self {
+        let facts = SpanFacts::read(&Span {
+            messages,
+            indices,
+            format,
+            demonstration_prefixes,
+        });
+        SpanIdentifiers {
+            facts,
+            texts: messages.iter().map(Value::to_string).collect(),
+            indices: indices.to_vec(),
         }
     }
-    let lists = [
-        (DroppedKind::Constraint, &facts.constraints.items),
-        (DroppedKind::Error, &facts.errors.items),
-        (DroppedKind::FileModified, &facts.files_modified.items),
-        (DroppedKind::Command, &facts.commands.items),
-        (DroppedKind::FileRead, &facts.files_read.items),
-    ];
-    let mut seen: HashMap<&str, ()> = HashMap::new();
-    for (kind, items) in lists {
-        let mut of_kind: Vec<DroppedIdentifier> = items
+
+    /// Ranks the identifiers that `summary_text` does not contain: requests first, then
+    /// constraints, errors, modified files, commands and read files; within a kind, the most
+    /// often mentioned first, then the earliest. At most `limit`.
+    pub fn dropped(&self, summary_text: &str, limit: usize) -> Vec<DroppedIdentifier> {
+        let facts = &self.facts;
+        let mut dropped = Vec::new();
+        for request in facts.requests.iter().filter(|r| !r.demonstration) {
+            let text = collapse_ws(request.text.trim_end_matches('…'));
+            let (opening, _) = cut_chars(&text, REQUEST_OPENING_CHARS);
+            if !summary_text.contains(opening) {
+                dropped.push(DroppedIdentifier {
+                    kind: DroppedKind::Request,
+                    text: request.text.clone(),
+                    index: request.index,
+                    mentions: 1,
+                });
+            }
+        }
+        let lists = [
+            (DroppedKind::Constraint, &facts.constraints.items),
+            (DroppedKind::Error, &facts.errors.items),
+            (DroppedKind::FileModified, &facts.files_modified.items),
+            (DroppedKind::Command, &facts.commands.items),
+            (DroppedKind::FileRead, &facts.files_read.items),
+        ];
+        let mut seen: HashMap<&str, ()> = HashMap::new();
+        // (rank of the kind, kind, item), in the lists' order.
+        let absent: Vec<(usize, DroppedKind, &String)> = lists
+            .into_iter()
+            .enumerate()
+            .flat_map(|(rank, (kind, items))| items.iter().map(move |item| (rank, kind, item)))
+            .filter(|(_, kind, item)| !(*kind == DroppedKind::Command && is_tool_key(item)))
+            .filter(|(_, _, item)| !summary_text.contains(item.as_str()) && seen.insert(item, ()).is_none())
+            .collect();
+        // An error line is quoted from a result, where JSON escapes it: search its opening
+        // words, which escaping rarely touches.
+        let needles = absent.iter().map(|(_, kind, item)| match kind {
+            DroppedKind::Error => cut_chars(item, 40).0,
+            _ => item.as_str(),
+        });
+        let counts = mentions(&self.texts, &self.indices, needles);
+        let mut ranked: Vec<(usize, DroppedIdentifier)> = absent
             .iter()
-            .filter(|item| !(kind == DroppedKind::Command && is_tool_key(item)))
-            .filter(|item| !summary_text.contains(item.as_str()) && seen.insert(item, ()).is_none())
-            .map(|item| {
-                // An error line is quoted from a result, where JSON escapes it: search its
-                // opening words, which escaping rarely touches.
-                let needle = match kind {
-                    DroppedKind::Error => cut_chars(item, 40).0,
-                    _ => item.as_str(),
-                };
-                let (index, mentions) = first_index(needle);
-                DroppedIdentifier {
+            .zip(counts)
+            .map(|(&(rank, kind, item), (index, mentions))| {
+                let identifier = DroppedIdentifier {
                     kind,
                     text: item.clone(),
                     index,
                     mentions,
-                }
+                };
+                (rank, identifier)
             })
             .collect();
-        of_kind.sort_by(|a, b| b.mentions.cmp(&a.mentions).then(a.index.cmp(&b.index)));
-        dropped.extend(of_kind);
+        // Kinds in the lists' order; within one, the most mentioned first, then the earliest.
+        ranked.sort_by_key(|(rank, d)| (*rank, std::cmp::Reverse(d.mentions), d.index));
+        dropped.extend(ranked.into_iter().map(|(_, d)| d));
+        dropped.truncate(limit);
+        dropped
     }
-    dropped.truncate(limit);
-    dropped
+}
+
+/// For each needle: the original index of the first message whose JSON text contains it,
+/// and in how many messages it occurs (at least 1). One pass over the span's text for all
+/// needles at once: a compaction of a large span drops hundreds of identifiers, and a search
+/// per identifier read megabytes each time.
+fn mentions<'a>(texts: &[String], indices: &[usize], needles: impl Iterator<Item = &'a str>) -> Vec<(usize, usize)> {
+    let needles: Vec<&str> = needles.collect();
+    let searcher = match AhoCorasick::new(&needles) {
+        Ok(searcher) if !needles.is_empty() => searcher,
+        _ => return vec![(0, 1); needles.len()],
+    };
+    let mut found = vec![(None::<usize>, 0usize); needles.len()];
+    // The message in which each needle was last counted, so a message counts once.
+    let mut counted_in = vec![usize::MAX; needles.len()];
+    for (position, text) in texts.iter().enumerate() {
+        for hit in searcher.find_overlapping_iter(text) {
+            let needle = hit.pattern().as_usize();
+            if counted_in[needle] != position {
+                counted_in[needle] = position;
+                let (first, count) = &mut found[needle];
+                first.get_or_insert(indices.get(position).copied().unwrap_or(position));
+                *count += 1;
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(first, count)| (first.unwrap_or(0), count.max(1)))
+        .collect()
 }
 
 /// A call listed as `name(key=value, …)` rather than a shell command: the files it names are
@@ -137,7 +181,7 @@ mod tests {
     fn check(summary_text: &str, expected: &[&str]) {
         let span = span();
         let indices: Vec<usize> = (10..10 + span.len()).collect();
-        let got = dropped_identifiers(&span, &indices, MessageFormat::Openai, None, summary_text, 20);
+        let got = SpanIdentifiers::read(&span, &indices, MessageFormat::Openai, None).dropped(summary_text, 20);
         assert_eq!(ids(&got), expected);
     }
 
@@ -171,7 +215,7 @@ mod tests {
     fn the_limit_keeps_the_highest_ranked() {
         let span = span();
         let indices: Vec<usize> = (0..span.len()).collect();
-        let got = dropped_identifiers(&span, &indices, MessageFormat::Openai, None, "", 2);
+        let got = SpanIdentifiers::read(&span, &indices, MessageFormat::Openai, None).dropped("", 2);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].kind, DroppedKind::Request);
         assert_eq!(got[1].kind, DroppedKind::Constraint);
