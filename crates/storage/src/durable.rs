@@ -73,28 +73,61 @@ pub(crate) fn sync_checked(
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content:
 /// write a temp file (0600) in the same directory, fsync it, rename over, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
+    let tmp = synced_temp_beside(path, bytes, Some((Point::AtomicWrite, Point::AtomicSync)))?;
+    let result = fs::rename(&tmp, path)
+        .map_err(io("rename", path))
+        .and_then(|()| sync_dir(parent_of(path)));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates `path` with `bytes` unless it exists, so that it appears whole or not at all: a
+/// synced temp file (0600) hard-linked into place, then the directory synced. `Ok(false)`
+/// when another writer created it first (its content stays).
+pub(crate) fn create_durable(path: &Path, bytes: &[u8]) -> Result<bool, StorageError> {
+    let tmp = synced_temp_beside(path, bytes, None)?;
+    let linked = match fs::hard_link(&tmp, path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(io("link", path)(e)),
+    };
+    let _ = fs::remove_file(&tmp);
+    if linked? {
+        sync_dir(parent_of(path))?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+fn parent_of(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+/// A new temp file (0600) beside `path` holding `bytes`, fsynced, for the caller to publish;
+/// removed again when that fails. `points` are the failpoints of its write and its sync.
+fn synced_temp_beside(path: &Path, bytes: &[u8], points: Option<(Point, Point)>) -> Result<PathBuf, StorageError> {
+    let tmp = parent_of(path).join(format!(
         ".{}.{}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
         uuid::Uuid::new_v4().simple()
     ));
-    let result = (|| {
+    let (write_point, sync_point) = (points.map(|p| p.0), points.map(|p| p.1));
+    let written = (|| {
         let mut file = private_options()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .map_err(io("create", &tmp))?;
         make_private(&file, &tmp)?;
-        write_checked(&mut file, bytes, Some(Point::AtomicWrite), path).map_err(io("write", &tmp))?;
-        sync_checked(Some(Point::AtomicSync), path, || file.sync_all()).map_err(io("fsync", &tmp))?;
-        fs::rename(&tmp, path).map_err(io("rename", path))?;
-        sync_dir(dir)
+        write_checked(&mut file, bytes, write_point, path).map_err(io("write", &tmp))?;
+        sync_checked(sync_point, path, || file.sync_all()).map_err(io("fsync", &tmp))
     })();
-    if result.is_err() {
+    if written.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result
+    written.map(|()| tmp)
 }
 
 /// Appends `bytes` to `path` (created 0600 if missing) and fsyncs before returning, so an

@@ -30,7 +30,7 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -38,10 +38,10 @@ use hmac::{Hmac, Mac};
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
-use crate::durable::{sync_dir, write_atomic};
+use crate::durable::{create_durable, write_atomic};
 use crate::error::{StorageError, io};
 use crate::layout::Layout;
-use crate::perms::{check_own_dir, create_private_dir_all, make_private, private_options};
+use crate::perms::{check_own_dir, create_private_dir_all, make_private};
 use crate::workspace::Workspace;
 
 /// Bytes of a key.
@@ -226,25 +226,7 @@ fn load_or_create_key(layout: &Layout) -> Result<Key, StorageError> {
         path: path.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let tmp = dir.join(format!(".candidates.key.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let published = (|| {
-        let mut file = private_options()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io("create", &tmp))?;
-        make_private(&file, &tmp)?;
-        file.write_all(&bytes).map_err(io("write", &tmp))?;
-        file.sync_all().map_err(io("fsync", &tmp))?;
-        match fs::hard_link(&tmp, &path) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(io("link", &path)(e)),
-        }
-    })();
-    let _ = fs::remove_file(&tmp);
-    if published? {
-        sync_dir(&dir)?;
+    if create_durable(&path, &bytes)? {
         tracing::info!(path = %path.display(), "created the workspace's candidate signing key");
         Ok(Key(bytes))
     } else {
