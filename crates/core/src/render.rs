@@ -395,8 +395,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_result_is_named_by_its_id_kept_whole_when_pinned_and_a_stub_when_purged() {
+    /// A 400-line tool output offloaded to `tool_result/x.txt`: its text, its message and
+    /// its offload record.
+    fn offloaded_output() -> (String, Value, [OffloadedText; 1]) {
         let full = "line of output\n".repeat(400);
         let message = serde_json::json!({"role": "tool", "tool_call_id": "c", "content": full});
         let offloaded = [OffloadedText {
@@ -405,6 +406,12 @@ mod tests {
             stats: TextStats::of(&full),
             call: None,
         }];
+        (full, message, offloaded)
+    }
+
+    #[test]
+    fn a_result_is_named_by_its_id_kept_whole_when_pinned_and_a_stub_when_purged() {
+        let (full, message, offloaded) = offloaded_output();
         let config = Config::default();
         let shown = |control| {
             let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws", Some(12), &[control]);
@@ -430,14 +437,7 @@ mod tests {
 
     #[test]
     fn offload_notice_path_picks_the_read_file_path() {
-        let full = "line of output\n".repeat(400);
-        let message = serde_json::json!({"role": "tool", "tool_call_id": "c", "content": full});
-        let offloaded = [OffloadedText {
-            pointer: "/content".into(),
-            file: "tool_result/x.txt".into(),
-            stats: TextStats::of(&full),
-            call: None,
-        }];
+        let (_, message, offloaded) = offloaded_output();
         let shown = |notice_path| {
             let config = Config {
                 offload_notice_path: notice_path,

@@ -207,30 +207,20 @@ fn next_steps_come_from_the_stated_plan() {
     .summarize();
     assert!(ended.next_steps.is_empty(), "{:?}", ended.next_steps);
     // An answer without calls ends the step under way: the fix is not still in progress.
-    let answered = Case::new(vec![
-        user("Fix the unicode bug in src/lexer.rs."),
-        run(
-            "c1",
-            "I'll advance by the length of the next char instead.",
-            "sed -i 's/+ 1/+ len/' src/lexer.rs",
-        ),
-        result("c1", ""),
-        say("Fixed: the lexer now advances by whole characters. All tests pass."),
-    ])
+    let answered = Case::new(
+        [
+            lexer_fix_step(),
+            vec![say(
+                "Fixed: the lexer now advances by whole characters. All tests pass.",
+            )],
+        ]
+        .concat(),
+    )
     .summarize();
     assert!(answered.in_progress.is_empty(), "{:?}", answered.in_progress);
     assert!(answered.next_steps.is_empty(), "{:?}", answered.next_steps);
     // The same when the answer comes in a later compaction than the step.
-    let working = Case::new(vec![
-        user("Fix the unicode bug in src/lexer.rs."),
-        run(
-            "c1",
-            "I'll advance by the length of the next char instead.",
-            "sed -i 's/+ 1/+ len/' src/lexer.rs",
-        ),
-        result("c1", ""),
-    ])
-    .summarize();
+    let working = Case::new(lexer_fix_step()).summarize();
     assert_eq!(
         working.in_progress,
         ["I'll advance by the length of the next char instead."]
@@ -239,6 +229,19 @@ fn next_steps_come_from_the_stated_plan() {
         .after(&working)
         .summarize();
     assert!(later.in_progress.is_empty(), "{:?}", later.in_progress);
+}
+
+/// A request and the step the agent takes for it (an intent carried out by an edit).
+fn lexer_fix_step() -> Vec<Value> {
+    vec![
+        user("Fix the unicode bug in src/lexer.rs."),
+        run(
+            "c1",
+            "I'll advance by the length of the next char instead.",
+            "sed -i 's/+ 1/+ len/' src/lexer.rs",
+        ),
+        result("c1", ""),
+    ]
 }
 
 /// Rule 3: junk that looks like a path or a name is not listed.
