@@ -13,15 +13,12 @@ import { test } from 'node:test';
 
 import jsonrpc from 'vscode-jsonrpc/node';
 
-import { REPO_DIR, bigLog, spawnServe } from './helpers.mjs';
+import { REPO_DIR, bigLog, serveVscode } from './helpers.mjs';
 
 const {
   CancellationTokenSource,
   ProgressType,
   ResponseError,
-  StreamMessageReader,
-  StreamMessageWriter,
-  createMessageConnection,
 } = jsonrpc;
 
 const REQUEST_CANCELLED = -32800;
@@ -41,25 +38,11 @@ const SHARED_TRAJECTORY = join(REPO_DIR, '../shared/data/trajectories/sweagent__
 
 /** `satchel --workspace <tmp> serve` on stdio, with a vscode-jsonrpc connection on it (not listening yet). */
 function startDaemon(env = {}) {
-  const { child, workspace, stderr, exited } = spawnServe('satchel-conformance-', env);
-  const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+  const daemon = serveVscode('satchel-conformance-', env);
   // Progress under a token nobody registered a handler for: a conformance failure.
   const unhandledProgress = [];
-  connection.onUnhandledProgress((params) => unhandledProgress.push(params));
-  return {
-    connection,
-    workspace,
-    unhandledProgress,
-    stderr,
-    /** Ends stdin (the daemon's only stop signal); resolves with the exit status. */
-    async close() {
-      connection.end();
-      child.stdin.end();
-      const status = await exited;
-      connection.dispose();
-      return status;
-    },
-  };
+  daemon.connection.onUnhandledProgress((params) => unhandledProgress.push(params));
+  return { ...daemon, unhandledProgress };
 }
 
 /** Runs `body` against a fresh daemon; prints the daemon's log when it fails; checks a clean exit. */

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import jsonrpc from 'vscode-jsonrpc/node';
+
 import { SatchelClient } from '../dist/index.js';
 
 export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -43,6 +45,29 @@ export function spawnServe(prefix, env = {}) {
     child.on('exit', (code, signal) => resolve({ code, signal }));
   });
   return { child, workspace, stderr: () => stderr, exited };
+}
+
+/**
+ * `satchel --workspace <tmp> serve` on stdio with a vscode-jsonrpc connection on it (not
+ * listening yet), and `close()`: ends the connection and stdin (the daemon's only stop
+ * signal), resolving with the exit status.
+ */
+export function serveVscode(prefix, env = {}) {
+  const { child, workspace, stderr, exited } = spawnServe(prefix, env);
+  const { StreamMessageReader, StreamMessageWriter, createMessageConnection } = jsonrpc;
+  const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+  return {
+    connection,
+    workspace,
+    stderr,
+    async close() {
+      connection.end();
+      child.stdin.end();
+      const status = await exited;
+      connection.dispose();
+      return status;
+    },
+  };
 }
 
 /** A daemon on a fresh workspace, its log discarded. */

@@ -7,10 +7,9 @@ import { test } from 'node:test';
 
 import jsonrpc from 'vscode-jsonrpc/node';
 
-import { spawnServe } from './helpers.mjs';
+import { serveVscode } from './helpers.mjs';
 
-const { CancellationTokenSource, ResponseError, StreamMessageReader, StreamMessageWriter, createMessageConnection } =
-  jsonrpc;
+const { CancellationTokenSource, ResponseError } = jsonrpc;
 
 const REQUEST_CANCELLED = -32800;
 const STALE_SESSION = -32009;
@@ -18,21 +17,9 @@ const CONFIG = { tokenizer: 'estimate' };
 
 /** `satchel --workspace <tmp> serve` on stdio, with a vscode-jsonrpc connection listening on it. */
 function startDaemon() {
-  const { child, stderr, exited } = spawnServe('satchel-vscode-');
-  const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
-  connection.listen();
-  return {
-    connection,
-    stderr,
-    /** Ends the connection and the daemon's stdin (its only stop signal); resolves with the exit status. */
-    async close() {
-      connection.end();
-      child.stdin.end();
-      const status = await exited;
-      connection.dispose();
-      return status;
-    },
-  };
+  const daemon = serveVscode('satchel-vscode-');
+  daemon.connection.listen();
+  return daemon;
 }
 
 /** Mulberry32: a small seeded generator, so a failing run can be replayed with SATCHEL_TEST_SEED. */
