@@ -204,3 +204,40 @@ fn watchers_hear_a_compaction_start_and_what_it_dropped() {
     );
     daemon.shutdown();
 }
+
+/// Without `max_tokens`, the span is budgeted against the session's window (the
+/// `max_input_length` its prepares asked for), not the daemon's: before and after a restart.
+#[test]
+fn expand_budgets_against_the_sessions_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let session_config = json!({"max_input_length": 4096, "summary_max_tokens": 300});
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let mut messages = vec![
+        system(SYSTEM),
+        user("Fix the failing build of the parser crate. Keep the MSRV at 1.70."),
+    ];
+    let compaction_id = (0..60)
+        .find_map(|step| {
+            messages.extend(agent_step(Format::Openai, &AGENT_LOOP, step));
+            let result = daemon.call(
+                "context.prepare",
+                json!({"session_id": SESSION, "messages": messages, "config": session_config}),
+            );
+            actions(&result, "compacted").first().map(|c| c["id"].as_str().unwrap().to_owned())
+        })
+        .expect("the session's 4,096-token window compacts");
+    let expand = json!({"session_id": SESSION, "compaction_id": compaction_id});
+    // A quarter of the session's window at most; the daemon's own window is 131,072 tokens.
+    let quarter = 4096 / 4;
+    let added = daemon.call("context.expand", expand.clone());
+    assert!(added["budget_tokens"].as_u64().unwrap() <= quarter, "{added}");
+    daemon.shutdown();
+
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let added = daemon.call("context.expand", expand);
+    assert!(
+        added["budget_tokens"].as_u64().unwrap() <= quarter,
+        "after a restart: {added}"
+    );
+    daemon.shutdown();
+}

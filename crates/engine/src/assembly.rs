@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use satchel_core::calibration::corrected;
 use satchel_core::candidates::SECTION_KEY_PREFIX;
 use satchel_core::hash::{MessageHash, text_hash};
-use satchel_core::prompt::{BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, newest_query};
+use satchel_core::prompt::{
+    BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, newest_query, validate_input,
+};
 use satchel_core::tokens::TokenCounter;
 use satchel_protocol::{Config, PromptAssembly, PromptSection, SectionDetail};
 use serde_json::Value;
@@ -58,6 +60,23 @@ pub(crate) struct PromptRequest<'a> {
     pub system: Option<&'a Value>,
     /// `sections`, each as its JSON text.
     pub sections: Option<&'a [Box<RawValue>]>,
+}
+
+/// Refuses prompt inputs that [`assemble`] would refuse, before the call changes the session
+/// (so a refused call changes nothing). Inputs equal to the last ones checked passed then: a
+/// steady step hashes them and parses nothing.
+pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>) -> Result<(), EngineError> {
+    if request.system.is_none() && request.sections.is_none() {
+        return Ok(());
+    }
+    let key = inputs_key(request);
+    if session.requests.checked_prompt_inputs == Some(key) {
+        return Ok(());
+    }
+    let sections = parse_sections(request.sections.unwrap_or_default())?;
+    validate_input(request.system, &sections).map_err(invalid)?;
+    session.requests.checked_prompt_inputs = Some(key);
+    Ok(())
 }
 
 /// The prompt of this request for `session` (its newest user message is the query), reusing
@@ -275,6 +294,22 @@ fn parse_sections(texts: &[Box<RawValue>]) -> Result<Vec<PromptSection>, EngineE
         .collect()
 }
 
+/// The hash of the client's prompt inputs, `system` and the sections' texts.
+fn inputs_key(request: &PromptRequest<'_>) -> u128 {
+    let mut hasher = Xxh3::new();
+    hash_inputs(&mut hasher, request);
+    hasher.digest128()
+}
+
+fn hash_inputs(hasher: &mut Xxh3, request: &PromptRequest<'_>) {
+    let system = request.system.map_or([0; 16], |s| MessageHash::of_value(s).to_bytes());
+    hasher.update(&system);
+    for section in request.sections.unwrap_or_default() {
+        hasher.update(&text_hash(section.get()).to_le_bytes());
+    }
+    hasher.update(&[u8::from(request.sections.is_some())]);
+}
+
 /// The hash of everything the prompt depends on.
 fn input_key(
     request: &PromptRequest<'_>,
@@ -283,12 +318,7 @@ fn input_key(
     task_focus_section: bool,
 ) -> u128 {
     let mut hasher = Xxh3::new();
-    let system = request.system.map_or([0; 16], |s| MessageHash::of_value(s).to_bytes());
-    hasher.update(&system);
-    for section in request.sections.unwrap_or_default() {
-        hasher.update(&text_hash(section.get()).to_le_bytes());
-    }
-    hasher.update(&[u8::from(request.sections.is_some())]);
+    hash_inputs(&mut hasher, request);
     hasher.update(query.unwrap_or_default().as_bytes());
     hasher.update(&[u8::from(query.is_some())]);
     hasher.update(&budget.max_per_section_chars.to_le_bytes());

@@ -80,17 +80,26 @@ struct Drafted {
 }
 
 impl Engine {
-    /// `context.compact`: compact now, everything but the reserve.
+    /// `context.compact`: compact now, everything but the reserve, under the call's `config`
+    /// (the daemon's with its overrides), or the session's ([`Engine::session_config`]).
     pub fn compact_now(
         &self,
         ticket: Ticket,
         params: CompactParams,
-        config: &Config,
+        config: Option<&Config>,
         call: &CallContext<'_>,
     ) -> Result<Outcome<CompactResult>, EngineError> {
         self.transaction(ticket, &call.token, |slot| {
             let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(params.session_id.clone()));
+            };
+            let session_config;
+            let config = match config {
+                Some(config) => config,
+                None => {
+                    session_config = self.session_config(session);
+                    &*session_config
+                }
             };
             let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
             // A manual compaction counts the request as the last `context.prepare` sent it.

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use satchel_protocol::Config;
+use serde_json::{Map, Value};
 use satchel_storage::{DialogArchive, MemoryFiles, OffloadStore, SessionStore, StorageError, Workspace};
 
 use crate::call::CallToken;
@@ -36,7 +37,14 @@ pub struct Engine {
     next_idle_sweep_ms: AtomicI64,
     /// The learning candidates of the workspace, loaded on first use.
     pub(crate) candidates: Candidates,
+    /// Applies a session's remembered `config` overrides to the daemon's configuration: the
+    /// binary owns the rules (aliases, daemon-only keys), the engine needs the result where a
+    /// session's own default applies and no prepare of this process remembered it.
+    pub(crate) apply_overrides: Arc<ApplyOverrides>,
 }
+
+/// See [`Engine::with_overrides`].
+pub type ApplyOverrides = dyn Fn(&Config, &Map<String, Value>) -> Result<Config, String> + Send + Sync;
 
 impl Engine {
     /// An engine over `workspace` with the daemon's `config`, the system clock and random ids.
@@ -64,7 +72,22 @@ impl Engine {
             ids,
             next_idle_sweep_ms: AtomicI64::new(0),
             candidates: Candidates::default(),
+            apply_overrides: Arc::new(|base: &Config, overrides: &Map<String, Value>| {
+                if overrides.is_empty() {
+                    Ok(base.clone())
+                } else {
+                    Err("this engine was given no way to apply config overrides".to_owned())
+                }
+            }),
         })
+    }
+
+    /// This engine with the daemon's way of applying a request's `config` overrides, used to
+    /// find a session's effective configuration after a restart (see
+    /// [`Engine::session_config`]).
+    pub fn with_overrides(mut self, apply: Arc<ApplyOverrides>) -> Self {
+        self.apply_overrides = apply;
+        self
     }
 
     /// The workspace.
@@ -93,7 +116,12 @@ impl Engine {
     /// session loaded from its log if it is not in memory (`None` inside: no such session).
     /// When `body` fails, whatever it wrote to the session log is cut off again and the
     /// session leaves memory, so the next call starts from the log as it was: the call had
-    /// no effect. A cancel noticed before the turn begins stops the call right there.
+    /// no effect. A refusal ([`EngineError::is_refusal`]) of a session that was there, by a
+    /// body that wrote nothing, keeps the session in memory as it is: a call refused for its
+    /// params must not cost the session what only memory holds (its last request, for the
+    /// prompt cache's stable prefix and `context.usage`; its peak; its prompt report). A
+    /// body refuses before it changes the session, so nothing is there to undo. A cancel
+    /// noticed before the turn begins stops the call right there.
     pub(crate) fn transaction<T>(
         &self,
         ticket: Ticket,
@@ -110,12 +138,16 @@ impl Engine {
             if session.is_none() {
                 *session = self.load_session(&id)?;
             }
+            let existed = session.is_some();
             let mark = self.sessions.mark(&id)?;
             let outcome = body(&mut session);
-            if outcome.is_err() {
-                *session = None;
-                if let Err(e) = self.sessions.roll_back(&id, &mark) {
-                    tracing::error!(session = %id, "could not roll back a failed call's log records: {e}");
+            if let Err(error) = &outcome {
+                let untouched = existed && error.is_refusal() && self.sessions.mark(&id).is_ok_and(|now| now == mark);
+                if !untouched {
+                    *session = None;
+                    if let Err(e) = self.sessions.roll_back(&id, &mark) {
+                        tracing::error!(session = %id, "could not roll back a failed call's log records: {e}");
+                    }
                 }
             }
             outcome

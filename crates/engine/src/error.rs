@@ -2,8 +2,9 @@
 
 use satchel_storage::StorageError;
 
-/// Why a call on the engine failed. Whatever the reason, the call changed nothing: its
-/// writes are rolled back and the session is reloaded from its log on the next call.
+/// Why a call on the engine failed. Whatever the reason, the call changed nothing: a
+/// refusal is decided before any change, and a failure's writes are rolled back and the
+/// session is reloaded from its log on the next call.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// The params are wrong; `field` names the culprit.
@@ -52,6 +53,16 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Whether the call was refused for what it asked (bad params, an unknown or stale
+    /// session) rather than failed while doing it: a refusal is decided before the call
+    /// changes anything.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            EngineError::InvalidParams { .. } | EngineError::UnknownSession(_) | EngineError::StaleSession { .. }
+        )
+    }
+
     /// An invalid-params error about `field`.
     pub fn invalid_params(field: &str, message: impl std::fmt::Display) -> Self {
         EngineError::InvalidParams {

@@ -36,8 +36,9 @@ pub struct ExpandedSpan {
 const DEFAULT_BUDGET_SHARE: u64 = 4;
 
 impl Engine {
-    /// `context.expand` on the session of `ticket`, under the call's effective `config`.
-    pub fn expand(&self, ticket: Ticket, params: ExpandParams, config: &Config) -> Result<ExpandResult, EngineError> {
+    /// `context.expand` on the session of `ticket`, under the session's configuration (its
+    /// window is what the span must fit in: [`Engine::session_config`]).
+    pub fn expand(&self, ticket: Ticket, params: ExpandParams) -> Result<ExpandResult, EngineError> {
         let (file, start, end) = match (&params.compaction_id, &params.archive) {
             (Some(_), Some(_)) | (None, None) => {
                 return Err(EngineError::invalid_params(
@@ -58,6 +59,7 @@ impl Engine {
                 None => (file, start, end),
             };
             let lines = self.read_span(id, &file, start, end)?;
+            let config = &*self.session_config(session);
             let format = format_or_default(session.format);
             let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
             let rendered = render_lines(&lines, config, self.offloads.workspace_root());

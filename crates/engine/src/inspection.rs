@@ -19,6 +19,25 @@ use crate::error::EngineError;
 use crate::session::{Session, format_or_default};
 
 impl Engine {
+    /// The configuration a session's calls default to: that of its last `context.prepare`
+    /// (the daemon's with the overrides it sent, remembered in the log). A call that sends no
+    /// `config` of its own (`context.expand`, `context.compact`, `context.inspect`) budgets
+    /// against the window the session asked for, not the daemon's.
+    pub(crate) fn session_config(&self, session: &Session) -> Arc<Config> {
+        if let Some(config) = &session.requests.last_config {
+            return Arc::clone(config);
+        }
+        match (self.apply_overrides)(&self.config, &session.requests.config_overrides) {
+            Ok(config) => Arc::new(config),
+            Err(e) => {
+                // The overrides were valid when logged; a daemon whose configuration changed
+                // since may refuse them. Its own configuration is the best left.
+                tracing::warn!("a session's remembered config overrides no longer apply ({e}); using the daemon's");
+                Arc::new(self.config.clone())
+            }
+        }
+    }
+
     /// Keeps the call's `config` overrides and effective configuration with the session; the
     /// overrides are logged when they differ from the previous call's, so a restarted daemon
     /// shows them too. Runs in the call's transaction: a failed call rolls the record back.

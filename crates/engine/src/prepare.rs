@@ -65,6 +65,9 @@ impl Engine {
             sections: params.sections,
         };
         let reported_usage = params.usage;
+        if reported_usage.is_some_and(|u| u.input_tokens == 0) {
+            return Err(EngineError::invalid_params("usage.input_tokens", "must be positive"));
+        }
         self.transaction(ticket, &call.token, |slot| {
             if slot.is_none() && !incoming.is_full_list() {
                 return Err(EngineError::UnknownSession(id.clone()));
@@ -87,16 +90,16 @@ impl Engine {
                     format!("session {id} is in {held:?} format"),
                 ));
             }
-            if let Some(reported) = reported_usage {
-                // A usage of a request a previous daemon prepared cannot be matched to a count.
-                if session.requests.last_factor.is_some() {
-                    self.record_usage(&id, session, reported.input_tokens)?;
-                } else {
-                    tracing::debug!(session = %id, "a usage report for a request of a previous daemon is ignored");
-                }
-            }
-            self.remember_config(&id, session, params.config.as_ref(), config)?;
-            self.prepare_in(&id, session, incoming, declared, extras, config, call)
+            let prompt_inputs = PromptRequest {
+                system: extras.system.as_ref(),
+                sections: extras.sections.as_deref(),
+            };
+            assembly::check(session, &prompt_inputs)?;
+            let reports = Reports {
+                input_tokens: reported_usage.map(|u| u.input_tokens),
+                overrides: params.config.as_ref(),
+            };
+            self.prepare_in(&id, session, incoming, declared, extras, reports, config, call)
         })
     }
 
@@ -110,13 +113,25 @@ impl Engine {
         incoming: Incoming,
         declared: Option<MessageFormat>,
         mut extras: RequestExtras,
+        reports: Reports<'_>,
         config: &Config,
         call: &CallContext<'_>,
     ) -> Result<Outcome<Prepared>, EngineError> {
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
         let mut actions = Vec::new();
         let started = self.clock.now();
+        // Ingest refuses a bad message before it changes anything, so it goes first: a
+        // refused call must change nothing, and the records below change the session.
         let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
+        if let Some(input_tokens) = reports.input_tokens {
+            // A usage of a request a previous daemon prepared cannot be matched to a count.
+            if session.requests.last_factor.is_some() {
+                self.record_usage(id, session, input_tokens)?;
+            } else {
+                tracing::debug!(session = %id, "a usage report for a request of a previous daemon is ignored");
+            }
+        }
+        self.remember_config(id, session, reports.overrides, config)?;
         self.add_generated_sections(id, session, &mut extras, config);
         let prompt_request = PromptRequest {
             system: extras.system.as_ref(),
@@ -357,6 +372,14 @@ struct SentRequest {
 }
 
 /// What the automatic compaction step of `prepare` did.
+/// What a `prepare` reports besides its messages, recorded once its messages are ingested.
+struct Reports<'a> {
+    /// The provider's input tokens for the previous request (`usage`).
+    input_tokens: Option<u64>,
+    /// The call's `config` overrides.
+    overrides: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
 struct AutoCompaction {
     /// The request's usage afterwards.
     usage: TokenUsage,

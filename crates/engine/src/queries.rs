@@ -30,17 +30,16 @@ impl Engine {
             let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(params.session_id.clone()));
             };
-            let last_config = session.requests.last_config.clone();
-            let (prompt, detail) =
-                self.inspect_prompt(session, &params, last_config.as_deref().unwrap_or(&self.config))?;
+            let session_config = self.session_config(session);
+            let (prompt, detail) = self.inspect_prompt(session, &params, &session_config)?;
             let tokens = session.last_usage.clone().unwrap_or_else(|| TokenUsage {
-                limit: self.config.effective_window(),
-                threshold: self.config.compact_threshold_tokens(),
-                tokenizer: self.config.tokenizer,
+                limit: session_config.effective_window(),
+                threshold: session_config.compact_threshold_tokens(),
+                tokenizer: session_config.tokenizer,
                 ..TokenUsage::default()
             });
             let loaded = session.last_usage.is_some();
-            let config = loaded.then(|| last_config.as_deref().unwrap_or(&self.config));
+            let config = loaded.then_some(&*session_config);
             let message_tokens = match config {
                 Some(config) => inspection::role_tokens(session, config, tokens.messages),
                 None => MessageRoleTokens::default(),

@@ -41,6 +41,9 @@ pub struct RequestState {
     /// The system prompt of the last request, for inspect (and to reuse when the next
     /// request sends the same sections and query).
     pub last_prompt: Option<Arc<PromptState>>,
+    /// Hash of the last client `system` and sections found valid, so a steady step does not
+    /// parse them again to check them before it changes the session.
+    pub checked_prompt_inputs: Option<u128>,
     /// Phases the last request reached.
     pub last_phases: Vec<PhaseReached>,
     /// Requests pruning alone brought under the trigger.

@@ -274,7 +274,11 @@ fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     });
     #[cfg(feature = "memory")]
     let (workspace_copy, config_copy) = (workspace.clone(), config.clone());
-    let engine = satchel_engine::Engine::new(workspace, config).context("opening the dialog archive")?;
+    let engine = satchel_engine::Engine::new(workspace, config)
+        .context("opening the dialog archive")?
+        .with_overrides(std::sync::Arc::new(|base: &_, overrides: &_| {
+            config::apply_overrides(base, overrides).map_err(|(key, why)| format!("{key}: {why}"))
+        }));
     let daemon = handlers::Daemon::new(engine);
     #[cfg(feature = "memory")]
     let daemon = {

@@ -193,10 +193,12 @@ fn section<'a>(
     }
 }
 
-/// Assembles the system prompt of a request; see the module documentation.
-pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
-    let mut first_with_key = std::collections::HashMap::with_capacity(input.sections.len());
-    for (i, s) in input.sections.iter().enumerate() {
+/// Refuses a client's `system` and `sections` that [`build`] would refuse, whatever the
+/// query and the budget: the engine checks a request with it before the request changes
+/// its session, so a refused request changes nothing.
+pub fn validate_input(system: Option<&Value>, sections: &[PromptSection]) -> Result<(), PromptError> {
+    let mut first_with_key = std::collections::HashMap::with_capacity(sections.len());
+    for (i, s) in sections.iter().enumerate() {
         validate(i, s)?;
         if let Some(first) = first_with_key.insert(s.key.as_str(), i) {
             return Err(PromptError::InvalidSection {
@@ -205,6 +207,12 @@ pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
             });
         }
     }
+    SystemParts::split(system).map(drop)
+}
+
+/// Assembles the system prompt of a request; see the module documentation.
+pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
+    validate_input(input.system, input.sections)?;
     let parts = SystemParts::split(input.system)?;
     let focus = input.query.map(request_focus).unwrap_or_default();
     let matcher = FocusMatcher::new(&focus);

@@ -23,7 +23,7 @@ fn compacted(harness: &Harness) -> (CompactionReport, Vec<Value>) {
 
 fn expand(harness: &Harness, params: ExpandParams) -> Result<ExpandResult, EngineError> {
     let ticket = harness.engine.ticket(SESSION)?;
-    harness.engine.expand(ticket, params, &harness.config)
+    harness.engine.expand(ticket, params)
 }
 
 fn refused_with(harness: &Harness, params: ExpandParams) -> String {

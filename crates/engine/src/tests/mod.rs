@@ -11,6 +11,7 @@ mod expand;
 mod ingest;
 mod props;
 mod recovery;
+mod refusals;
 mod transactions;
 
 use std::path::PathBuf;

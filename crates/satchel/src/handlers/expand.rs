@@ -9,8 +9,7 @@ use crate::transport::CallScope;
 impl Daemon {
     /// `context.expand`.
     pub fn expand(&self, params: ExpandParams, scope: &CallScope) -> Result<ExpandResult, RpcError> {
-        let config = self.engine().config().clone();
         let ticket = self.ticket(scope, &params.session_id)?;
-        Ok(self.engine().expand(ticket, params, &config)?)
+        Ok(self.engine().expand(ticket, params)?)
     }
 }
