@@ -223,7 +223,9 @@ fn expand_budgets_against_the_sessions_window() {
                 "context.prepare",
                 json!({"session_id": SESSION, "messages": messages, "config": session_config}),
             );
-            actions(&result, "compacted").first().map(|c| c["id"].as_str().unwrap().to_owned())
+            actions(&result, "compacted")
+                .first()
+                .map(|c| c["id"].as_str().unwrap().to_owned())
         })
         .expect("the session's 4,096-token window compacts");
     let expand = json!({"session_id": SESSION, "compaction_id": compaction_id});

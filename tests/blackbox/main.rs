@@ -28,6 +28,7 @@ mod pins;
 mod progress;
 mod protocol_examples;
 mod pruning;
+mod refusals;
 mod replay;
 mod replay_compaction;
 mod secrets;

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use satchel_protocol::Config;
-use serde_json::{Map, Value};
 use satchel_storage::{DialogArchive, MemoryFiles, OffloadStore, SessionStore, StorageError, Workspace};
+use serde_json::{Map, Value};
 
 use crate::call::CallToken;
 use crate::candidates::Candidates;

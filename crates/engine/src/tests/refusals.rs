@@ -140,7 +140,10 @@ impl Harness {
                 )
                 .map(drop),
             Refused::AppendNotAnObject => self
-                .call(params(None, Some(&[user("ok"), json!("text")])), &CallContext::detached())
+                .call(
+                    params(None, Some(&[user("ok"), json!("text")])),
+                    &CallContext::detached(),
+                )
                 .map(drop),
             Refused::BothMessagesAndAppend => self
                 .call(params(Some(&next), Some(&next)), &CallContext::detached())
@@ -227,7 +230,10 @@ fn check_refusal_changes_nothing(refused: Refused, turns: usize, output_bytes: u
     let expected = observed(&control, rest);
     let got = observed(&subject, rest);
     assert_eq!(got.0, expected.0, "{refused:?}: the next prepare's reply");
-    assert_eq!(got.1, expected.1, "{refused:?}: the usage of the request prepared before");
+    assert_eq!(
+        got.1, expected.1,
+        "{refused:?}: the usage of the request prepared before"
+    );
     assert_eq!(got.2, expected.2, "{refused:?}: context.inspect");
 }
 
