@@ -288,29 +288,32 @@ fn protected_sections_over_the_budget_are_sent_whole_and_reported() {
     d.shutdown();
 }
 
+/// A real agent's prompt: `n` numbered instructions of about 76 characters.
+fn instructions(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("{i}. Instruction {i}: keep each change small, and run the whole test suite after it."))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
-fn a_plain_system_prompt_is_cut_to_the_section_cap_in_its_own_shape() {
+fn the_clients_system_prompt_is_never_cut_and_an_overrun_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[("SATCHEL_TOKENIZER", "estimate")]);
-    let huge = section_text("system", "You are a coding agent.", 300_000);
+    // 315 instructions, over the 20,000-character section cap: the cap is for memory tiers.
+    let prompt = instructions(315);
+    assert!(prompt.len() > 24_000);
     let result = d.call(
         "context.prepare",
-        json!({"session_id": "plain", "messages": [user("hi")], "system": huge}),
+        json!({"session_id": "plain", "messages": [user("hi")], "system": prompt}),
     );
-    let system = result["system"].as_str().expect("a string, as sent");
-    assert!(
-        system.chars().count() <= 20_000,
-        "{} characters",
-        system.chars().count()
-    );
-    assert!(system.starts_with("# system\nYou are a coding agent."));
-    assert!(
-        system.contains("<!-- [TRUNCATED] Original: 300000 chars"),
-        "the marker says what was cut"
-    );
-    assert_eq!(result["prompt"]["truncatedSectionKeys"], json!(["system"]));
+    assert_eq!(result["system"], json!(prompt), "every instruction, whole");
+    assert_eq!(result["prompt"]["truncatedSectionKeys"], json!([]));
+    assert!(result["over_limit"].is_null(), "{}", result["over_limit"]);
+    assert!(actions_of(&result, "prompt_over_budget").is_empty());
 
-    // Anthropic's list of blocks comes back as a list, every other field kept.
+    // Over the whole budget (a quarter of the window): still whole, and said so.
+    let huge = section_text("system", "You are a coding agent.", 300_000);
     let blocks = json!([
         {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}},
         {"type": "text", "text": huge},
@@ -321,10 +324,57 @@ fn a_plain_system_prompt_is_cut_to_the_section_cap_in_its_own_shape() {
                "sections": [{"key": "extra", "content": "Extra rules.", "priority": 50}]}),
     );
     let system = result["system"].as_array().expect("a list, as sent");
-    assert_eq!(system[0], blocks[0], "untouched: it fits");
-    assert!(chars(&system[1]["text"]) <= 20_000);
-    assert_eq!(system[2], json!({"type": "text", "text": "Extra rules."}));
+    assert_eq!(
+        system,
+        blocks.as_array().unwrap(),
+        "both blocks whole, the extra section left out"
+    );
+    let over = actions_of(&result, "prompt_over_budget");
+    assert_eq!(over.len(), 1, "{}", result["actions"]);
+    assert_eq!(over[0]["keys"], json!(["system:0", "system:1"]));
+    assert!(over[0]["chars"].as_u64().unwrap() > over[0]["max_total_chars"].as_u64().unwrap());
+    let over_limit = result["over_limit"].as_str().expect("and in over_limit");
+    assert!(over_limit.contains("system:1"), "{over_limit}");
     d.shutdown();
+}
+
+#[test]
+fn an_openai_system_message_is_assembled_and_reported_like_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_TOKENIZER", "estimate")]);
+    let prompt = instructions(315);
+    let messages = json!([{"role": "system", "content": prompt}, user("hi")]);
+    let result = d.call("context.prepare", json!({"session_id": "openai", "messages": messages}));
+    assert_eq!(result["messages"][0]["content"], json!(prompt), "sent as it came");
+    assert!(result["system"].is_null(), "nothing to add beside the message");
+    let report = section(&result["prompt"], "system");
+    assert_eq!(report["sourceType"], "base");
+    assert_eq!(report["originalChars"], json!(prompt.chars().count()));
+    assert_eq!(report["finalChars"], report["originalChars"]);
+
+    // With sections, they are budgeted with the message, and `system` carries only them.
+    let result = d.call(
+        "context.prepare",
+        json!({"session_id": "openai", "messages": messages,
+               "sections": [{"key": "rules", "content": "Use tabs.", "priority": 80}]}),
+    );
+    assert_eq!(result["system"], json!("Use tabs."));
+    let sections: Vec<&Value> = result["prompt"]["sections"].as_array().unwrap().iter().collect();
+    assert_eq!(
+        (&sections[0]["key"], &sections[1]["key"]),
+        (&json!("system"), &json!("rules"))
+    );
+    d.shutdown();
+}
+
+/// The actions of `kind` in a prepare result.
+fn actions_of<'a>(result: &'a Value, kind: &str) -> Vec<&'a Value> {
+    result["actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["kind"] == kind)
+        .collect()
 }
 
 #[test]
@@ -379,14 +429,15 @@ fn reported_usage_corrects_the_counts_and_survives_a_restart() {
         crate::support::Framing::Ndjson,
     );
     let inspected = d.call("context.inspect", json!({"session_id": "u"}));
-    assert_near(&inspected["calibration"]["factor"], 1.5);
+    // Halfway from 1 to the report's 1.5, as documented: one odd report cannot swing it.
+    assert_near(&inspected["calibration"]["factor"], 1.25);
     assert_eq!(inspected["calibration"]["samples"], json!(1));
     // Sent again (a client retrying), it replaces the first report instead of counting twice.
     let again = d.call(
         "context.usage",
         json!({"session_id": "u", "input_tokens": counted * 3 / 2}),
     );
-    assert_near(&again["factor"], 1.5);
+    assert_near(&again["factor"], 1.25);
     assert_eq!(again["samples"], json!(1));
     let next = d.call(
         "context.prepare",
@@ -394,19 +445,19 @@ fn reported_usage_corrects_the_counts_and_survives_a_restart() {
     );
     let corrected = next["tokens"]["total"].as_u64().unwrap();
     assert!(
-        corrected >= counted * 3 / 2,
-        "{corrected} tokens after a 1.5 correction of {counted}"
+        corrected >= counted * 5 / 4,
+        "{corrected} tokens after a 1.25 correction of {counted}"
     );
     // The next report is about the next request.
     let second = d.call("context.usage", json!({"session_id": "u", "input_tokens": corrected}));
-    assert_near(&second["factor"], 1.5);
+    assert_near(&second["factor"], 1.25);
     assert_eq!(second["samples"], json!(2));
     d.shutdown();
 
     let mut d = Daemon::start(dir.path(), &env);
     let inspected = d.call("context.inspect", json!({"session_id": "u"}));
     assert_eq!(inspected["calibration"]["samples"], json!(2), "persisted");
-    assert_near(&inspected["calibration"]["factor"], 1.5);
+    assert_near(&inspected["calibration"]["factor"], 1.25);
     // A usage of a request the previous daemon prepared cannot be matched: it is ignored.
     let reloaded = d.call(
         "context.prepare",

@@ -18,14 +18,11 @@ pub const MAX_FACTOR: f64 = 2.0;
 const SAMPLE_WEIGHT: f64 = 0.5;
 
 /// The calibration after the provider reported `provider_tokens` for a request satchel
-/// counted as `counted_tokens` (uncorrected). The first sample sets the factor.
+/// counted as `counted_tokens` (uncorrected): halfway from the factor so far (1 before any
+/// sample) to the sample's. The first sample too: it may be the odd one.
 pub fn calibrate(before: &Calibration, provider_tokens: u64, counted_tokens: u64) -> Calibration {
     let sample = (provider_tokens as f64 / counted_tokens.max(1) as f64).clamp(MIN_FACTOR, MAX_FACTOR);
-    let factor = if before.samples == 0 {
-        sample
-    } else {
-        before.factor + SAMPLE_WEIGHT * (sample - before.factor)
-    };
+    let factor = before.factor + SAMPLE_WEIGHT * (sample - before.factor);
     Calibration {
         factor: round4(factor.clamp(MIN_FACTOR, MAX_FACTOR)),
         samples: before.samples + 1,
@@ -72,20 +69,20 @@ mod tests {
     }
 
     #[test]
-    fn the_first_report_sets_the_factor() {
-        check(&[(1_200, 1_000)], &[1.2]);
+    fn the_first_report_moves_the_factor_halfway_from_one() {
+        check(&[(1_200, 1_000)], &[1.1]);
     }
 
     #[test]
     fn later_reports_move_it_halfway() {
-        check(&[(1_200, 1_000), (1_000, 1_000), (1_000, 1_000)], &[1.2, 1.1, 1.05]);
+        check(&[(1_200, 1_000), (1_000, 1_000), (1_000, 1_000)], &[1.1, 1.05, 1.025]);
     }
 
     #[test]
     fn it_stays_within_bounds() {
-        check(&[(10_000, 1_000), (10, 1_000)], &[2.0, 1.25]);
-        check(&[(1, 1_000)], &[0.5]);
-        check(&[(100, 0)], &[2.0]);
+        check(&[(10_000, 1_000), (10, 1_000)], &[1.5, 1.0]);
+        check(&[(1, 1_000), (1, 1_000), (1, 1_000)], &[0.75, 0.625, 0.5625]);
+        check(&[(100, 0)], &[1.5]);
     }
 
     #[test]

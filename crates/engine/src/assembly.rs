@@ -14,6 +14,7 @@ use satchel_core::prompt::{
     BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, newest_query, validate_input,
 };
 use satchel_core::tokens::TokenCounter;
+use satchel_protocol::config::Tokenizer;
 use satchel_protocol::{Config, PromptAssembly, PromptSection, SectionDetail};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -29,6 +30,10 @@ pub struct PromptState {
     key: u128,
     /// The client's `system`.
     system: Option<Value>,
+    /// The client's leading system message, its base prompt when it sent no `system`.
+    base_message: Option<String>,
+    /// Its token count and the tokenizer it was counted with (counted once, for the report).
+    base_message_tokens: Mutex<Option<(Tokenizer, u64)>>,
     /// The client's sections.
     sections: Vec<PromptSection>,
     /// The budget it was cut to.
@@ -87,13 +92,17 @@ pub(crate) fn assemble(
     request: PromptRequest<'_>,
     config: &Config,
 ) -> Result<Option<Arc<PromptState>>, EngineError> {
-    if request.system.is_none() && request.sections.is_none() {
+    let base_message = request.system.is_none().then(|| leading_system_text(session)).flatten();
+    if request.system.is_none() && request.sections.is_none() && base_message.is_none() {
         return Ok(None);
     }
     let query = newest_user_text(session);
     let budget = SystemPromptBudget::of_config(config);
     let task_focus_section = config.task_focus_section_enabled;
-    let key = input_key(&request, query.as_deref(), budget, task_focus_section);
+    let mut key = input_key(&request, query.as_deref(), budget, task_focus_section);
+    if let Some(text) = base_message {
+        key ^= text_hash(text).rotate_left(1);
+    }
     if let Some(last) = &session.requests.last_prompt
         && last.key == key
     {
@@ -101,12 +110,20 @@ pub(crate) fn assemble(
     }
     let sections = parse_sections(request.sections.unwrap_or_default())?;
     let system = request.system.cloned();
-    let built = build_owned(system.as_ref(), &sections, query.as_deref(), budget, task_focus_section)?;
+    let base_message = base_message.map(str::to_owned);
+    let inputs = Inputs {
+        system: system.as_ref(),
+        base_message: base_message.as_deref(),
+        sections: &sections,
+    };
+    let built = build_owned(inputs, query.as_deref(), budget, task_focus_section)?;
     let system_hash = built.system.as_ref().map(MessageHash::of_value);
     let system_raw = built.system.as_ref().map(to_raw);
     Ok(Some(Arc::new(PromptState {
         key,
         system,
+        base_message,
+        base_message_tokens: Mutex::new(None),
         sections,
         budget,
         task_focus_section,
@@ -120,13 +137,12 @@ pub(crate) fn assemble(
 impl PromptState {
     /// The same sections assembled for another query (inspect's `query_hint`).
     pub(crate) fn with_query(&self, query: &str) -> Result<BuiltPrompt<'static>, EngineError> {
-        build_owned(
-            self.system.as_ref(),
-            &self.sections,
-            Some(query),
-            self.budget,
-            self.task_focus_section,
-        )
+        let inputs = Inputs {
+            system: self.system.as_ref(),
+            base_message: self.base_message.as_deref(),
+            sections: &self.sections,
+        };
+        build_owned(inputs, Some(query), self.budget, self.task_focus_section)
     }
 
     /// The `system` to send.
@@ -213,11 +229,29 @@ impl PromptState {
         (raw, over_budget)
     }
 
-    /// Tokens of the assembled `system` (cached by the session per distinct prompt).
+    /// Tokens of the assembled prompt: `system` (cached by the session per distinct prompt),
+    /// and the leading system message that is its base.
     fn tokens(&self, session: &mut Session, counter: &TokenCounter, config: &Config) -> u64 {
-        session
+        let system = session
             .extras_tokens(self.built.system.as_ref(), self.system_hash, None, counter, config)
-            .0
+            .0;
+        system + self.base_message_tokens(counter)
+    }
+
+    /// Tokens of the leading system message that is the prompt's base (0 without one).
+    pub(crate) fn base_message_tokens(&self, counter: &TokenCounter) -> u64 {
+        let Some(text) = &self.base_message else {
+            return 0;
+        };
+        let mut cached = self.base_message_tokens.lock().unwrap_or_else(|p| p.into_inner());
+        match *cached {
+            Some((tokenizer, tokens)) if tokenizer == counter.tokenizer() => tokens,
+            _ => {
+                let tokens = counter.count_text(text);
+                *cached = Some((counter.tokenizer(), tokens));
+                tokens
+            }
+        }
     }
 
     /// The budget it was cut to.
@@ -252,17 +286,39 @@ fn newest_user_text(session: &Session) -> Option<String> {
         .find_map(|entry| newest_query(std::slice::from_ref(&entry.message)))
 }
 
+/// What the client gave the prompt: its `system`, its leading system message, its sections.
+struct Inputs<'a> {
+    system: Option<&'a Value>,
+    base_message: Option<&'a str>,
+    sections: &'a [PromptSection],
+}
+
+/// The text of the session's leading system message (OpenAI `system` or `developer`), which
+/// is the client's base prompt when it sends no `system`: it is assembled and reported as
+/// `system` would be, and sent as the message it is.
+fn leading_system_text(session: &Session) -> Option<&str> {
+    if session.format == Some(satchel_core::format::MessageFormat::Anthropic) {
+        return None;
+    }
+    let first = session.entries.first().filter(|e| e.index == 0)?;
+    let role = first.message.get("role")?.as_str()?;
+    if !matches!(role, "system" | "developer") {
+        return None;
+    }
+    first.message.get("content")?.as_str()
+}
+
 /// [`build`], owning everything it returns.
 fn build_owned(
-    system: Option<&Value>,
-    sections: &[PromptSection],
+    inputs: Inputs<'_>,
     query: Option<&str>,
     budget: SystemPromptBudget,
     task_focus_section: bool,
 ) -> Result<BuiltPrompt<'static>, EngineError> {
     let input = PromptInput {
-        system,
-        sections,
+        system: inputs.system,
+        base_message: inputs.base_message,
+        sections: inputs.sections,
         query,
         budget,
         task_focus_section,

@@ -141,6 +141,13 @@ impl Engine {
         if let Some(prompt) = &prompt {
             extras.system = prompt.system();
             extras.system_hash = prompt.system_hash();
+            if let Some(over) = &prompt.built.assembled.kept_whole_over_budget {
+                actions.push(Action::PromptOverBudget {
+                    keys: over.sections.iter().map(|(key, _)| key.clone()).collect(),
+                    chars: over.chars,
+                    max_total_chars: over.max_total_chars,
+                });
+            }
         }
         let request = Request {
             config,

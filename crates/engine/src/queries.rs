@@ -99,7 +99,8 @@ impl Engine {
         let built = hinted.as_ref().unwrap_or(&state.built);
         let tokens = session
             .extras_tokens(built.system.as_ref(), None, None, &counter, config)
-            .0;
+            .0
+            + state.base_message_tokens(&counter);
         let factor = session.requests.calibration.factor;
         let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, config);
         let detail = params

@@ -610,6 +610,17 @@ pub enum Action {
     /// The request was over its trigger and was pruned for this call only (`aceclaw` mode):
     /// the session, `context.read` and the archive still have every text.
     Pruned(PruneReport),
+    /// The sections of the system prompt that are never cut (the client's own system prompt,
+    /// protected sections) alone exceed the prompt's budget: they are sent whole and every
+    /// other section is left out. `over_limit` says so too.
+    PromptOverBudget {
+        /// Their keys (`system`, `system:N`, protected section keys).
+        keys: Vec<String>,
+        /// Their characters, with separators.
+        chars: usize,
+        /// The budget (`prompt_max_total_chars`, or a quarter of a smaller window).
+        max_total_chars: usize,
+    },
 }
 
 impl Action {
@@ -622,6 +633,7 @@ impl Action {
             Action::Repaired { .. } => ActionKind::Repaired,
             Action::Truncated { .. } => ActionKind::Truncated,
             Action::Pruned(_) => ActionKind::Pruned,
+            Action::PromptOverBudget { .. } => ActionKind::PromptOverBudget,
         }
     }
 }

@@ -149,4 +149,6 @@ pub enum ActionKind {
     Truncated,
     /// [`Action::Pruned`].
     Pruned,
+    /// [`Action::PromptOverBudget`].
+    PromptOverBudget,
 }

@@ -12,6 +12,13 @@
 //! left over budget instead and [`Assembled::over_budget`] says which protected sections
 //! exceed it, so whoever marked them protected can decide.
 //!
+//! Nor is the client's own system prompt (a [`Section::base`] section) ever cut: AceClaw's
+//! per-section cap is for memory tiers, and a real agent's prompt (20–60 K characters) is
+//! its instructions, whose middle the model must not lose. It counts toward the total, so the
+//! other sections make room for it; when it alone is over the total it is sent whole and
+//! [`Assembled::over_budget`] says so (the engine reports it as an action and in
+//! `over_limit`).
+//!
 //! Lengths are counted once per section; pass 2 keeps a running total and sorts once, so the
 //! work is O(n log n) in the sections plus one pass over each text cut.
 
@@ -40,6 +47,9 @@ pub struct Section<'a> {
     pub priority: i64,
     /// Never cut.
     pub protected: bool,
+    /// The client's own system prompt (its `system`, or its leading system message): never
+    /// cut, counted toward the total only.
+    pub base: bool,
     /// Where it comes from (`memory`, `rules`, `base`, …).
     pub source_type: String,
     /// `always-on` or `task-local`.
@@ -105,8 +115,22 @@ pub struct Assembled<'a> {
     pub sections: Vec<AssembledSection<'a>>,
     /// Keys of the sections cut or dropped to fit, in prompt order.
     pub truncated_section_keys: Vec<String>,
-    /// Set when the protected sections alone exceed the total: names them, their size and the budget.
+    /// Set when the sections never cut (protected ones, the client's system prompt) alone
+    /// exceed the total: names them, their size and the budget.
     pub over_budget: Option<String>,
+    /// The same as numbers, for the engine's action.
+    pub kept_whole_over_budget: Option<OverBudget>,
+}
+
+/// Sections that are never cut and alone exceed the total budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverBudget {
+    /// Their keys and characters, in prompt order.
+    pub sections: Vec<(String, usize)>,
+    /// Their characters, with separators.
+    pub chars: usize,
+    /// The total budget.
+    pub max_total_chars: usize,
 }
 
 impl Assembled<'_> {
@@ -118,6 +142,7 @@ impl Assembled<'_> {
             sections: self.sections.into_iter().map(AssembledSection::into_owned).collect(),
             truncated_section_keys: self.truncated_section_keys,
             over_budget: self.over_budget,
+            kept_whole_over_budget: self.kept_whole_over_budget,
         }
     }
 }
@@ -142,7 +167,8 @@ pub fn assemble<'a>(sections: Vec<Section<'a>>, budget: SystemPromptBudget) -> R
 
     let mut slots = capped_slots(&sections, budget);
     let total = fit_total(&sections, &mut slots, budget);
-    let over_budget = protected_overrun(&sections, &slots, budget);
+    let kept_whole_over_budget = kept_whole_overrun(&sections, &slots, budget);
+    let over_budget = kept_whole_over_budget.as_ref().map(OverBudget::notice);
     let mut prompt = String::with_capacity(
         sections
             .iter()
@@ -191,10 +217,11 @@ pub fn assemble<'a>(sections: Vec<Section<'a>>, budget: SystemPromptBudget) -> R
         sections: out,
         truncated_section_keys,
         over_budget,
+        kept_whole_over_budget,
     })
 }
 
-/// Pass 1: a slot for each of `sections`, cut to the per-section cap unless protected.
+/// Pass 1: a slot for each of `sections`, cut to the per-section cap unless kept whole.
 fn capped_slots(sections: &[Section<'_>], budget: SystemPromptBudget) -> Vec<Slot> {
     sections
         .iter()
@@ -207,7 +234,7 @@ fn capped_slots(sections: &[Section<'_>], budget: SystemPromptBudget) -> Vec<Slo
                 truncated: false,
                 cut: None,
             };
-            if !s.protected && chars > budget.max_per_section_chars {
+            if !s.kept_whole() && chars > budget.max_per_section_chars {
                 apply_cut(&mut slot, &s.content, budget.max_per_section_chars);
             }
             slot
@@ -215,7 +242,7 @@ fn capped_slots(sections: &[Section<'_>], budget: SystemPromptBudget) -> Vec<Slo
         .collect()
 }
 
-/// Pass 2: cuts or drops unprotected sections, lowest priority first, later first on ties,
+/// Pass 2: cuts or drops the sections not kept whole, lowest priority first, later first on ties,
 /// until the prompt fits the total; returns the prompt's length in characters.
 fn fit_total(sections: &[Section<'_>], slots: &mut [Slot], budget: SystemPromptBudget) -> usize {
     let mut total = joined_chars(slots.iter().filter(|s| s.included).map(|s| s.chars));
@@ -223,7 +250,7 @@ fn fit_total(sections: &[Section<'_>], slots: &mut [Slot], budget: SystemPromptB
         return total;
     }
     let mut order: Vec<usize> = (0..sections.len())
-        .filter(|&i| !sections[i].protected && slots[i].included)
+        .filter(|&i| !sections[i].kept_whole() && slots[i].included)
         .collect();
     order.sort_by_key(|&i| (sections[i].priority, std::cmp::Reverse(i)));
     let mut included = slots.iter().filter(|s| s.included).count();
@@ -275,25 +302,44 @@ fn drop_slot(slot: &mut Slot) {
     slot.chars = 0;
 }
 
-/// The over-budget notice when the protected sections alone exceed the total.
-fn protected_overrun(sections: &[Section<'_>], slots: &[Slot], budget: SystemPromptBudget) -> Option<String> {
-    let protected: Vec<(&str, usize)> = sections
+/// The sections never cut, when they alone exceed the total.
+fn kept_whole_overrun(sections: &[Section<'_>], slots: &[Slot], budget: SystemPromptBudget) -> Option<OverBudget> {
+    let kept: Vec<(&str, usize)> = sections
         .iter()
         .zip(slots)
-        .filter(|(s, slot)| s.protected && slot.included)
+        .filter(|(s, slot)| s.kept_whole() && slot.included)
         .map(|(s, slot)| (s.key.as_str(), slot.chars))
         .collect();
-    let chars = joined_chars(protected.iter().map(|(_, chars)| *chars));
-    (chars > budget.max_total_chars).then(|| {
-        let names: Vec<String> = protected
+    let chars = joined_chars(kept.iter().map(|(_, chars)| *chars));
+    (chars > budget.max_total_chars).then(|| OverBudget {
+        sections: kept.iter().map(|(key, chars)| ((*key).to_owned(), *chars)).collect(),
+        chars,
+        max_total_chars: budget.max_total_chars,
+    })
+}
+
+impl OverBudget {
+    /// The notice the client reads in `over_limit` and the prompt report.
+    fn notice(&self) -> String {
+        let names: Vec<String> = self
+            .sections
             .iter()
             .map(|(key, chars)| format!("{key} ({chars})"))
             .collect();
         format!(
-            "protected sections {} take {chars} chars with separators, over the system prompt budget of {} chars; \
-             they are sent whole and every other section is dropped",
+            "sections {} are never cut (the client's system prompt, or protected) and take {} chars with \
+             separators, over the system prompt budget of {} chars; they are sent whole and every other \
+             section is dropped",
             names.join(", "),
-            budget.max_total_chars
+            self.chars,
+            self.max_total_chars
         )
-    })
+    }
+}
+
+impl Section<'_> {
+    /// Whether the assembly never cuts it.
+    fn kept_whole(&self) -> bool {
+        self.protected || self.base
+    }
 }

@@ -27,7 +27,7 @@ use std::fmt;
 use satchel_protocol::{PromptSection, RequestFocus};
 use serde_json::Value;
 
-pub use assemble::{Assembled, AssembledSection, DuplicateKey, Section, assemble};
+pub use assemble::{Assembled, AssembledSection, DuplicateKey, OverBudget, SECTION_SEPARATOR, Section, assemble};
 pub use boost::{FocusMatcher, MAX_FOCUS_BOOST, boost};
 pub use budget::SystemPromptBudget;
 pub use focus::{newest_query, request_focus, task_focus_section};
@@ -40,6 +40,10 @@ use system::SystemParts;
 pub struct PromptInput<'a> {
     /// The request's `system` parameter: a string, an array of Anthropic blocks, or none.
     pub system: Option<&'a Value>,
+    /// The text of the client's leading system message (OpenAI), when it sent no `system`:
+    /// its base prompt, assembled and reported as `system` is, but left out of the returned
+    /// `system` because it is sent as that message.
+    pub base_message: Option<&'a str>,
     /// The client's sections, in prompt order.
     pub sections: &'a [PromptSection],
     /// The newest user message's text ([`newest_query`]); `None` for no focus.
@@ -182,6 +186,7 @@ fn section<'a>(
         base_priority: meta.priority,
         priority: (meta.priority + points).clamp(0, 100),
         protected: meta.protected,
+        base: false,
         source_type: source_type.to_owned(),
         scope: meta.scope.clone().unwrap_or_else(|| "always-on".to_owned()),
         reason: meta
@@ -235,15 +240,12 @@ pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
         reason: Some("The client's system prompt.".to_owned()),
         paths: Vec::new(),
     };
-    let mut sections = Vec::with_capacity(parts.texts.len() + input.sections.len() + 1);
-    for (key, text) in &parts.texts {
-        sections.push(section(
-            &matcher,
-            key.clone(),
-            Cow::Borrowed(*text),
-            &system_meta,
-            SYSTEM_SOURCE,
-        ));
+    let base_message = input.base_message.filter(|_| input.system.is_none());
+    let mut sections = Vec::with_capacity(parts.texts.len() + input.sections.len() + 2);
+    let message_texts = base_message.map(|text| (SYSTEM_KEY.to_owned(), text));
+    for (key, text) in message_texts.iter().chain(&parts.texts) {
+        let base = section(&matcher, key.clone(), Cow::Borrowed(*text), &system_meta, SYSTEM_SOURCE);
+        sections.push(Section { base: true, ..base });
     }
     for s in input.sections {
         let source = s.source_type.as_deref().unwrap_or("custom");
@@ -255,8 +257,20 @@ pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
     }
 
     let assembled = assemble(sections, input.budget)?;
+    let system = match base_message {
+        // The message is sent as it is; `system` is what the client adds beside it.
+        Some(_) => {
+            let rest: Vec<&str> = assembled.sections[1..]
+                .iter()
+                .filter(|s| s.report.included)
+                .map(|s| s.content())
+                .collect();
+            (!rest.is_empty()).then(|| Value::String(rest.join(SECTION_SEPARATOR)))
+        }
+        None => parts.render(&assembled),
+    };
     Ok(BuiltPrompt {
-        system: parts.render(&assembled),
+        system,
         focus,
         assembled,
     })

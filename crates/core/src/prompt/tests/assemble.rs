@@ -181,6 +181,7 @@ fn duplicate_keys_are_rejected_by_name() {
                 base_priority: 1,
                 priority: 1,
                 protected: false,
+                base: false,
                 source_type: "rules".into(),
                 scope: "always-on".into(),
                 reason: String::new(),

@@ -12,6 +12,7 @@ fn build_with<'a>(
 ) -> BuiltPrompt<'a> {
     let built = super::super::build(PromptInput {
         system,
+        base_message: None,
         sections,
         query,
         budget,
@@ -71,13 +72,13 @@ fn system_blocks_keep_their_fields_and_places() {
 }
 
 #[test]
-fn a_dropped_system_block_is_removed() {
+fn the_clients_system_blocks_are_never_cut_and_an_overrun_is_reported() {
     let system = json!([
         {"type": "text", "text": body("intro", 900), "cache_control": {"type": "ephemeral"}},
         {"type": "text", "text": "short"},
     ]);
     check_system(
-        "system_block_dropped",
+        "system_blocks_over_budget",
         Some(&system),
         &[protected(sec("memory:soul", 100, body("soul", 1_000)))],
         budget(1_000, 1_100),
@@ -127,6 +128,7 @@ fn invalid_input_is_rejected_naming_the_field() {
     for (system, sections, query) in &cases {
         let err = super::super::build(PromptInput {
             system: system.as_ref(),
+            base_message: None,
             sections,
             query: *query,
             budget: SystemPromptBudget::DEFAULT,
@@ -197,6 +199,7 @@ fn without_the_task_focus_section_the_prompt_stays_the_same_across_user_messages
     let prompt = |query: &'static str, task_focus_section: bool| {
         super::super::build(PromptInput {
             system: Some(&system),
+            base_message: None,
             sections: &sections,
             query: Some(query),
             budget: SystemPromptBudget::DEFAULT,
@@ -215,4 +218,64 @@ fn without_the_task_focus_section_the_prompt_stays_the_same_across_user_messages
         s.report.priority > s.report.base_priority
     };
     assert!(boosted(&first, "memory:auto") && boosted(&first, "rules"));
+}
+
+/// A real agent's prompt: 315 numbered instructions, about 24,000 characters.
+fn agent_prompt() -> String {
+    (1..=315)
+        .map(|i| format!("{i}. Instruction number {i}: keep the change small and run the tests."))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_long_system_prompt_is_never_cut_by_the_per_section_cap() {
+    let prompt = agent_prompt();
+    assert!(prompt.len() > 20_000, "over the per-section cap of 20,000");
+    let system = json!(prompt);
+    let sections = [sec("notes", 40, body("notes", 3_000))];
+    let built = build_with(Some(&system), &sections, None, SystemPromptBudget::DEFAULT);
+    let sent = built.system.as_ref().and_then(Value::as_str).expect("a string");
+    assert!(sent.starts_with(&prompt), "every instruction is sent, in order");
+    assert!(built.assembled.truncated_section_keys.is_empty());
+    assert_eq!(built.assembled.over_budget, None);
+
+    // Over the total, the other sections make room: the prompt itself stays whole.
+    let tight = budget(20_000, prompt.chars().count() + 1_000);
+    let built = build_with(Some(&system), &sections, None, tight);
+    assert_eq!(
+        built.system,
+        Some(json!(format!("{prompt}\n\n{}", built.assembled.sections[1].content())))
+    );
+    assert_eq!(built.assembled.truncated_section_keys, ["notes"]);
+
+    // Alone over the total: sent whole, and the assembly says so.
+    let small = budget(4_000, 16_000);
+    let built = build_with(Some(&system), &sections, None, small);
+    assert_eq!(built.system, Some(json!(prompt)));
+    let over = built.assembled.kept_whole_over_budget.expect("over the budget");
+    assert_eq!(over.sections, [("system".to_owned(), prompt.chars().count())]);
+    assert_eq!(over.max_total_chars, 16_000);
+}
+
+#[test]
+fn a_leading_system_message_is_assembled_like_system_but_not_sent_again() {
+    let prompt = agent_prompt();
+    let sections = [sec("rules", 88, "Use tabs.")];
+    let built = super::super::build(PromptInput {
+        system: None,
+        base_message: Some(&prompt),
+        sections: &sections,
+        query: None,
+        budget: SystemPromptBudget::DEFAULT,
+        task_focus_section: true,
+    })
+    .expect("valid input");
+    invariants(&built.assembled, SystemPromptBudget::DEFAULT);
+    // The message carries the base prompt; `system` is only what the client adds beside it.
+    assert_eq!(built.system, Some(json!("Use tabs.")));
+    let keys: Vec<&str> = built.assembled.sections.iter().map(|s| s.report.key.as_str()).collect();
+    assert_eq!(keys, ["system", "rules"]);
+    assert_eq!(built.assembled.sections[0].report.final_chars, prompt.chars().count());
+    assert_eq!(built.assembled.sections[0].report.source_type, "base");
 }

@@ -128,6 +128,7 @@ fn render(assembled: &Assembled<'_>) -> String {
 fn built<'a>(sections: &'a [PromptSection], query: Option<&'a str>, budget: SystemPromptBudget) -> BuiltPrompt<'a> {
     let built = super::build(PromptInput {
         system: None,
+        base_message: None,
         sections,
         query,
         budget,
@@ -156,14 +157,14 @@ fn invariants(a: &Assembled<'_>, budget: SystemPromptBudget) {
         .collect();
     assert_eq!(a.prompt, included.join("\n\n"));
     assert_eq!(a.total_chars, a.prompt.chars().count());
-    let protected_chars: Vec<usize> = a
+    let whole_chars: Vec<usize> = a
         .sections
         .iter()
-        .filter(|s| s.report.protected && s.report.included)
+        .filter(|s| kept_whole(&s.report) && s.report.included)
         .map(|s| s.report.final_chars)
         .collect();
-    let protected_total = protected_chars.iter().sum::<usize>() + 2 * protected_chars.len().saturating_sub(1);
-    assert_eq!(a.over_budget.is_some(), protected_total > budget.max_total_chars);
+    let whole_total = whole_chars.iter().sum::<usize>() + 2 * whole_chars.len().saturating_sub(1);
+    assert_eq!(a.over_budget.is_some(), whole_total > budget.max_total_chars);
     if a.over_budget.is_none() {
         assert!(
             a.total_chars <= budget.max_total_chars,
@@ -177,7 +178,7 @@ fn invariants(a: &Assembled<'_>, budget: SystemPromptBudget) {
         assert_eq!(r.original_chars, s.original.chars().count());
         assert_eq!(r.final_chars, s.content().chars().count());
         assert_eq!(r.estimated_tokens, r.final_chars.div_ceil(4) as u64);
-        assert!(!(r.protected && r.truncated), "protected {} was cut", r.key);
+        assert!(!(kept_whole(r) && r.truncated), "{} is never cut, and was", r.key);
         assert_eq!(r.included, r.final_chars > 0);
         if !r.truncated {
             assert_eq!(s.content(), if r.included { &*s.original } else { "" });
@@ -193,6 +194,12 @@ fn invariants(a: &Assembled<'_>, budget: SystemPromptBudget) {
         .map(|s| s.report.key.as_str())
         .collect();
     assert_eq!(a.truncated_section_keys, cut);
+}
+
+/// Whether the assembly must keep the section whole: it is protected, or the client's own
+/// system prompt (`system`, `system:N`).
+fn kept_whole(report: &satchel_protocol::SectionReport) -> bool {
+    report.protected || (report.source_type == crate::prompt::SYSTEM_SOURCE && report.key.starts_with("system"))
 }
 
 /// `cut` is a head of `original`, the marker stating the original length and the head and

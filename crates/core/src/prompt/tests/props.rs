@@ -80,6 +80,7 @@ proptest! {
         let system = system.map(|s| if blocks { json!([{"type": "text", "text": s}, {"type": "image"}]) } else { json!(s) });
         let built = crate::prompt::build(PromptInput {
             system: system.as_ref(),
+            base_message: None,
             sections: &sections,
             query: query.as_deref(),
             budget,
