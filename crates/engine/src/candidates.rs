@@ -22,6 +22,7 @@ use satchel_protocol::{
     ObserveEvidence, ObserveParams, ObserveResult, PromptSection, RejectedEntry, RemoveParams, RemoveResult,
 };
 use satchel_storage::{Rejected, SessionStore, SignedStore};
+use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -106,7 +107,7 @@ impl Engine {
         let mut rejected = loaded.rejected;
         let mut candidates = Vec::with_capacity(loaded.entries.len());
         for (entry, line) in loaded.entries.into_iter().zip(loaded.entry_lines) {
-            match serde_json::from_value::<Candidate>(entry.clone())
+            match Candidate::deserialize(&entry)
                 .map_err(|e| e.to_string())
                 .and_then(|c| validate(&c).map(|()| c))
             {
