@@ -98,6 +98,8 @@ def test_candidates_observe_evaluate_list(satchel_bin: str, workspace: Path, log
         async with AsyncClient.spawn(satchel_bin, workspace, stderr=log_file) as client:
             evidence = {"failure": "pytest failed: no module named yaml", "fix": "pip install pyyaml"}
             observed = await client.candidates_observe("Install pyyaml before the tests", "lesson", evidence=evidence)
+            assert (await client.candidates_evaluate())["changes"] == []  # one observation is never promoted
+            await client.candidates_observe("Install pyyaml before the tests", "lesson", evidence=evidence)
             (change,) = (await client.candidates_evaluate())["changes"]
             assert (change["id"], change["to"]) == (observed["candidate"]["id"], "promoted")
             (listed,) = (await client.candidates_list(state="promoted"))["candidates"]

@@ -175,8 +175,14 @@ def test_a_learned_lesson_is_promoted_and_injected(client: Client) -> None:
     candidate = observed["candidate"]
     assert (candidate["state"], candidate["text"], observed["merged"]) == ("shadow", lesson, False)
     assert client.candidates_list(state="promoted")["candidates"] == []
+    # One observation is never promoted, even with its failure and fix.
+    assert client.candidates_evaluate()["changes"] == []
 
-    # A failure and its fix make one observation promotable.
+    # Observed a second time (by another client: no session id), it is.
+    again = client.candidates_observe(
+        lesson, "lesson", evidence={"failure": "cargo clippy -- -D warnings failed", "fix": "cargo fmt --all"}
+    )
+    assert (again["merged"], again["candidate"]["observations"]) == (True, 2)
     (change,) = client.candidates_evaluate()["changes"]
     assert (change["id"], change["from"], change["to"]) == (candidate["id"], "shadow", "promoted")
     listed = client.candidates_list(state="promoted")

@@ -344,8 +344,10 @@ export class SatchelClient {
 
   /**
    * `candidates.observe`: records a lesson or rule, merged into a similar recent candidate of the
-   * same kind or a new `shadow` one. `evidence` with a `failure` and its `fix` makes a single
-   * observation promotable; `files` and `symbols` boost it when a request names them.
+   * same kind or a new `shadow` one. `evidence` with a `failure` and its `fix` adds to its score,
+   * but no single observation is promoted (a lesson needs two sessions); `files` and `symbols`
+   * boost it when a request names them. Over a limit (`text` 2,000 characters, 64 tags, files or
+   * symbols of 512) it rejects with `InvalidParams`.
    */
   candidatesObserve(params: ObserveParams, options?: CallOptions): Promise<ObserveResult> {
     return this.call('candidates.observe', params, options);

@@ -845,7 +845,7 @@ export interface MemoryStatusResult {
 
 // ---- learning candidates: `candidates.*` (the workspace's signed store of lessons and rules) ----
 
-/** The evidence of an observation: a `failure` and its `fix` make a single observation promotable. */
+/** The evidence of an observation: a `failure` and its `fix` add to the score (no single observation is promoted). */
 export interface ObserveEvidence {
   failure?: string | null;
   fix?: string | null;

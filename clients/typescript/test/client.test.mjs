@@ -179,7 +179,7 @@ test('prepare with sections returns the assembled system prompt and its report',
   }
 });
 
-test('candidates: an observed lesson with its failure and fix is promoted, listed and injected', async () => {
+test('candidates: a lesson observed twice is promoted, listed and injected', async () => {
   const client = spawnClient();
   const lesson = 'Run `cargo fmt --all` before `cargo clippy`: clippy -D warnings fails on unformatted code';
   try {
@@ -192,8 +192,16 @@ test('candidates: an observed lesson with its failure and fix is promoted, liste
     const { id } = observed.candidate;
     assert.deepEqual([observed.candidate.state, observed.merged], ['shadow', false]);
     assert.deepEqual((await client.candidatesList({ state: 'promoted' })).candidates, []);
+    // One observation is never promoted, even with its failure and fix.
+    assert.deepEqual((await client.candidatesEvaluate()).changes, []);
 
-    // A failure and its fix make one observation promotable.
+    // Observed a second time (by another client: no session id), it is.
+    const again = await client.candidatesObserve({
+      text: lesson,
+      kind: 'lesson',
+      evidence: { failure: 'cargo clippy -- -D warnings failed', fix: 'cargo fmt --all' },
+    });
+    assert.deepEqual([again.merged, again.candidate.observations], [true, 2]);
     const evaluated = await client.candidatesEvaluate();
     assert.deepEqual(evaluated.changes.map((c) => [c.id, c.from, c.to]), [[id, 'shadow', 'promoted']]);
     const listed = await client.candidatesList({ state: 'promoted' });

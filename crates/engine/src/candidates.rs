@@ -4,8 +4,12 @@
 //! The lifecycle is `satchel_core::candidates` (pure, with `now` passed in); this module loads
 //! the store once (entries whose signature fails are skipped and reported, never used), runs
 //! each call under one lock in arrival order, and writes the whole store back atomically after
-//! a change. A write that fails leaves the store as it was on disk and the next call reloads it,
-//! so a failed call has no effect.
+//! a change, with the lines it skipped kept verbatim at the top (a lost key or a forged line
+//! never costs a line of the file). A write that fails leaves the store as it was on disk and
+//! the next call reloads it, so a failed call has no effect.
+//!
+//! The gates run when a client asks (`candidates.evaluate`), after a compaction that observed
+//! candidates, and on the daemon's schedule ([`Engine::candidates_evaluate_scheduled`]).
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -17,7 +21,8 @@ use satchel_protocol::{
     Candidate, CandidateKind, EvaluateParams, EvaluateResult, FeedbackParams, FeedbackResult, ListParams, ListResult,
     ObserveEvidence, ObserveParams, ObserveResult, PromptSection, RejectedEntry, RemoveParams, RemoveResult,
 };
-use satchel_storage::SignedStore;
+use satchel_storage::{Rejected, SessionStore, SignedStore};
+use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -37,8 +42,22 @@ pub struct Candidates {
 struct Book {
     store: SignedStore,
     candidates: Vec<Candidate>,
-    /// Lines skipped on load (a bad or missing signature, a malformed entry).
-    rejected: Vec<RejectedEntry>,
+    /// Lines skipped on load (a bad or missing signature, a malformed entry), in file order,
+    /// each with its text: every write keeps them, first, and renumbers them.
+    rejected: Vec<Rejected>,
+}
+
+impl Book {
+    /// What inspect and `candidates.list` report of the skipped lines.
+    fn rejected_report(&self) -> Vec<RejectedEntry> {
+        self.rejected
+            .iter()
+            .map(|r| RejectedEntry {
+                line: r.line,
+                reason: r.reason.clone(),
+            })
+            .collect()
+    }
 }
 
 impl Engine {
@@ -67,10 +86,14 @@ impl Engine {
                 .iter()
                 .map(|c| serde_json::to_value(c).expect("a candidate serialises"))
                 .collect();
-            if let Err(e) = book.store.save_all(&entries) {
+            if let Err(e) = book.store.save_all(&book.rejected, &entries) {
                 // Memory is ahead of the file: forget it, so the next call reads the file.
                 *slot = None;
                 return Err(e.into());
+            }
+            // The skipped lines are the file's first ones now.
+            for (i, kept) in book.rejected.iter_mut().enumerate() {
+                kept.line = i + 1;
             }
         }
         Ok(value)
@@ -81,27 +104,22 @@ impl Engine {
     fn load_candidates(&self) -> Result<Book, EngineError> {
         let store = SignedStore::open(&self.workspace)?;
         let loaded = store.load()?;
-        let mut rejected: Vec<RejectedEntry> = loaded
-            .rejected
-            .into_iter()
-            .map(|r| RejectedEntry {
-                line: r.line,
-                reason: r.reason,
-            })
-            .collect();
+        let mut rejected = loaded.rejected;
         let mut candidates = Vec::with_capacity(loaded.entries.len());
-        for (n, entry) in loaded.entries.into_iter().enumerate() {
-            match serde_json::from_value::<Candidate>(entry)
+        for (entry, line) in loaded.entries.into_iter().zip(loaded.entry_lines) {
+            match Candidate::deserialize(&entry)
                 .map_err(|e| e.to_string())
                 .and_then(|c| validate(&c).map(|()| c))
             {
                 Ok(candidate) => candidates.push(candidate),
-                Err(reason) => rejected.push(RejectedEntry {
-                    line: n + 1,
+                Err(reason) => rejected.push(Rejected {
+                    line,
                     reason: format!("signed but not a valid candidate: {reason}"),
+                    text: store.signed_line(&entry),
                 }),
             }
         }
+        rejected.sort_by_key(|r| r.line);
         if !rejected.is_empty() {
             tracing::warn!(
                 lines = ?rejected.iter().map(|r| r.line).collect::<Vec<_>>(),
@@ -115,10 +133,17 @@ impl Engine {
         })
     }
 
-    /// `candidates.observe`.
+    /// `candidates.observe`: refuses what is over the protocol's limits, so a stored candidate
+    /// always fits the prompt it may go into.
     pub fn candidates_observe(&self, params: ObserveParams) -> Result<ObserveResult, EngineError> {
         if params.text.trim().is_empty() {
             return Err(EngineError::invalid_params("text", "is empty"));
+        }
+        if let Some((field, why)) = params.over_limit() {
+            return Err(EngineError::invalid_params(&field, why));
+        }
+        if let Some(id) = &params.session_id {
+            SessionStore::validate_id(id).map_err(|e| EngineError::invalid_params("session_id", e))?;
         }
         let now = self.clock.now();
         self.with_candidates(|book| {
@@ -159,10 +184,27 @@ impl Engine {
                 .collect();
             let result = ListResult {
                 candidates,
-                rejected: book.rejected.clone(),
+                rejected: book.rejected_report(),
             };
             Ok((result, false))
         })
+    }
+
+    /// The gates on the daemon's schedule, with their transitions logged: `None` when
+    /// candidates are off or the workspace has no store (a schedule never creates one, nor its
+    /// signing key).
+    pub fn candidates_evaluate_scheduled(&self) -> Result<Option<EvaluateResult>, EngineError> {
+        if !self.config().candidates_enabled || !self.has_candidate_store() {
+            return Ok(None);
+        }
+        let result = self.candidates_evaluate(EvaluateParams {})?;
+        log_evaluation("on schedule", &result);
+        Ok(Some(result))
+    }
+
+    /// Whether candidates are loaded or there is a store to load them from.
+    fn has_candidate_store(&self) -> bool {
+        lock(&self.candidates.loaded).is_some() || self.workspace.layout().candidates_file().exists()
     }
 
     /// `candidates.evaluate`: runs the gates now.
@@ -190,7 +232,7 @@ impl Engine {
     pub(crate) fn rejected_candidates(&self) -> Vec<RejectedEntry> {
         lock(&self.candidates.loaded)
             .as_ref()
-            .map_or_else(Vec::new, |book| book.rejected.clone())
+            .map_or_else(Vec::new, Book::rejected_report)
     }
 
     /// One prompt section per promoted (or in use) candidate, as JSON texts for the request's
@@ -198,7 +240,7 @@ impl Engine {
     pub(crate) fn candidate_sections(&self) -> Result<Vec<Box<RawValue>>, EngineError> {
         // A workspace that never observed a candidate has no store: a request does not create
         // one (nor its signing key).
-        if lock(&self.candidates.loaded).is_none() && !self.workspace.layout().candidates_file().exists() {
+        if !self.has_candidate_store() {
             return Ok(Vec::new());
         }
         let now = self.clock.now();
@@ -245,10 +287,12 @@ impl Engine {
     }
 
     /// What a compaction newly found, observed as candidates: its lessons (a failure and what
-    /// fixed it) and the constraints the user stated. A constraint stated once stays a
-    /// `shadow` candidate; one the user repeats (in other words too: the store merges similar
-    /// texts) gains observations and can be promoted, which is how repeated corrections earn
-    /// their way into the prompt.
+    /// fixed it) and the constraints the user stated; then the gates run, so what earned
+    /// promotion is in the next request. A constraint stated once stays a `shadow` candidate;
+    /// one the user repeats (in other words too: the store merges similar texts) gains
+    /// observations and can be promoted, which is how repeated corrections earn their way
+    /// into the prompt. A lesson needs two sessions that learned it (see
+    /// `satchel_core::candidates::PROMOTE_MIN_LESSON_SOURCES`).
     pub(crate) fn observe_compaction(&self, session_id: &str, lessons: &[String], constraints: &[String]) {
         let lessons = lessons.iter().map(|lesson| {
             let (failure, fix) = match lesson.split_once(" → fixed: ") {
@@ -277,6 +321,7 @@ impl Engine {
                 },
             )
         });
+        let mut observed = false;
         for (text, kind, evidence) in lessons.chain(corrections) {
             let observation = ObserveParams {
                 text: text.clone(),
@@ -288,13 +333,36 @@ impl Engine {
                 session_id: Some(session_id.to_owned()),
             };
             // Derived data, like the memory note: a failure is logged, never the call's.
-            if let Err(e) = self.candidates_observe(observation) {
-                tracing::warn!(
+            match self.candidates_observe(observation) {
+                Ok(_) => observed = true,
+                Err(e) => tracing::warn!(
                     session = session_id,
                     "a compaction's finding was not observed as a candidate: {e}"
-                );
+                ),
             }
         }
+        if observed {
+            match self.candidates_evaluate(EvaluateParams {}) {
+                Ok(result) => log_evaluation("after a compaction", &result),
+                Err(e) => tracing::warn!(session = session_id, "the candidate gates did not run: {e}"),
+            }
+        }
+    }
+}
+
+/// Logs the transitions of gates that ran without a client to tell (`when`).
+fn log_evaluation(when: &str, result: &EvaluateResult) {
+    for change in &result.changes {
+        tracing::info!(
+            id = change.id,
+            from = ?change.from,
+            to = ?change.to,
+            "candidate gates {when}: {}",
+            change.reason
+        );
+    }
+    if !result.removed.is_empty() {
+        tracing::info!(ids = ?result.removed, "candidate gates {when}: removed after the idle days");
     }
 }
 

@@ -29,8 +29,9 @@ pub use assembly::{
 pub use candidates::{
     Candidate, CandidateEvidence, CandidateKind, CandidateState, CandidatesEvaluate, CandidatesFeedback,
     CandidatesList, CandidatesObserve, CandidatesRemove, EvaluateParams, EvaluateResult, FeedbackOutcome,
-    FeedbackParams, FeedbackResult, ListParams, ListResult, ObserveEvidence, ObserveParams, ObserveResult,
-    RejectedEntry, RemoveParams, RemoveResult, StateChange,
+    FeedbackParams, FeedbackResult, ListParams, ListResult, MAX_OBSERVE_EVIDENCE_CHARS, MAX_OBSERVE_ITEM_CHARS,
+    MAX_OBSERVE_LIST_ITEMS, MAX_OBSERVE_TEXT_CHARS, ObserveEvidence, ObserveParams, ObserveResult, RejectedEntry,
+    RemoveParams, RemoveResult, StateChange,
 };
 pub use config::{Config, ContextMode, OffloadNoticePath};
 pub use errors::ErrorCode;

@@ -1,34 +1,11 @@
 //! The daily memory merge's schedule: wait for `memory_merge_time`, merge, repeat. The clock is
-//! a parameter, so a test can run a day's schedule without waiting for it.
+//! a parameter ([`crate::schedule::Clock`]), so a test can run a day's schedule without
+//! waiting for it.
 
-use std::future::Future;
 use std::sync::Arc;
 
-use chrono::{DateTime, Local};
-
 use crate::handlers::{self, Daemon};
-
-/// Where the schedule reads the time and how it waits for an instant.
-pub trait Clock: Send + Sync + 'static {
-    /// The local time now.
-    fn now(&self) -> DateTime<Local>;
-
-    /// Resolves at `at` (at once if it is past).
-    fn sleep_until(&self, at: DateTime<Local>) -> impl Future<Output = ()> + Send;
-}
-
-/// The system's clock.
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> DateTime<Local> {
-        Local::now()
-    }
-
-    fn sleep_until(&self, at: DateTime<Local>) -> impl Future<Output = ()> + Send {
-        tokio::time::sleep((at - Local::now()).to_std().unwrap_or_default())
-    }
-}
+use crate::schedule::Clock;
 
 /// Runs the daily memory merge at `memory_merge_time` (local), until the daemon stops; returns
 /// at once when the merge is off.
@@ -50,40 +27,14 @@ pub async fn merge_daily(daemon: Arc<Daemon>, clock: impl Clock) {
 mod tests {
     use std::sync::Mutex;
 
-    use chrono::TimeZone;
+    use chrono::{DateTime, Local, TimeZone};
     use satchel_protocol::Config;
     use satchel_storage::Workspace;
-    use tokio::sync::{mpsc, oneshot};
+    use tokio::sync::mpsc;
 
     use super::*;
     use crate::memory::MemoryService;
-
-    /// A clock that stands still until the test lets a wait end: each `sleep_until` reports
-    /// its instant and blocks until the test sends it the time to wake at.
-    struct ScriptedClock {
-        now: Arc<Mutex<DateTime<Local>>>,
-        waits: mpsc::UnboundedSender<(DateTime<Local>, oneshot::Sender<()>)>,
-    }
-
-    impl Clock for ScriptedClock {
-        fn now(&self) -> DateTime<Local> {
-            *self.now.lock().unwrap()
-        }
-
-        fn sleep_until(&self, at: DateTime<Local>) -> impl Future<Output = ()> + Send {
-            let (wake, woken) = oneshot::channel();
-            self.waits.send((at, wake)).unwrap();
-            let now = self.now.clone();
-            async move {
-                // The test dropping the sender (it is done) leaves the schedule waiting forever.
-                if woken.await.is_ok() {
-                    *now.lock().unwrap() = at;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
-    }
+    use crate::schedule::ScriptedClock;
 
     fn local(day: u32, hour: u32, minute: u32) -> DateTime<Local> {
         Local.with_ymd_and_hms(2026, 11, day, hour, minute, 0).unwrap()

@@ -19,6 +19,7 @@ mod llm;
 #[cfg(feature = "memory")]
 mod memory;
 mod rpc;
+mod schedule;
 mod socket;
 mod transport;
 
@@ -309,8 +310,12 @@ fn serve(
     runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_periodically(daemon.clone()));
         let evicter = tokio::spawn(evict_periodically(daemon.clone()));
+        let candidate_gates = tokio::spawn(schedule::evaluate_candidates_periodically(
+            daemon.clone(),
+            schedule::SystemClock,
+        ));
         #[cfg(feature = "memory")]
-        let merger = tokio::spawn(daily_merge::merge_daily(daemon.clone(), daily_merge::SystemClock));
+        let merger = tokio::spawn(daily_merge::merge_daily(daemon.clone(), schedule::SystemClock));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
@@ -352,6 +357,7 @@ fn serve(
         };
         sweeper.abort();
         evicter.abort();
+        candidate_gates.abort();
         #[cfg(feature = "memory")]
         merger.abort();
         drop(bound);

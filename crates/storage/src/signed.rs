@@ -26,7 +26,11 @@
 //! malformed signature, or whose signature does not match its entry (edited, or signed with
 //! another workspace's key), and logs one warning naming their line numbers; the other lines
 //! load. Signatures are compared in constant time. **Saving** rewrites the whole file
-//! atomically ([`write_atomic`], fsync'd, 0600).
+//! atomically ([`write_atomic`], fsync'd, 0600), and keeps the lines that were rejected: they
+//! go first, verbatim and in their order, then the entries. A rewrite never deletes what it
+//! could not read: a hand-edited or forged line stays as the evidence it is, and after the
+//! key is lost or replaced, everything the old key signed is still there for whoever
+//! restores it. Rejected lines stay reported on every load until someone removes them.
 
 use std::fmt;
 use std::fs::{self, File};
@@ -92,6 +96,8 @@ pub struct SignedStore {
 pub struct Loaded {
     /// The entries whose signature matches, in file order.
     pub entries: Vec<Value>,
+    /// The line (from 1) of each entry.
+    pub entry_lines: Vec<usize>,
     /// The lines skipped, in file order.
     pub rejected: Vec<Rejected>,
 }
@@ -104,6 +110,8 @@ pub struct Rejected {
     /// Why: not JSON, unsigned, a malformed signature, or a signature that does not match.
     /// Never quotes the key nor the signature the entry should have had.
     pub reason: String,
+    /// The line as it is in the file, without its newline: [`SignedStore::save_all`] keeps it.
+    pub text: Vec<u8>,
 }
 
 impl SignedStore {
@@ -135,10 +143,14 @@ impl SignedStore {
                 continue;
             }
             match self.verify_line(line) {
-                Ok(entry) => loaded.entries.push(entry),
+                Ok(entry) => {
+                    loaded.entries.push(entry);
+                    loaded.entry_lines.push(index + 1);
+                }
                 Err(reason) => loaded.rejected.push(Rejected {
                     line: index + 1,
                     reason: reason.to_owned(),
+                    text: line.to_vec(),
                 }),
             }
         }
@@ -155,17 +167,31 @@ impl SignedStore {
         Ok(loaded)
     }
 
-    /// Replaces the whole file with `entries`, each signed, atomically (0600, fsync'd).
-    pub fn save_all(&self, entries: &[Value]) -> Result<(), StorageError> {
+    /// Replaces the whole file, atomically (0600, fsync'd): the `kept` lines first, verbatim
+    /// and in order, then `entries`, each signed. Line `i` (from 1) of the new file is
+    /// `kept[i - 1]`'s.
+    pub fn save_all(&self, kept: &[Rejected], entries: &[Value]) -> Result<(), StorageError> {
         let mut out = Vec::new();
+        for line in kept {
+            out.extend_from_slice(&line.text);
+            out.push(b'\n');
+        }
         for entry in entries {
-            out.extend_from_slice(b"{\"entry\":");
-            out.extend_from_slice(&canonical_bytes(entry));
-            out.extend_from_slice(b",\"sig\":\"");
-            out.extend_from_slice(self.key.sign(entry).as_bytes());
-            out.extend_from_slice(b"\"}\n");
+            out.extend_from_slice(&self.signed_line(entry));
+            out.push(b'\n');
         }
         write_atomic(&self.file, &out)
+    }
+
+    /// The line that stores `entry`, signed (without its newline): what a reader that
+    /// verified `entry` but could not use it keeps through a rewrite.
+    pub fn signed_line(&self, entry: &Value) -> Vec<u8> {
+        let mut out = b"{\"entry\":".to_vec();
+        out.extend_from_slice(&canonical_bytes(entry));
+        out.extend_from_slice(b",\"sig\":\"");
+        out.extend_from_slice(self.key.sign(entry).as_bytes());
+        out.extend_from_slice(b"\"}");
+        out
     }
 
     /// The entry of one line if its signature matches, else why not.
@@ -323,13 +349,13 @@ mod tests {
         let (_dir, ws) = workspace();
         let store = SignedStore::open(&ws).unwrap();
         assert_eq!(store.load().unwrap(), Loaded::default(), "a missing file is empty");
-        store.save_all(&entries()).unwrap();
+        store.save_all(&[], &entries()).unwrap();
         let loaded = store.load().unwrap();
         assert_eq!(loaded.entries, entries());
         assert!(loaded.rejected.is_empty(), "{:?}", loaded.rejected);
         assert_eq!(mode(store.path()), 0o600);
         assert_eq!(store.path(), ws.layout().candidates_file());
-        store.save_all(&[]).unwrap();
+        store.save_all(&[], &[]).unwrap();
         assert_eq!(store.load().unwrap(), Loaded::default());
     }
 
@@ -364,7 +390,7 @@ mod tests {
     fn an_edited_entry_is_rejected_and_the_other_lines_load() {
         let (_dir, ws) = workspace();
         let store = SignedStore::open(&ws).unwrap();
-        store.save_all(&entries()).unwrap();
+        store.save_all(&[], &entries()).unwrap();
         let text = fs::read_to_string(store.path()).unwrap();
         let edited = text.replacen("flaky", "flakx", 1);
         assert_ne!(text, edited);
@@ -389,7 +415,7 @@ mod tests {
     fn a_changed_number_is_rejected() {
         let (_dir, ws) = workspace();
         let store = SignedStore::open(&ws).unwrap();
-        store.save_all(&entries()[1..2]).unwrap();
+        store.save_all(&[], &entries()[1..2]).unwrap();
         let text = fs::read_to_string(store.path()).unwrap();
         fs::write(store.path(), text.replace("1.5", "2.5")).unwrap();
         let loaded = store.load().unwrap();
@@ -401,7 +427,7 @@ mod tests {
     fn unsigned_malformed_and_garbage_lines_are_rejected() {
         let (_dir, ws) = workspace();
         let store = SignedStore::open(&ws).unwrap();
-        store.save_all(&entries()[..1]).unwrap();
+        store.save_all(&[], &entries()[..1]).unwrap();
         let mut text = fs::read_to_string(store.path()).unwrap();
         text.push_str("{\"entry\": {\"text\": \"unsigned\"}}\n");
         text.push_str("this is not json\n");
@@ -432,11 +458,62 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_keeps_the_rejected_lines_first_and_verbatim() {
+        let (_dir, ws) = workspace();
+        let store = SignedStore::open(&ws).unwrap();
+        store.save_all(&[], &entries()).unwrap();
+        let text = fs::read_to_string(store.path()).unwrap();
+        let mut bytes = text.replacen("flaky", "flakx", 1).into_bytes();
+        bytes.extend_from_slice(b"forged \xff line\n");
+        fs::write(store.path(), &bytes).unwrap();
+        let loaded = store.load().unwrap();
+        let kept_text: Vec<&[u8]> = loaded.rejected.iter().map(|r| r.text.as_slice()).collect();
+        let edited = text.lines().nth(1).unwrap().replacen("flaky", "flakx", 1);
+        assert_eq!(kept_text, [edited.as_bytes(), b"forged \xff line"]);
+
+        let new = json!({"text": "a new entry", "kind": "rule"});
+        store
+            .save_all(&loaded.rejected, &[entries()[0].clone(), new.clone()])
+            .unwrap();
+        assert_eq!(mode(store.path()), 0o600);
+        let written = fs::read(store.path()).unwrap();
+        let mut expected = [edited.as_bytes(), b"\n", b"forged \xff line\n"].concat();
+        expected.extend_from_slice(text.lines().next().unwrap().as_bytes());
+        assert!(written.starts_with(&expected), "{}", String::from_utf8_lossy(&written));
+        let again = store.load().unwrap();
+        assert_eq!(again.entries, [entries()[0].clone(), new]);
+        let got: Vec<(usize, &[u8])> = again.rejected.iter().map(|r| (r.line, r.text.as_slice())).collect();
+        assert_eq!(got, [(1, edited.as_bytes()), (2, b"forged \xff line".as_slice())]);
+    }
+
+    #[test]
+    fn after_the_key_is_replaced_a_rewrite_loses_nothing_the_old_key_signed() {
+        let (_dir, ws) = workspace();
+        let old = SignedStore::open(&ws).unwrap();
+        old.save_all(&[], &entries()).unwrap();
+        let old_key = key_bytes(&ws);
+        fs::remove_file(ws.layout().candidates_key()).unwrap();
+        let new = SignedStore::open(&ws).unwrap();
+        let loaded = new.load().unwrap();
+        assert!(loaded.entries.is_empty());
+        assert_eq!(loaded.rejected.len(), 3);
+        let added = json!({"text": "learned after the key was lost", "kind": "rule"});
+        new.save_all(&loaded.rejected, std::slice::from_ref(&added)).unwrap();
+        // The old key put back: its entries load again, and the new one is kept in turn.
+        fs::remove_file(ws.layout().candidates_key()).unwrap();
+        fs::write(ws.layout().candidates_key(), &old_key).unwrap();
+        fs::set_permissions(ws.layout().candidates_key(), fs::Permissions::from_mode(0o600)).unwrap();
+        let restored = SignedStore::open(&ws).unwrap().load().unwrap();
+        assert_eq!(restored.entries, entries());
+        assert_eq!(restored.rejected.iter().map(|r| r.line).collect::<Vec<_>>(), [4]);
+    }
+
+    #[test]
     fn a_file_signed_with_another_workspaces_key_is_rejected_entirely() {
         let (_a, ours) = workspace();
         let (_b, theirs) = workspace();
         let their_store = SignedStore::open(&theirs).unwrap();
-        their_store.save_all(&entries()).unwrap();
+        their_store.save_all(&[], &entries()).unwrap();
         fs::copy(their_store.path(), ours.layout().candidates_file()).unwrap();
         let loaded = SignedStore::open(&ours).unwrap().load().unwrap();
         assert!(loaded.entries.is_empty());
@@ -454,7 +531,7 @@ mod tests {
         let first = SignedStore::open(&ws).unwrap();
         let key = key_bytes(&ws);
         assert_eq!(key.len(), KEY_LEN);
-        first.save_all(&entries()).unwrap();
+        first.save_all(&[], &entries()).unwrap();
         let second = SignedStore::open(&ws).unwrap();
         assert_eq!(key_bytes(&ws), key, "opening again keeps the key");
         assert_eq!(second.load().unwrap().entries, entries());
@@ -464,7 +541,7 @@ mod tests {
             let handles: Vec<_> = (0..8).map(|_| s.spawn(|| SignedStore::open(&ws).unwrap())).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        stores[0].save_all(&entries()).unwrap();
+        stores[0].save_all(&[], &entries()).unwrap();
         for store in &stores {
             assert_eq!(store.load().unwrap().entries, entries());
         }
@@ -504,7 +581,7 @@ mod tests {
         }
         // An error of the store (its file is a directory) names the path, not the key.
         fs::create_dir(store.path()).unwrap();
-        for error in [store.load().unwrap_err(), store.save_all(&entries()).unwrap_err()] {
+        for error in [store.load().unwrap_err(), store.save_all(&[], &entries()).unwrap_err()] {
             let shown = format!("{error} {error:?}");
             assert!(!shown.contains(&hex) && !shown.contains(&format!("{key:?}")), "{shown}");
         }
@@ -537,7 +614,7 @@ mod tests {
             // The child: umask 000 is in effect (the control file shows it to the parent).
             fs::write(Path::new(&root).join("control"), "x").unwrap();
             let ws = Workspace::open(&Path::new(&root).join("ws")).unwrap();
-            SignedStore::open(&ws).unwrap().save_all(&entries()).unwrap();
+            SignedStore::open(&ws).unwrap().save_all(&[], &entries()).unwrap();
             return;
         }
         let dir = tempfile::tempdir().unwrap();

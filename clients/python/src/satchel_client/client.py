@@ -385,8 +385,10 @@ class Client(P.Handlers):
     ) -> ObserveResult:
         """``candidates.observe``: records a lesson or rule (``kind``: ``lesson``, ``rule``,
         ``preference``, ``correction``), merged into a similar recent candidate of the same kind
-        or a new ``shadow`` one. ``evidence`` with a ``failure`` and its ``fix`` makes a single
-        observation promotable; ``files`` and ``symbols`` boost it when a request names them."""
+        or a new ``shadow`` one. ``evidence`` with a ``failure`` and its ``fix`` adds to its score,
+        but no single observation is promoted (a lesson needs two sessions); ``files`` and
+        ``symbols`` boost it when a request names them. Over a limit (``text`` 2,000 characters,
+        64 tags, files or symbols of 512) raises ``InvalidParams``."""
         return self.call(
             "candidates.observe",
             P.without_none(

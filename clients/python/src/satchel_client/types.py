@@ -946,8 +946,8 @@ class PurgeResult(TypedDict):
 
 
 class ObserveEvidence(TypedDict, total=False):
-    """The evidence of an observation: a ``failure`` and its ``fix`` make a single observation
-    promotable."""
+    """The evidence of an observation: a ``failure`` and its ``fix`` add to the score (no single
+    observation is promoted)."""
 
     failure: Optional[str]
     fix: Optional[str]

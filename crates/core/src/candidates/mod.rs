@@ -19,9 +19,9 @@
 //!
 //! `effective = base × 0.5^((idle − GRACE_DAYS) / HALF_LIFE_DAYS)` once the candidate has been
 //! idle (since `last_seen_at`) longer than the grace; a base ≤ 0 is not decayed (decay only
-//! forgets, it never rehabilitates). With the constants below: two observations, or one lesson
-//! with its failure and fix, score 2.0 and are promoted; idle 37 days they score 1.0, under 1.0
-//! they are demoted, at 67 idle days (0.5) archived, at 90 removed.
+//! forgets, it never rehabilitates). With the constants below: two observations score 2.0 (3.0
+//! with a failure and its fix) and are promoted; idle 37 days they score 1.0, under 1.0 they
+//! are demoted, at 67 idle days (0.5) archived, at 90 removed.
 //!
 //! # Gates ([`evaluate`]), at most one transition per candidate per call, first match wins
 //!
@@ -29,8 +29,9 @@
 //! 2. PROMOTED / IN_USE → DEMOTED when `failures ≥ successes + DEMOTE_FAILURE_MARGIN` or
 //!    effective < `DEMOTE_SCORE_FLOOR`; `cooldown_until = now + COOLDOWN_DAYS`;
 //! 3. any state but ARCHIVED → ARCHIVED when effective < `ARCHIVE_SCORE_FLOOR`;
-//! 4. SHADOW → PROMOTED when (observations ≥ `PROMOTE_MIN_OBSERVATIONS` or some evidence has a
-//!    failure and its fix) and effective ≥ `PROMOTE_MIN_SCORE` and failures ≤ successes;
+//! 4. SHADOW → PROMOTED when observations ≥ `PROMOTE_MIN_OBSERVATIONS` (a lesson's from at
+//!    least `PROMOTE_MIN_LESSON_SOURCES` sessions) and effective ≥ `PROMOTE_MIN_SCORE` and
+//!    failures ≤ successes. No single observation is ever promoted, whatever its evidence;
 //! 5. DEMOTED → SHADOW once `now ≥ cooldown_until`.
 //!
 //! PROMOTED → IN_USE is [`mark_injected`], called by the engine when it injects one.
@@ -43,7 +44,10 @@ mod tests;
 mod text;
 
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
-use satchel_protocol::{Candidate, CandidateEvidence, CandidateState, FeedbackOutcome, ObserveParams, StateChange};
+use satchel_protocol::{
+    Candidate, CandidateEvidence, CandidateKind, CandidateState, FeedbackOutcome, MAX_OBSERVE_LIST_ITEMS,
+    ObserveParams, StateChange,
+};
 
 pub use prompt::section_text;
 pub use text::{jaccard, tokens};
@@ -74,8 +78,18 @@ pub const GRACE_DAYS: i64 = 7;
 /// Half-life of the decay, in days.
 pub const HALF_LIFE_DAYS: f64 = 30.0;
 
-/// Observations needed for promotion (unless some evidence has a failure and its fix).
+/// Observations needed for promotion, whatever the evidence says. A promoted candidate is in
+/// the system prompt of every session of the workspace, and one observation is one witness: a
+/// compaction's lesson is a pairing its extractor inferred (this failure, then that success),
+/// and one such pairing can be wrong, as a failure and its "fix" stated once by a client can.
+/// So a failure and its fix earn a bonus in the score, never promotion on their own.
 pub const PROMOTE_MIN_OBSERVATIONS: u32 = 2;
+/// Sessions a lesson's observations must come from. A session may pair the same failure and
+/// success again (a repeated run, its summary merged again) without that being new evidence;
+/// another session hitting the same failure and the same fix is. An observation that names
+/// no session (a client's own) counts as a source of its own. User corrections need no
+/// second session: a user repeating a correction is evidence in itself.
+pub const PROMOTE_MIN_LESSON_SOURCES: usize = 2;
 /// Effective score needed for promotion.
 pub const PROMOTE_MIN_SCORE: f64 = 2.0;
 /// A promoted candidate is demoted when its failures exceed its successes by this much.
@@ -141,6 +155,28 @@ pub fn has_lesson_evidence(c: &Candidate) -> bool {
     c.evidence.iter().any(|e| e.failure.is_some() && e.fix.is_some())
 }
 
+/// How many independent sources a candidate's kept evidence has: its distinct sessions, and
+/// each observation that names none.
+pub fn evidence_sources(c: &Candidate) -> usize {
+    let mut sessions: Vec<&str> = c.evidence.iter().filter_map(|e| e.session_id.as_deref()).collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    sessions.len() + c.evidence.iter().filter(|e| e.session_id.is_none()).count()
+}
+
+/// Why a SHADOW candidate has the evidence to be promoted, or `None` (see
+/// [`PROMOTE_MIN_OBSERVATIONS`] and [`PROMOTE_MIN_LESSON_SOURCES`]).
+fn promotion_evidence(c: &Candidate) -> Option<String> {
+    if c.observations < PROMOTE_MIN_OBSERVATIONS {
+        return None;
+    }
+    if c.kind != CandidateKind::Lesson {
+        return Some(format!("{} observations", c.observations));
+    }
+    let sources = evidence_sources(c);
+    (sources >= PROMOTE_MIN_LESSON_SOURCES).then(|| format!("{} observations from {sources} sources", c.observations))
+}
+
 /// The undecayed score (see the module docs).
 pub fn base_score(c: &Candidate) -> f64 {
     let bonus = if has_lesson_evidence(c) { LESSON_BONUS } else { 0.0 };
@@ -167,11 +203,16 @@ pub fn injectable(candidates: &[Candidate]) -> Vec<&Candidate> {
     candidates.iter().filter(|c| is_injectable(c.state)).collect()
 }
 
+/// Adds `from`'s new items to `into`, keeping the last [`MAX_OBSERVE_LIST_ITEMS`]: merges must
+/// not grow a candidate past what one observation may carry.
 fn union(into: &mut Vec<String>, from: &[String]) {
     for s in from {
         if !into.contains(s) {
             into.push(s.clone());
         }
+    }
+    if into.len() > MAX_OBSERVE_LIST_ITEMS {
+        into.drain(..into.len() - MAX_OBSERVE_LIST_ITEMS);
     }
 }
 
@@ -309,14 +350,8 @@ pub fn gate(c: &Candidate, now: DateTime<Utc>) -> Option<(CandidateState, String
     }
     match c.state {
         Shadow => {
-            let lesson = has_lesson_evidence(c);
-            let enough = c.observations >= PROMOTE_MIN_OBSERVATIONS || lesson;
-            if enough && score >= PROMOTE_MIN_SCORE && c.failures <= c.successes {
-                let why = if c.observations >= PROMOTE_MIN_OBSERVATIONS {
-                    format!("{} observations", c.observations)
-                } else {
-                    "a failure and its fix".to_owned()
-                };
+            let why = promotion_evidence(c)?;
+            if score >= PROMOTE_MIN_SCORE && c.failures <= c.successes {
                 let reason = format!(
                     "{why}, score {score:.2} >= {PROMOTE_MIN_SCORE:.2}, {} failures <= {} successes",
                     c.failures, c.successes

@@ -137,6 +137,11 @@ proptest! {
                         prop_assert!(allowed(ch.from, ch.to), "{:?}", ch);
                         prop_assert!(!ch.reason.is_empty());
                         prop_assert!(before.contains(&(ch.id.clone(), ch.from)));
+                        if ch.to == Promoted {
+                            // No single observation is promoted, whatever its evidence.
+                            let c = v.iter().find(|c| c.id == ch.id).unwrap();
+                            prop_assert!(c.observations >= PROMOTE_MIN_OBSERVATIONS, "{:?}", c);
+                        }
                     }
                     prop_assert_eq!(before.len(), v.len() + removed.len());
                     gone.extend(removed);

@@ -96,27 +96,45 @@ fn shadow_promotion_gates() {
 }
 
 #[test]
-fn a_single_lesson_with_failure_and_fix_is_promoted() {
+fn a_lesson_needs_observations_from_two_sessions() {
+    let lesson = |session: Option<&str>| {
+        let mut o = obs(
+            "`npm test -- part1` failed: 1 failed → fixed: `npm test -- part2` succeeded",
+            CandidateKind::Lesson,
+        );
+        o.evidence = Some(ObserveEvidence {
+            failure: Some("`npm test -- part1` failed: 1 failed".into()),
+            fix: Some("`npm test -- part2` succeeded".into()),
+            note: None,
+        });
+        o.session_id = session.map(str::to_owned);
+        o
+    };
+    // One extractive pairing (a compaction's lesson): a bonus in the score, never promotion.
     let mut v = Vec::new();
-    let mut o = obs("Run cargo fmt before clippy", CandidateKind::Lesson);
-    o.evidence = Some(ObserveEvidence {
-        failure: Some("clippy: formatting".into()),
-        fix: Some("cargo fmt --all".into()),
-        note: None,
-    });
-    upsert(&mut v, &o, day(0), || "c1".into());
+    upsert(&mut v, &lesson(Some("s1")), day(0), || "c1".into());
     assert_eq!(base_score(&v[0]), 2.0);
-    check(v[0].clone(), 0, Some(Promoted));
-    insta::assert_snapshot!(reason(v[0].clone(), 0), @"Shadow -> Promoted: a failure and its fix, score 2.00 >= 2.00, 0 failures <= 0 successes");
-    // A failure alone is not a lesson.
-    o.evidence = Some(ObserveEvidence {
-        failure: Some("clippy".into()),
-        fix: None,
-        note: None,
-    });
+    check(v[0].clone(), 0, None);
+    // Paired again in the same session: one source still.
+    upsert(&mut v, &lesson(Some("s1")), day(1), || unreachable!());
+    assert_eq!((v[0].observations, evidence_sources(&v[0])), (2, 1));
+    check(v[0].clone(), 1, None);
+    // Another session hit the same failure and the same fix.
+    upsert(&mut v, &lesson(Some("s2")), day(2), || unreachable!());
+    assert_eq!(evidence_sources(&v[0]), 2);
+    check(v[0].clone(), 2, Some(Promoted));
+    insta::assert_snapshot!(reason(v[0].clone(), 2), @"Shadow -> Promoted: 3 observations from 2 sources, score 4.00 >= 2.00, 0 failures <= 0 successes");
+    // A client's own observations name no session: each is a source.
     let mut w = Vec::new();
-    upsert(&mut w, &o, day(0), || "c2".into());
+    upsert(&mut w, &lesson(None), day(0), || "c2".into());
     check(w[0].clone(), 0, None);
+    upsert(&mut w, &lesson(None), day(0), || unreachable!());
+    check(w[0].clone(), 0, Some(Promoted));
+    // A user's correction repeated in one session needs no second session.
+    let mut c = cand("r", Shadow, (2, 0, 0), 0);
+    c.kind = CandidateKind::Correction;
+    c.evidence[0].session_id = Some("s1".into());
+    check(c, 0, Some(Promoted));
 }
 
 #[test]
@@ -260,6 +278,19 @@ fn a_merge_adds_evidence_and_unions_the_scope() {
         ("2026-01-01T00:00:00Z", "2026-01-04T00:00:00Z")
     );
     assert_eq!(c.score, 2.0);
+}
+
+#[test]
+fn merges_keep_the_scope_lists_within_one_observations_limit() {
+    let mut v = Vec::new();
+    for batch in 0..3 {
+        let mut o = obs("Use the typed errors in storage", CandidateKind::Rule);
+        o.tags = (0..MAX_OBSERVE_LIST_ITEMS).map(|i| format!("t{batch}-{i}")).collect();
+        upsert(&mut v, &o, day(batch), || "c1".into());
+    }
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].tags.len(), MAX_OBSERVE_LIST_ITEMS);
+    assert_eq!(v[0].tags[0], "t2-0", "the newest are kept");
 }
 
 #[test]

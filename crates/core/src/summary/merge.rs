@@ -4,14 +4,15 @@
 //! Nothing is re-summarised: earlier items are kept as they are and new ones appended, so
 //! repeated compactions do not drift. Constraints and requests accumulate (de-duplicated);
 //! prose lists keep their newest items; the blocked list keeps failures until a later
-//! success in the same area clears them. A failure that a later success clears becomes a
-//! try-error lesson (what failed and what fixed it), kept for the memory note.
+//! success in the same area clears them. A failure that a retry fixed after a change becomes
+//! a try-error lesson (what failed and what fixed it), kept for the memory note and observed
+//! as a learning candidate.
 
 use std::collections::{HashMap, HashSet};
 
 use satchel_protocol::{ArchiveRange, CompactSummary, OmittedItems, UserRequest};
 
-use super::extract::calls::area;
+use super::extract::calls::{area, same_command};
 use super::extract::paths::is_junk;
 use super::extract::text::{cut_words, normalized};
 use super::fields::Field;
@@ -263,32 +264,29 @@ fn blocked(previous: &[String], outcomes: &[Outcome]) -> Vec<Item> {
     items.into_iter().skip(skip).map(|(_, item)| item).collect()
 }
 
-/// Whether `outcome` works in one of `areas`.
-fn shares(outcome: &Outcome, areas: &[String]) -> bool {
-    outcome.areas.iter().any(|a| areas.contains(a))
-}
-
-/// The span's try-error lessons: a failure, then a success in its area, and what was done in
-/// between (the fix). A run of failures in one area that a success ends makes one lesson, of
-/// its last failure (the one the fix fixed). Failures of earlier spans still blocked when
-/// this span began (`previous_blocked`) and cleared by it are lessons too. A looking
-/// command's failure (a wrong path) and a rerun that passed with nothing changed teach
-/// nothing and are left out.
+/// The span's try-error lessons: a failure, a change, then a retry of the failed call that
+/// succeeded, and the change in between (the fix). A retry is the same command (see
+/// [`same_command`]) or an edit of a file the failed call edited; another command of the same
+/// area proves nothing (`npm test -- part2` passing says nothing about `npm test -- part1`).
+/// A run of failed retries that a success ends makes one lesson, of its last failure (the one
+/// the fix fixed). Failures of earlier spans still blocked when this span began
+/// (`previous_blocked`) and fixed by it are lessons too. A looking command's failure (a wrong
+/// path) and a retry that passed with nothing changed in between (a flaky test, a flag
+/// flipped) teach nothing and are left out.
 fn lessons(previous_blocked: &[String], outcomes: &[Outcome]) -> Vec<String> {
     let mut lessons = Vec::new();
     for text in previous_blocked {
         let Some((key, _)) = leading_code_span(text) else {
             continue;
         };
-        let areas = vec![area(&key)];
-        let Some(at) = outcomes.iter().position(|o| shares(o, &areas) && o.error.is_none()) else {
+        let Some(at) = outcomes.iter().position(|o| reruns(&key, o)) else {
             continue;
         };
         // Failing again first: the span's own lesson tells the fix.
-        if outcomes[..at].iter().any(|o| shares(o, &areas)) {
+        if outcomes[at].error.is_some() {
             continue;
         }
-        if let Some(fix) = fix(&key, &outcomes[..at], &outcomes[at]) {
+        if let Some(fix) = fix(&outcomes[..at], &outcomes[at]) {
             let failure = cut_words(text, LESSON_COMMAND_CHARS + LESSON_ERROR_CHARS);
             lessons.push(format!("{failure} → fixed: {fix}"));
         }
@@ -300,14 +298,14 @@ fn lessons(previous_blocked: &[String], outcomes: &[Outcome]) -> Vec<String> {
         if failure.read_only || failure.areas.is_empty() {
             continue;
         }
-        let Some(next) = outcomes[i + 1..].iter().position(|o| shares(o, &failure.areas)) else {
+        let Some(next) = outcomes[i + 1..].iter().position(|o| retries(failure, o)) else {
             continue;
         };
-        let success = &outcomes[i + 1 + next];
-        if success.error.is_some() {
+        let retry = &outcomes[i + 1 + next];
+        if retry.error.is_some() {
             continue;
         }
-        if let Some(fix) = fix(key, &outcomes[i + 1..i + 1 + next], success) {
+        if let Some(fix) = fix(&outcomes[i + 1..i + 1 + next], retry) {
             lessons.push(format!(
                 "{} failed: {} → fixed: {fix}",
                 code_span(&cut_words(key, LESSON_COMMAND_CHARS)),
@@ -318,10 +316,25 @@ fn lessons(previous_blocked: &[String], outcomes: &[Outcome]) -> Vec<String> {
     lessons.into_iter().map(|text| cut_words(&text, LESSON_CHARS)).collect()
 }
 
-/// What fixed a failure of the command `failed`: the steps `between` it and `success` that
-/// changed something and succeeded (files edited, commands run; the last few), then the
-/// success. `None` when nothing visible changed: the same command passed on a rerun.
-fn fix(failed: &str, between: &[Outcome], success: &Outcome) -> Option<String> {
+/// Whether `later` retries the failed call `failure`: the same command, or an edit of a file
+/// it edited.
+fn retries(failure: &Outcome, later: &Outcome) -> bool {
+    failure.key.as_deref().is_some_and(|failed| reruns(failed, later))
+        || failure.modified.iter().any(|path| later.modified.contains(path))
+}
+
+/// Whether `later` runs the command `failed` again. A blocked item of an earlier summary
+/// keeps its command cut to [`SHORT_COMMAND_CHARS`], so `later`'s is compared cut too.
+fn reruns(failed: &str, later: &Outcome) -> bool {
+    later.key.as_deref().is_some_and(|again| {
+        same_command(failed, again) || same_command(failed, &cut_words(again, SHORT_COMMAND_CHARS))
+    })
+}
+
+/// What fixed a failure: the steps `between` it and its successful `retry` that changed
+/// something and succeeded (files edited, commands run; the last few), then the retry. `None`
+/// when nothing changed in between: a retry that merely passed is no lesson.
+fn fix(between: &[Outcome], retry: &Outcome) -> Option<String> {
     let mut steps: Vec<String> = Vec::new();
     let mut edited: Vec<&str> = Vec::new();
     for outcome in between.iter().filter(|o| o.error.is_none() && !o.read_only) {
@@ -341,16 +354,11 @@ fn fix(failed: &str, between: &[Outcome], success: &Outcome) -> Option<String> {
         }
     }
     flush_edits(&mut edited, &mut steps);
-    let success_key = success.key.as_deref()?;
-    let rerun = normalized(success_key) == normalized(failed)
-        || normalized(&cut_words(success_key, SHORT_COMMAND_CHARS)) == normalized(failed);
-    if steps.is_empty() && rerun {
+    if steps.is_empty() {
         return None;
     }
-    let passed = format!("{} succeeded", code_span(&cut_words(success_key, LESSON_COMMAND_CHARS)));
-    if steps.is_empty() {
-        return Some(passed);
-    }
+    let retry_key = retry.key.as_deref()?;
+    let passed = format!("{} succeeded", code_span(&cut_words(retry_key, LESSON_COMMAND_CHARS)));
     let skip = steps.len().saturating_sub(FIX_STEPS);
     let shown = if skip > 0 {
         format!("…, {}", steps[skip..].join(", "))
@@ -439,11 +447,92 @@ mod tests {
                then `cargo build` succeeded",
             ],
         );
-        // A different command in the same area is the fix.
+        // The retry may change its options; the change in between is the fix.
         check(
             &[],
-            vec![ran("mvn -q test", Some("BUILD FAILURE")), ran("mvn -q -o test", None)],
-            &["`mvn -q test` failed: BUILD FAILURE → fixed: `mvn -q -o test` succeeded"],
+            vec![
+                ran("mvn -q test", Some("BUILD FAILURE")),
+                edited("pom.xml"),
+                ran("mvn -q -o test", None),
+            ],
+            &["`mvn -q test` failed: BUILD FAILURE → fixed: edited `pom.xml`, then `mvn -q -o test` succeeded"],
+        );
+        // A failed edit, another change, and the same file edited again.
+        check(
+            &[],
+            vec![
+                Outcome {
+                    error: Some("No replacement was performed".into()),
+                    ..edited("src/lib.rs")
+                },
+                ran("cargo fmt", None),
+                edited("src/lib.rs"),
+            ],
+            &[
+                "`str_replace_based_edit_tool(command=str_replace,…` failed: No replacement was performed → fixed: \
+               `cargo fmt`, then `str_replace_based_edit_tool(command=str_replace,…` succeeded",
+            ],
+        );
+    }
+
+    #[test]
+    fn only_a_retry_of_the_failed_command_can_fix_it() {
+        const FAILED: &str = "Tests: 1 failed, 4 passed";
+        // Another selection of the same test runner passing fixes nothing (issue 27's false
+        // lesson "part1 failed → fixed: part2 succeeded").
+        check(
+            &[],
+            vec![ran("npm test -- part1", Some(FAILED)), ran("npm test -- part2", None)],
+            &[],
+        );
+        check(
+            &[],
+            vec![
+                ran("npm test -- part1", Some(FAILED)),
+                edited("src/part1.js"),
+                ran("npm test -- part2", None),
+            ],
+            &[],
+        );
+        check(
+            &[],
+            vec![
+                ran("cd /repo && npm test -- --grep part1", Some(FAILED)),
+                edited("src/part1.js"),
+                ran("cd /repo && npm test -- --grep part2", None),
+            ],
+            &[],
+        );
+        // Another program on the same target, or another target of the same program.
+        check(
+            &[],
+            vec![
+                ran("python reproduce.py", Some("AssertionError")),
+                edited("src/app.py"),
+                ran("python setup.py", None),
+            ],
+            &[],
+        );
+        // The selection that failed, passing after a change, is the lesson; the other
+        // selection's run in between is part of what happened.
+        check(
+            &[],
+            vec![
+                ran("npm test -- part1", Some(FAILED)),
+                ran("npm test -- part2", None),
+                edited("src/part1.js"),
+                ran("./node_modules/.bin/npm test -- part1", None),
+            ],
+            &[
+                "`npm test -- part1` failed: Tests: 1 failed, 4 passed → fixed: `npm test -- part2`, edited \
+               `src/part1.js`, then `./node_modules/.bin/npm test -- part1` succeeded",
+            ],
+        );
+        // An earlier span's blocker is fixed only by its own command too.
+        check(
+            &["`npm test -- part1` failed: Tests: 1 failed, 4 passed"],
+            vec![edited("src/part1.js"), ran("npm test -- part2", None)],
+            &[],
         );
     }
 

@@ -113,6 +113,35 @@ pub fn area(key: &str) -> String {
     }
 }
 
+/// Whether two command keys run the same command: the same program with the same arguments
+/// that are not options (its subcommand, target, test selection). Options may differ (`cargo
+/// build --offline` retries `cargo build`); another target is another command (`npm test --
+/// part2` is not a retry of `npm test -- part1`, though both work in the area `npm test`).
+/// Every word after `--` is an argument. Only a retry can show that a failure was fixed.
+pub fn same_command(a: &str, b: &str) -> bool {
+    command_words(a) == command_words(b)
+}
+
+/// The program (without its directory) and the arguments of a command key, options left out.
+fn command_words(key: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let mut options_ended = false;
+    for word in key.split_whitespace().filter(|w| *w != "…") {
+        if !options_ended && word == "--" {
+            options_ended = true;
+        } else if options_ended || !word.starts_with('-') {
+            words.push(unquote(word));
+        }
+    }
+    // `./node_modules/.bin/jest` is `jest`; a tool call (`name(path=a/b.rs)`) is kept whole.
+    if let Some(program) = words.first_mut()
+        && !program.contains('(')
+    {
+        *program = program.rsplit('/').next().unwrap_or(program);
+    }
+    words
+}
+
 fn runs_checks(key: &str) -> bool {
     key.split(|c: char| c.is_whitespace() || "/:.()=,".contains(c))
         .any(|word| listed(TEST_WORDS, &word.to_ascii_lowercase()))
