@@ -213,3 +213,65 @@ fn a_result_pinned_by_id_is_never_cut() {
     assert!(preamble.contains(&log), "the whole log is in the pinned block");
     daemon.shutdown();
 }
+
+/// A result cannot be both pinned (sent whole) and purged (sent as a stub): the second call
+/// is refused with what to do instead, and the first one's effect stays.
+#[test]
+fn pinning_and_purging_the_same_result_is_refused_not_silent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let (messages, log) = with_big_log();
+    prepare(&mut daemon, &messages);
+    let pinned = daemon.call("context.pin", json!({"session_id": SESSION, "result_id": "r3"}));
+    let pin_id = pinned["pin_id"].as_str().unwrap().to_owned();
+    let refused = daemon.call_err("context.purge", json!({"session_id": SESSION, "result_id": "r3"}));
+    assert_eq!(error_code(&refused), -32602, "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("pinned") && message.contains(&pin_id), "{message}");
+    let next = prepare(&mut daemon, &messages);
+    assert_eq!(next["messages"][3]["content"].as_str().unwrap(), log, "still whole");
+
+    // The other way round: a purged result cannot be pinned.
+    daemon.call("context.unpin", json!({"session_id": SESSION, "pin_id": pin_id}));
+    daemon.call("context.purge", json!({"session_id": SESSION, "result_id": "r3"}));
+    let refused = daemon.call_err("context.pin", json!({"session_id": SESSION, "result_id": "r3"}));
+    assert!(refused["message"].as_str().unwrap().contains("purged"), "{refused}");
+    let inspected = daemon.call("context.inspect", json!({"session_id": SESSION}));
+    let pins = inspected["pins"].as_array().map_or(0, Vec::len);
+    assert_eq!(pins, 0, "no pin listed for a stub: {inspected}");
+    daemon.shutdown();
+}
+
+/// A pin that cannot fit the window is refused: every later request would be over the limit.
+#[test]
+fn a_pin_larger_than_the_window_can_hold_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &SMALL_WINDOW);
+    let (messages, _) = with_big_log();
+    prepare(&mut daemon, &messages);
+    let huge = "a finding worth keeping. ".repeat(2_000);
+    let refused = daemon.call_err("context.pin", json!({"session_id": SESSION, "text": huge}));
+    assert_eq!(error_code(&refused), -32602, "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("text"), "{refused}");
+    // A whole result the 4,096-token window cannot hold.
+    let refused = daemon.call_err("context.pin", json!({"session_id": SESSION, "result_id": "r3"}));
+    assert!(
+        refused["message"].as_str().unwrap().contains("quarter of its"),
+        "{refused}"
+    );
+    // A text over the protocol's limit is refused whatever the window.
+    let mut big = Daemon::start(tempfile::tempdir().unwrap().path(), &[]);
+    prepare(&mut big, &messages);
+    let over = "x".repeat(satchel_protocol::MAX_PIN_TEXT_CHARS + 1);
+    let refused = big.call_err("context.pin", json!({"session_id": SESSION, "text": over}));
+    assert!(
+        refused["message"].as_str().unwrap().contains("at most 20000"),
+        "{refused}"
+    );
+    // What fits is pinned, and the requests still fit.
+    daemon.call("context.pin", json!({"session_id": SESSION, "text": RULE}));
+    let next = prepare(&mut daemon, &messages);
+    assert!(next["over_limit"].is_null(), "{}", next["over_limit"]);
+    big.shutdown();
+    daemon.shutdown();
+}

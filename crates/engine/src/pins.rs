@@ -12,7 +12,10 @@ use std::collections::BTreeSet;
 use satchel_core::pins::{PinnedItem, message_text, message_title, pinned_block};
 use satchel_core::render::{ResultControl, result_id};
 use satchel_core::tokens::TokenCounter;
-use satchel_protocol::{PinInfo, PinKind, PinParams, PinsResult, PurgeParams, PurgeResult, UnpinParams};
+use satchel_protocol::{
+    MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinInfo, PinKind, PinParams, PinsResult, PurgeParams, PurgeResult,
+    UnpinParams,
+};
 use satchel_storage::{PinRecord, PinTarget, SessionRecord};
 
 use crate::call::CallToken;
@@ -152,8 +155,21 @@ impl Engine {
     pub fn pin(&self, ticket: Ticket, params: PinParams) -> Result<PinsResult, EngineError> {
         let target = match (params.message_index, params.text, params.result_id.as_deref()) {
             (Some(index), None, None) => PinTarget::Message { index },
-            (None, Some(text), None) if !text.trim().is_empty() => PinTarget::Text { text },
-            (None, Some(_), None) => return Err(EngineError::invalid_params("text", "is empty")),
+            (None, Some(text), None) if !text.trim().is_empty() && text.chars().count() <= MAX_PIN_TEXT_CHARS => {
+                PinTarget::Text { text }
+            }
+            (None, Some(text), None) if text.trim().is_empty() => {
+                return Err(EngineError::invalid_params("text", "is empty"));
+            }
+            (None, Some(text), None) => {
+                return Err(EngineError::invalid_params(
+                    "text",
+                    format!(
+                        "has {} characters; a pinned text may have at most {MAX_PIN_TEXT_CHARS} (it is sent in every request: put documents in memory files)",
+                        text.chars().count()
+                    ),
+                ));
+            }
             (None, None, Some(id)) => {
                 let (index, k) = parse_result_id(id).ok_or_else(|| {
                     EngineError::invalid_params("result_id", format!("{id} is not a result id (r12, r12.1)"))
@@ -173,6 +189,7 @@ impl Engine {
                 return Err(EngineError::UnknownSession(id.clone()));
             };
             check_target(session, &target)?;
+            self.check_pinned_size(session, &target)?;
             let record = PinRecord {
                 id: format!("p{}", session.pins.made + 1),
                 label: params.label.clone(),
@@ -259,6 +276,15 @@ impl Engine {
                 ));
             };
             let result_id = result_id(index, k);
+            if let Some(pin) = session.pins.pins.iter().find(|p| pins_result(&p.record.target, index, k)) {
+                return Err(EngineError::invalid_params(
+                    "result_id",
+                    format!(
+                        "{result_id} is pinned ({}): a pinned result is sent whole, so it cannot also be purged; `context.unpin` {} first",
+                        pin.record.id, pin.record.id
+                    ),
+                ));
+            }
             self.sessions
                 .append(id, &[SessionRecord::Purge { result_id: result_id.clone() }])?;
             session.pins.purged.insert(result_id.clone());
@@ -297,30 +323,11 @@ impl Engine {
             if pin.text.is_some() || session.entries.iter().any(|e| e.index == index) {
                 continue;
             }
-            let Some(range) = session
-                .compactions
-                .iter()
-                .find(|c| c.begun.indices.contains(&index))
-                .and_then(|c| c.range.clone())
-            else {
+            let Some((text, message)) = self.archived_text(session, index, k, format)? else {
                 continue;
-            };
-            let lines = self.archive.read_range(&range.file, range.start_line, range.end_line)?;
-            let Some((_, line)) = lines.iter().find(|(_, l)| l.index == index) else {
-                continue;
-            };
-            let text = match k {
-                None => message_text(&line.message, format),
-                Some(k) => line
-                    .offloads
-                    .get(k)
-                    .and_then(|o| line.message.pointer(&o.pointer))
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_owned(),
             };
             let title = pin.record.label.clone().unwrap_or_else(|| match k {
-                None => message_title(index, &line.message),
+                None => message_title(index, &message),
                 Some(k) => format!("tool result {}", result_id(index, k)),
             });
             let pin = &mut session.pins.pins[position];
@@ -335,9 +342,125 @@ impl Engine {
     }
 }
 
-/// Refuses a pin of a message or result the session never had.
+/// Whether a pin of `target` keeps the `k`-th offloaded text of message `index` whole.
+fn pins_result(target: &PinTarget, index: usize, k: usize) -> bool {
+    match *target {
+        PinTarget::Result { index: i, k: j } => i == index && j == k,
+        PinTarget::Message { index: i } => i == index,
+        PinTarget::Text { .. } => false,
+    }
+}
+
+impl Engine {
+    /// The verbatim text of compacted message `index` (or of its `k`-th offloaded text) read
+    /// back from the archive, with the message; `None` when no compaction archived it.
+    fn archived_text(
+        &self,
+        session: &Session,
+        index: usize,
+        k: Option<usize>,
+        format: satchel_core::format::MessageFormat,
+    ) -> Result<Option<(String, serde_json::Value)>, EngineError> {
+        let Some(range) = session
+            .compactions
+            .iter()
+            .find(|c| c.begun.indices.contains(&index))
+            .and_then(|c| c.range.clone())
+        else {
+            return Ok(None);
+        };
+        let lines = self.archive.read_range(&range.file, range.start_line, range.end_line)?;
+        let Some((_, line)) = lines.into_iter().find(|(_, l)| l.index == index) else {
+            return Ok(None);
+        };
+        let text = match k {
+            None => message_text(&line.message, format),
+            Some(k) => line
+                .offloads
+                .get(k)
+                .and_then(|o| line.message.pointer(&o.pointer))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned(),
+        };
+        Ok(Some((text, line.message)))
+    }
+
+    /// Refuses a pin that would make the session's pinned content take more than its share of
+    /// the window: every later request would be over the limit, and no compaction can help.
+    /// A compacted message or result is measured as the pinned block will show it, read back
+    /// from the archive.
+    fn check_pinned_size(&self, session: &Session, target: &PinTarget) -> Result<(), EngineError> {
+        let (field, index, k) = match target {
+            PinTarget::Text { .. } => ("text", 0, None),
+            PinTarget::Message { index } => ("message_index", *index, None),
+            PinTarget::Result { index, k } => ("result_id", *index, Some(*k)),
+        };
+        let bytes = match target {
+            PinTarget::Text { text } => text.len(),
+            _ if session.entries.iter().any(|e| e.index == index) => live_bytes(session, index, k),
+            _ => {
+                let format = format_or_default(session.format);
+                self.archived_text(session, index, k, format)?
+                    .map_or(0, |(text, _)| text.len())
+            }
+        };
+        let pinned: usize = session
+            .pins
+            .pins
+            .iter()
+            .map(|p| match &p.record.target {
+                PinTarget::Text { text } => text.len(),
+                PinTarget::Message { index } => p
+                    .text
+                    .as_ref()
+                    .map_or_else(|| live_bytes(session, *index, None), String::len),
+                PinTarget::Result { index, k } => p
+                    .text
+                    .as_ref()
+                    .map_or_else(|| live_bytes(session, *index, Some(*k)), String::len),
+            })
+            .sum();
+        let window = self.session_config(session).effective_window();
+        let share = window / PINNED_WINDOW_SHARE_DIVISOR;
+        let tokens = ((pinned + bytes) / 4) as u64;
+        if tokens > share {
+            return Err(EngineError::invalid_params(
+                field,
+                format!(
+                    "pinning it would make the session's pinned content about {tokens} tokens, over a quarter of its {window}-token window ({share}): every request would be over the limit; pin less (a finding, a range of `context.read`) or unpin something"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes a live message (or its `k`-th offloaded text) sends when pinned whole.
+fn live_bytes(session: &Session, index: usize, k: Option<usize>) -> usize {
+    let Some(entry) = session.entries.iter().find(|e| e.index == index) else {
+        return 0;
+    };
+    match k {
+        Some(k) => entry.offloaded.get(k).map_or(0, |o| o.stats.total_bytes),
+        None => entry.message.to_string().len() + entry.offloaded.iter().map(|o| o.stats.total_bytes).sum::<usize>(),
+    }
+}
+
+/// Refuses a pin of a message or result the session never had, or of a purged result.
 fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError> {
     let known = session.original_hashes.len();
+    if let PinTarget::Result { index, k } = *target {
+        let id = result_id(index, k);
+        if session.pins.purged.contains(&id) {
+            return Err(EngineError::invalid_params(
+                "result_id",
+                format!(
+                    "{id} was purged: later requests send its stub, and a purge is final (its file and the archive keep it; `context.read` it)"
+                ),
+            ));
+        }
+    }
     match *target {
         PinTarget::Message { index } if index >= known => Err(EngineError::invalid_params(
             "message_index",

@@ -38,8 +38,8 @@ pub use errors::ErrorCode;
 pub use expand::{ContextExpand, ExpandParams, ExpandRange, ExpandResult};
 pub use methods::*;
 pub use pins::{
-    ContextPin, ContextPurge, ContextUnpin, PinInfo, PinKind, PinParams, PinsResult, PurgeParams, PurgeResult,
-    UnpinParams,
+    ContextPin, ContextPurge, ContextUnpin, MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinInfo, PinKind,
+    PinParams, PinsResult, PurgeParams, PurgeResult, UnpinParams,
 };
 pub use summary::{
     ArchiveLine, ArchiveRange, CompactSummary, CriticalContext, DroppedIdentifier, DroppedKind, IdentifierList,

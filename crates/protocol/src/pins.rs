@@ -38,7 +38,18 @@ impl Method for ContextPurge {
     type Result = PurgeResult;
 }
 
-/// Params of `context.pin`: exactly one of `message_index`, `text` and `result_id`.
+/// Most characters a `context.pin` text may have: pinned texts are sent in every request, so
+/// a pin is a rule or a finding, not a document (put those in memory files).
+pub const MAX_PIN_TEXT_CHARS: usize = 20_000;
+/// Pinned content (every pin of a session together) may take at most this share of the
+/// session's window (`1/N`), estimated at 4 bytes a token: more and every later request would
+/// be over the limit, which no compaction can fix.
+pub const PINNED_WINDOW_SHARE_DIVISOR: u64 = 4;
+
+/// Params of `context.pin`: exactly one of `message_index`, `text` and `result_id`. A pin that
+/// would make the session's pinned content take more than a quarter of its window
+/// ([`PINNED_WINDOW_SHARE_DIVISOR`]) is refused, naming the field and the numbers; so is a
+/// pin of a purged result (a purge is final for requests).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PinParams {
@@ -48,8 +59,10 @@ pub struct PinParams {
     /// `index` of actions use the same numbering); live or already compacted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_index: Option<usize>,
-    /// A text of the client's own (a rule, a finding) to keep in every request.
+    /// A text of the client's own (a rule, a finding) to keep in every request; at most
+    /// 20,000 characters ([`MAX_PIN_TEXT_CHARS`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_PIN_TEXT_CHARS))]
     pub text: Option<String>,
     /// An offloaded tool result, by the id its truncation notice and `context.inspect` show
     /// (`r12`): it is kept whole.
