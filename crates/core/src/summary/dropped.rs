@@ -84,13 +84,25 @@ impl SpanIdentifiers {
             .filter(|(_, kind, item)| !(*kind == DroppedKind::Command && is_tool_key(item)))
             .filter(|(_, _, item)| !summary_text.contains(item.as_str()) && seen.insert(item, ()).is_none())
             .collect();
-        // An error line is quoted from a result, where JSON escapes it: search its opening
-        // words, which escaping rarely touches.
-        let needles = absent.iter().map(|(_, kind, item)| match kind {
-            DroppedKind::Error => cut_chars(item, 40).0,
-            _ => item.as_str(),
-        });
-        let counts = mentions(&self.texts, &self.indices, needles);
+        // Mentions are found in the messages' JSON text: search each identifier as JSON writes
+        // it (a `"` is `\"` there), without the `…` of a shortened one, and an error line by
+        // its opening words (a result quotes it, maybe in another shape).
+        let needles: Vec<[String; 2]> = absent
+            .iter()
+            .map(|(_, kind, item)| {
+                let item = item.trim_end_matches('…');
+                let item = match kind {
+                    DroppedKind::Error => cut_chars(item, 40).0,
+                    _ => item,
+                };
+                // Once escaped in a message's text; twice in a tool call's `arguments`, a JSON
+                // text inside a JSON string.
+                let once = json_needle(item);
+                let twice = json_needle(&once);
+                [once, twice]
+            })
+            .collect();
+        let counts = mentions(&self.texts, &self.indices, &needles);
         let mut ranked: Vec<(usize, DroppedIdentifier)> = absent
             .iter()
             .zip(counts)
@@ -116,18 +128,20 @@ impl SpanIdentifiers {
 /// and in how many messages it occurs (at least 1). One pass over the span's text for all
 /// needles at once: a compaction of a large span drops hundreds of identifiers, and a search
 /// per identifier read megabytes each time.
-fn mentions<'a>(texts: &[String], indices: &[usize], needles: impl Iterator<Item = &'a str>) -> Vec<(usize, usize)> {
-    let needles: Vec<&str> = needles.collect();
-    let searcher = match AhoCorasick::new(&needles) {
-        Ok(searcher) if !needles.is_empty() => searcher,
-        _ => return vec![(0, 1); needles.len()],
+fn mentions<const N: usize>(texts: &[String], indices: &[usize], needles: &[[String; N]]) -> Vec<(usize, usize)> {
+    let span_start = indices.first().copied().unwrap_or(0);
+    // Each identifier's forms are patterns of their own, mapped back to it.
+    let patterns: Vec<&str> = needles.iter().flatten().map(String::as_str).collect();
+    let searcher = match AhoCorasick::new(&patterns) {
+        Ok(searcher) if !patterns.is_empty() => searcher,
+        _ => return vec![(span_start, 1); needles.len()],
     };
     let mut found = vec![(None::<usize>, 0usize); needles.len()];
     // The message in which each needle was last counted, so a message counts once.
     let mut counted_in = vec![usize::MAX; needles.len()];
     for (position, text) in texts.iter().enumerate() {
         for hit in searcher.find_overlapping_iter(text) {
-            let needle = hit.pattern().as_usize();
+            let needle = hit.pattern().as_usize() / N;
             if counted_in[needle] != position {
                 counted_in[needle] = position;
                 let (first, count) = &mut found[needle];
@@ -136,10 +150,22 @@ fn mentions<'a>(texts: &[String], indices: &[usize], needles: impl Iterator<Item
             }
         }
     }
+    // Every identifier came from the span: one not found (quoted in a shape of its own) is
+    // placed at the span's start rather than at message 0.
     found
         .into_iter()
-        .map(|(first, count)| (first.unwrap_or(0), count.max(1)))
+        .map(|(first, count)| (first.unwrap_or(span_start), count.max(1)))
         .collect()
+}
+
+/// `text` as it appears inside a JSON string.
+fn json_needle(text: &str) -> String {
+    let quoted = serde_json::to_string(text).unwrap_or_default();
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .unwrap_or(&quoted)
+        .to_owned()
 }
 
 /// A call listed as `name(key=value, …)` rather than a shell command: the files it names are
@@ -209,6 +235,33 @@ mod tests {
              ## Commands\n- `cargo test -p parser`",
             &["Error error[E0308]: mismatched types in crates/parser/src/lib.rs @14 x1"],
         );
+    }
+
+    #[test]
+    fn quoted_and_shortened_identifiers_are_found_where_they_were_mentioned() {
+        let long = format!("cargo test -p parser -- {}", "--skip slow_case ".repeat(20));
+        let span = vec![
+            json!({"role": "user", "content": "Find where parse is defined."}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash",
+                 "arguments": json!({"command": "grep -rn \"fn parse\" crates/"}).to_string()}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "crates/parser/src/lib.rs:3: pub fn parse() {}"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c2", "type": "function", "function": {"name": "bash",
+                 "arguments": json!({"command": long}).to_string()}}]}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": "ok"}),
+        ];
+        let indices: Vec<usize> = (20..20 + span.len()).collect();
+        let got = SpanIdentifiers::read(&span, &indices, MessageFormat::Openai, None).dropped("", 20);
+        let commands: Vec<(&str, usize)> = got
+            .iter()
+            .filter(|d| d.kind == DroppedKind::Command)
+            .map(|d| (d.text.as_str(), d.index))
+            .collect();
+        assert_eq!(commands.len(), 2, "{got:?}");
+        assert_eq!(commands[0], ("grep -rn \"fn parse\" crates/", 21));
+        assert!(commands[1].0.ends_with('…'), "shortened: {}", commands[1].0);
+        assert_eq!(commands[1].1, 23, "{commands:?}");
     }
 
     #[test]
