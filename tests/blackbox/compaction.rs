@@ -874,6 +874,14 @@ fn pressure_levels(config: Value) {
         assert_eq!(inspect["tokens"], last["tokens"]);
         let level = inspect["pressure"].as_str().unwrap().to_owned();
         assert_eq!(level, expected_pressure(&last["tokens"]), "{}", last["tokens"]);
+        // One scale: the monitor says the same level in AceClaw's words.
+        let aceclaw = match level.as_str() {
+            "low" => "normal",
+            "medium" => "watch",
+            "high" => "compact",
+            _ => "critical",
+        };
+        assert_eq!(inspect["monitor"]["pressure_level"], aceclaw, "{}", last["tokens"]);
         if seen.last() != Some(&level) {
             seen.push(level.clone());
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use satchel_protocol::{Calibration, Config, ContextMonitor, TokenUsage};
+use satchel_protocol::{Calibration, Config, ContextMonitor, Pressure, TokenUsage};
 use serde_json::{Map, Value};
 
 use crate::assembly::PromptState;
@@ -75,10 +75,10 @@ impl RequestState {
     /// The monitor view, for the last request's `usage`.
     pub fn monitor(&self, usage: Option<&TokenUsage>, peak_tokens: u64, compactions: usize) -> ContextMonitor {
         let current = usage.map_or(0, |u| u.total);
-        let limit = usage.map_or(1, |u| u.limit.max(1));
+        let pressure = usage.map_or(Pressure::Low, TokenUsage::pressure);
         ContextMonitor {
             current_tokens: current,
-            pressure_level: pressure_level(current, limit).to_owned(),
+            pressure_level: pressure.monitor_level().to_owned(),
             peak_tokens,
             compaction_count: compactions,
             pruned_only_count: self.pruned_only_count,
@@ -89,30 +89,25 @@ impl RequestState {
     }
 }
 
-/// AceClaw's `ContextMonitor` levels: normal under 70 % of the window, watch from 70 %,
-/// compact from 85 %, critical from 95 %.
-fn pressure_level(tokens: u64, limit: u64) -> &'static str {
-    let share = tokens as f64 / limit as f64;
-    if share >= 0.95 {
-        "critical"
-    } else if share >= 0.85 {
-        "compact"
-    } else if share >= 0.70 {
-        "watch"
-    } else {
-        "normal"
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn levels_follow_aceclaw() {
-        let levels: Vec<&str> = [0, 699, 700, 849, 850, 949, 950, 1_200]
+    fn the_monitor_level_is_the_pressure_in_aceclaws_words() {
+        let levels: Vec<String> = [0, 499, 500, 599, 600, 999, 1_000, 1_200]
             .into_iter()
-            .map(|t| pressure_level(t, 1_000))
+            .map(|total| {
+                let usage = TokenUsage {
+                    total,
+                    limit: 1_000,
+                    threshold: 600,
+                    ..TokenUsage::default()
+                };
+                let monitor = RequestState::default().monitor(Some(&usage), total, 0);
+                assert_eq!(monitor.pressure_level, usage.pressure().monitor_level());
+                monitor.pressure_level
+            })
             .collect();
         assert_eq!(
             levels,

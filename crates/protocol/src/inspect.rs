@@ -53,8 +53,10 @@ pub struct SectionDetail {
 pub struct ContextMonitor {
     /// Tokens of the last request.
     pub current_tokens: u64,
-    /// AceClaw's level of the last request: `normal` under 70 % of the window, `watch` from
-    /// 70 %, `compact` from 85 %, `critical` from 95 %.
+    /// The last request's `pressure` in AceClaw's words, on the same scale: `normal` under
+    /// half the window (`low`), `watch` under the compaction threshold (`medium`), `compact`
+    /// over it (`high`), `critical` at the limit. (AceClaw's own fixed 70/85/95 % levels would
+    /// disagree with `pressure` whenever the threshold is not 85 %.)
     pub pressure_level: String,
     /// Largest request since the daemon started.
     pub peak_tokens: u64,

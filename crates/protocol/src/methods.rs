@@ -530,6 +530,17 @@ impl TokenUsage {
 }
 
 impl Pressure {
+    /// The same level in the words of AceClaw's `ContextMonitor` (`monitor.pressure_level`):
+    /// one scale, two vocabularies, so a screen never shows two levels that disagree.
+    pub fn monitor_level(self) -> &'static str {
+        match self {
+            Pressure::Low => "normal",
+            Pressure::Medium => "watch",
+            Pressure::High => "compact",
+            Pressure::Critical => "critical",
+        }
+    }
+
     /// The pressure of `total` tokens under `limit` with compaction at `threshold_ratio`.
     pub fn of(total: u64, limit: u64, threshold_ratio: f64) -> Pressure {
         let ratio = total as f64 / limit.max(1) as f64;

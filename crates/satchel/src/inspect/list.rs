@@ -7,7 +7,7 @@ use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PinInfo, PinK
 use serde_json::{Map, Value};
 
 use super::window::{NOT_LOADED, k, plural, write_window};
-use super::{level_label, offloads, pressure_label, sections, share};
+use super::{offloads, pressure_label, sections, share};
 
 /// How to print the list view.
 pub(super) struct ListOptions<'a> {
@@ -122,7 +122,7 @@ fn write_numbers(out: &mut impl Write, r: &InspectResult, colour: bool) -> io::R
     writeln!(out)?;
     write_window(out, r, colour)?;
     writeln!(out)?;
-    write_monitor(out, &r.monitor, colour)?;
+    write_monitor(out, &r.monitor)?;
     write_calibration(out, &r.calibration)?;
     writeln!(
         out,
@@ -145,7 +145,8 @@ fn write_numbers(out: &mut impl Write, r: &InspectResult, colour: bool) -> io::R
 }
 
 /// The live numbers of AceClaw's `ContextMonitor`.
-fn write_monitor(out: &mut impl Write, m: &ContextMonitor, colour: bool) -> io::Result<()> {
+/// Its level is not shown: it is the `pressure` of the context line, in other words.
+fn write_monitor(out: &mut impl Write, m: &ContextMonitor) -> io::Result<()> {
     let phases = if m.phases_reached.is_empty() {
         "none (under the threshold)".to_owned()
     } else {
@@ -153,10 +154,9 @@ fn write_monitor(out: &mut impl Write, m: &ContextMonitor, colour: bool) -> io::
     };
     writeln!(
         out,
-        "monitor  current {} tokens  level {}  peak {}\n         compactions {}  pruned only {}  \
+        "monitor  current {} tokens  peak {}\n         compactions {}  pruned only {}  \
          last request reached {phases}\n         tokens saved {} last request, {} in all",
         m.current_tokens,
-        level_label(&m.pressure_level, colour),
         m.peak_tokens,
         m.compaction_count,
         m.pruned_only_count,
@@ -301,7 +301,7 @@ mod tests {
         );
         assert!(text.contains("config   the daemon's (the last prepare sent no overrides)"));
         // The monitor and calibration.
-        assert!(text.contains("monitor  current 9000 tokens  level NORMAL  peak 101000"));
+        assert!(text.contains("monitor  current 9000 tokens  peak 101000"));
         assert!(text.contains("pruned only 2  last request reached prune, summarize"));
         assert!(text.contains("tokens saved 1200 last request, 94200 in all"));
         assert!(text.contains("calibration  factor 1.042 from 3 samples  (last: provider 9380 tokens, counted 9000)"));
@@ -370,7 +370,7 @@ mod tests {
     }
 
     #[test]
-    fn inspect_monitor_level_is_coloured_on_a_terminal() {
+    fn inspect_pressure_is_coloured_on_a_terminal_and_shown_once() {
         let r = fixture::result();
         let text = fixture::render(|out| {
             write_list(
@@ -382,8 +382,8 @@ mod tests {
                 },
             )
         });
-        assert!(text.contains("level \x1b[32mNORMAL\x1b[0m"), "{text}");
         assert!(text.contains("pressure \x1b[32mLOW\x1b[0m"), "{text}");
+        assert!(!text.contains("NORMAL"), "one scale on one screen: {text}");
     }
 
     #[test]

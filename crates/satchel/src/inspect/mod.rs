@@ -317,23 +317,6 @@ fn pressure_label(pressure: Pressure, colour: bool) -> String {
     paint(name, code, colour)
 }
 
-/// The monitor's level (`normal`, `watch`, `compact`, `critical`), coloured like the pressure.
-fn level_label(level: &str, colour: bool) -> String {
-    let code = match level {
-        "normal" => "32",
-        "watch" => "33",
-        "compact" => "31",
-        "critical" => "1;31",
-        _ => "0",
-    };
-    let name = if level.is_empty() {
-        "-".to_owned()
-    } else {
-        level.to_uppercase()
-    };
-    paint(&name, code, colour)
-}
-
 fn share(part: u64, whole: u64) -> String {
     format!("{:.1}%", 100.0 * part as f64 / whole.max(1) as f64)
 }
