@@ -51,27 +51,14 @@ pub fn kind_of(text: &OffloadedText, config: &Config) -> ResultKind {
 
 /// The excerpt a text shows under `limits`, or `None` when it stays whole.
 ///
-/// Past the slack a result is always cut (the spec's slack: only results at most that far over
-/// the limit stay whole). Just past it, an excerpt plus its notice could outgrow the result:
-/// it then keeps less, so the message still shrinks.
+/// A cut must pay for itself: past the spec's slack a result is cut, unless its excerpt,
+/// notice included, would not be more than `slack_bytes` smaller than the result. Just past
+/// the limit the notice costs about what the cut saves (a 3,800-byte result became 3,730
+/// bytes without its middle), so the result is sent whole instead.
 pub fn excerpt_of(full: &str, stats: &TextStats, limits: &ExcerptLimits, file: &FileRef<'_>) -> Option<Excerpt> {
-    let excerpt = render_excerpt(full, stats, limits, file)?;
-    if excerpt.text.len() < full.len() {
-        return Some(excerpt);
-    }
-    let kept = excerpt.head_bytes + excerpt.tail.map_or(0, |t| t.bytes);
-    let notice = excerpt.text.len() - kept;
-    let smaller = ExcerptLimits {
-        max_bytes: full.len().saturating_sub(notice + NOTICE_MARGIN_BYTES),
-        slack_bytes: 0,
-        ..*limits
-    };
-    render_excerpt(full, stats, &smaller, file)
+    render_excerpt(full, stats, limits, file)
+        .filter(|excerpt| excerpt.text.len().saturating_add(limits.slack_bytes) < full.len())
 }
-
-/// Room for the notice's numbers to grow when an excerpt is rendered again with a smaller
-/// budget (they only shrink, but the margin keeps the bound obvious).
-const NOTICE_MARGIN_BYTES: usize = 32;
 
 /// What a client asked for one offloaded result, by its id (`context.pin`, `context.purge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -372,14 +359,22 @@ mod tests {
     }
 
     #[test]
-    fn past_the_slack_a_result_is_cut_and_its_excerpt_is_shorter() {
+    fn a_result_is_cut_only_when_the_cut_saves_more_than_the_slack() {
         let config = Config::default();
         let call = ToolCall {
             id: "c".into(),
             name: "bash".into(),
             arguments: "{}".into(),
         };
-        for size in [3_200, 3_600, 5_000] {
+        // Old phase: 3,000 bytes kept at most and a slack of 100; with this notice every
+        // excerpt is about 3,560 bytes, so a result up to about 3,660 gains nothing from it.
+        for (size, cut) in [
+            (3_200, false),
+            (3_600, false),
+            (3_645, false),
+            (3_800, true),
+            (60_000, true),
+        ] {
             let full = "line of output\n".repeat(size / 15);
             let message = serde_json::json!({"role": "tool", "tool_call_id": "c", "content": full});
             let offloaded = [OffloadedText {
@@ -390,8 +385,16 @@ mod tests {
             }];
             let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws", None, &[]);
             let shown = shown["content"].as_str().unwrap();
-            assert!(shown.len() < full.len(), "{size}: {} >= {}", shown.len(), full.len());
-            assert!(texts[0].kept_bytes.is_some(), "{size} is past the slack: cut");
+            assert_eq!(texts[0].kept_bytes.is_some(), cut, "{size}: cut? shown {}", shown.len());
+            if cut {
+                assert!(
+                    shown.len() + config.pruning_slack_bytes < full.len(),
+                    "{size}: {}",
+                    shown.len()
+                );
+            } else {
+                assert_eq!(shown, full, "{size} is sent whole");
+            }
         }
     }
 

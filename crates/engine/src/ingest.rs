@@ -6,7 +6,7 @@ use std::sync::Arc;
 use satchel_core::format;
 use satchel_core::hash::MessageHash;
 use satchel_core::limits::{MAX_JSON_DEPTH, exceeds_depth, too_deep_message};
-use satchel_core::offload::{self, select_offloads};
+use satchel_core::offload::select_offloads;
 use satchel_core::render::OffloadedText;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{Action, Config, MessageFormat, Reconciliation};
@@ -138,15 +138,7 @@ impl Engine {
         let new_entries = new_entries(first_new_index, parsed, &new_hashes, raws, offloads.per_message, fresh);
         records.extend(new_entries.iter().map(|e| SessionRecord::Message(e.to_stored())));
         let durable = self.log_ingested(id, records, offloads.write, offloaded_texts)?;
-        let recent_start_before = {
-            let held: Vec<&Value> = kept_live.iter().map(|e| &e.message).collect();
-            offload::batched_recent_start(
-                &held,
-                processing_format,
-                config.pruning_recent_n,
-                config.pruning_phase_batch,
-            )
-        };
+        let recent_start_before = session.recent_start_of(kept_live, config);
         let appended = new_entries.len();
         self.apply_ingested(session, &reconciled, &new_hashes, new_entries, format);
         Ok(Ingested {
@@ -236,6 +228,7 @@ impl Engine {
         match reconciled.alignment {
             Alignment::Extends { .. } => {}
             Alignment::DivergesAt { at } => {
+                session.history_replaced_from(at);
                 session.original_hashes.truncate(at);
                 session.text_hashes.truncate(at);
                 session.entries.retain(|e| e.index < at);

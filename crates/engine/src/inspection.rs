@@ -90,7 +90,12 @@ fn role_of(message: &Value, format: MessageFormat) -> Role {
 /// squeeze changed the request as sent; the proportions then stand for it.
 pub(crate) fn role_tokens(session: &mut Session, config: &Config, messages_zone: u64) -> MessageRoleTokens {
     let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
-    let factor = session.requests.calibration.factor;
+    // The factor `messages_zone` was counted with: a usage reported since changes the next
+    // request's counts, not how the last one splits.
+    let factor = session
+        .requests
+        .last_factor
+        .unwrap_or(session.requests.calibration.factor);
     let format = format_or_default(session.format);
     let per_message = session.count_tokens(&counter, config, false);
     let mut by_role = [0u64; 3];

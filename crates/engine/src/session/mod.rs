@@ -171,6 +171,13 @@ pub struct Session {
     pub expansion: Option<ExpandedSpan>,
     /// Pins and purged results (`context.pin`, `context.purge`).
     pub pins: Pins,
+    /// Messages of a lower original index are in the old phase for good. The recent window's
+    /// start can compute earlier than before (a compaction shifts the batch boundaries, a
+    /// boundary in a run of parallel results widens the window back, a squeezed request is
+    /// followed by one that fits); a message that left it coming back would grow its excerpt
+    /// again and rewrite the prefix a provider's prompt cache holds. In memory only: a reload
+    /// starts from the window as computed.
+    old_before: usize,
 }
 
 /// The hashes of a received list: exact-text hashes of every message, structural ones
@@ -277,6 +284,7 @@ impl Session {
             requests: RequestState::default(),
             expansion: None,
             pins: Pins::default(),
+            old_before: 0,
         }
     }
 
@@ -444,13 +452,35 @@ impl Session {
         if squeeze {
             return self.entries.len();
         }
-        let values: Vec<&Value> = self.entries.iter().map(|e| &e.message).collect();
-        batched_recent_start(
+        self.recent_start_of(&self.entries, config)
+    }
+
+    /// Where the recent window of `entries` (the session's live messages, or the part of them
+    /// a call keeps) starts: never before a message that already left it.
+    pub fn recent_start_of(&self, entries: &[Entry], config: &Config) -> usize {
+        let values: Vec<&Value> = entries.iter().map(|e| &e.message).collect();
+        let computed = batched_recent_start(
             &values,
             format_or_default(self.format),
             config.pruning_recent_n,
             config.pruning_phase_batch,
-        )
+        );
+        computed.max(entries.partition_point(|e| e.index < self.old_before))
+    }
+
+    /// Remembers that the live messages before `position` are old for good.
+    fn settle_old_phase(&mut self, position: usize) {
+        let boundary = self
+            .entries
+            .get(position)
+            .map_or(self.original_hashes.len(), |e| e.index);
+        self.old_before = self.old_before.max(boundary);
+    }
+
+    /// Forgets that messages from original index `at` on left the recent window: the client
+    /// replaced them.
+    pub fn history_replaced_from(&mut self, at: usize) {
+        self.old_before = self.old_before.min(at);
     }
 
     /// Renders every live message for the phase it is in (from the cache where possible) and
@@ -463,6 +493,9 @@ impl Session {
             self.check_count_key(counter, config);
         }
         let recent_start = self.recent_start(config, squeeze);
+        // A squeezed request (nothing else made it fit) leaves its messages old too: sent
+        // whole again next time, they would only overflow the window again.
+        self.settle_old_phase(recent_start);
         let phase_at = |position: usize| {
             if position >= recent_start {
                 Phase::Recent

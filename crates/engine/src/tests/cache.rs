@@ -137,3 +137,61 @@ fn an_anthropic_summary_merged_into_the_first_user_turn_counts_with_it() {
     let steps = check_prefix(config, &messages, "prefix_anthropic_merged_summary");
     assert!(steps.iter().any(|s| s.compacted));
 }
+
+/// Parallel 60 KB results, then a long agent loop with compactions, one message per call: a
+/// result that left the recent window never comes back to it (its excerpt would grow and
+/// rewrite the cached prefix), whatever compactions and batch boundaries do to the window.
+#[test]
+fn a_result_that_left_the_recent_window_never_grows_back() {
+    let harness = Harness::new(Config {
+        max_input_length: 24_576,
+        tokenizer: Tokenizer::Estimate,
+        offload_notice_path: OffloadNoticePath::Relative,
+        ..Config::default()
+    });
+    let mut messages = vec![user("Run the suites and summarise the failures.")];
+    for round in 0..6 {
+        let ids: Vec<String> = (0..5).map(|i| format!("p{round}_{i}")).collect();
+        let calls: Vec<Value> = ids
+            .iter()
+            .map(|id| json!({"id": id, "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"make test\"}"}}))
+            .collect();
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+        for (i, id) in ids.iter().enumerate() {
+            messages.push(output(id, &big_output(round * 10 + i, 60_000)));
+        }
+        for turn in 0..3 {
+            let id = format!("t{round}_{turn}");
+            messages.push(run(&id, &format!("cargo check -p module_{turn}")));
+            messages.push(output(&id, &big_output(100 + turn, 800)));
+        }
+    }
+    // Per tool call: the smallest size its result was sent at so far.
+    let mut smallest: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut compactions = 0;
+    for i in 0..messages.len() {
+        let result = if i == 0 {
+            harness.prepare(&messages[..1])
+        } else {
+            harness.append(&messages[i..=i])
+        };
+        compactions += result
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Compacted(_)))
+            .count();
+        for sent in returned(&result).iter().filter(|m| m["role"] == "tool") {
+            let id = sent["tool_call_id"].as_str().unwrap().to_owned();
+            let size = sent.to_string().len();
+            if let Some(&before) = smallest.get(&id) {
+                assert!(
+                    size <= before,
+                    "after call {i}, the result of {id} grew from {before} to {size} bytes"
+                );
+            }
+            let entry = smallest.entry(id).or_insert(size);
+            *entry = (*entry).min(size);
+        }
+    }
+    assert!(compactions >= 2, "the loop compacts: {compactions}");
+}

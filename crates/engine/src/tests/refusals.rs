@@ -150,7 +150,7 @@ impl Harness {
                 .map(drop),
             Refused::StaleExpectedCount => {
                 let mut p = params(None, Some(&next));
-                p.expect_messages = Some(1);
+                p.expect_messages = Some(10_000);
                 self.call(p, &CallContext::detached()).map(drop)
             }
             Refused::WrongFormat => {
@@ -217,7 +217,8 @@ fn observed(harness: &Harness, rest: &[Value]) -> (Value, Value, Value) {
 /// control session.
 fn check_refusal_changes_nothing(refused: Refused, turns: usize, output_bytes: usize, cut: usize) {
     let messages = conversation(turns, output_bytes);
-    let cut = cut.clamp(1, messages.len() - 1);
+    // At least one tool call before the cut, so the session's format is known.
+    let cut = cut.clamp(3, messages.len() - 1);
     let (head, rest) = messages.split_at(cut);
     let control = Harness::new(small_window());
     let subject = Harness::new(small_window());
@@ -250,7 +251,7 @@ proptest! {
     #[test]
     fn a_refused_call_between_two_prepares_changes_no_reply(
         which in 0..ALL.len(),
-        turns in 1usize..10,
+        turns in 2usize..10,
         output_bytes in 50usize..6_000,
         cut in 1usize..20,
     ) {
