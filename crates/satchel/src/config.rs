@@ -235,14 +235,15 @@ fn env_value(raw: &str, default: Option<&Value>) -> Value {
     }
 }
 
-/// `SATCHEL_` variables that are not configuration keys: read by the binary
-/// (`SATCHEL_HOME`, `SATCHEL_LOG`, `SATCHEL_FAILPOINTS`), by the clients and scripts that
+/// `SATCHEL_` variables that are not configuration keys: read by the binary (`SATCHEL_HOME`,
+/// `SATCHEL_LOG`, `SATCHEL_FAILPOINTS`, `SATCHEL_PANIC_METHODS`), by the clients and scripts that
 /// spawn it (`SATCHEL_BIN`, `SATCHEL_CACHE_DIR`), and by the tests and benchmarks, whose
 /// daemons inherit them.
 const OTHER_VARIABLES: &[&str] = &[
     "SATCHEL_HOME",
     "SATCHEL_LOG",
     "SATCHEL_FAILPOINTS",
+    crate::panic_point::ENV_VAR,
     "SATCHEL_BIN",
     "SATCHEL_CACHE_DIR",
     "SATCHEL_EMBEDDING_MODEL",

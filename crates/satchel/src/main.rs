@@ -18,6 +18,7 @@ mod inspect;
 mod llm;
 #[cfg(feature = "memory")]
 mod memory;
+mod panic_point;
 mod rpc;
 mod socket;
 mod transport;
@@ -260,6 +261,7 @@ fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     for warning in config::unknown_variables(variables.iter().map(String::as_str), &config) {
         tracing::warn!("{warning}");
     }
+    panic_point::warn_if_armed();
     // Building an exact encoder takes a few hundred milliseconds: do it beside start-up, not
     // inside the first `context.prepare` (nor before the first `initialize` answer). At the
     // lowest priority, so that it takes a core only when requests leave one idle: a request
