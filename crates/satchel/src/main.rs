@@ -253,8 +253,15 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
 /// The daemon of `workspace` (whose lock the caller holds): its configuration read and checked,
 /// the token encoder warming up beside it, the engine and, with the feature, the memory index.
 fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
-    let config = config::load(workspace.layout(), std::env::vars())
+    let loaded = config::load_layers(workspace.layout(), std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    for note in &loaded.notes {
+        tracing::info!("configuration: {note}");
+    }
+    let config = loaded.config;
     let variables: Vec<String> = std::env::vars_os()
         .filter_map(|(var, _)| var.into_string().ok())
         .collect();
