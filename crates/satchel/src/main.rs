@@ -308,6 +308,12 @@ fn serve(
     let workspace =
         Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
     let lock = socket::lock_workspace(workspace.layout())?;
+    // Holding the lock, before anything is written: no write is in flight, so every temp
+    // file of an atomic write is one that a crash interrupted.
+    let removed = satchel_storage::remove_stale_temps(workspace.layout());
+    if removed > 0 {
+        tracing::info!(removed, "removed the temp files of writes a crash interrupted");
+    }
     let daemon = Arc::new(open_daemon(workspace)?);
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
