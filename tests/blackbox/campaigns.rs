@@ -1452,10 +1452,25 @@ impl Corpus {
             }
             1 => {
                 const INVALID: [&[u8]; 5] = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf"];
-                let at = from + self.rng.below(body.len() - from);
                 let bad = *self.rng.pick(&INVALID);
-                body.splice(at..at, bad.iter().copied());
-                ("call with invalid UTF-8", false)
+                // Inside a string id half the time: a message whose id cannot be read must
+                // still be answered (with id null).
+                let in_id = id
+                    .as_str()
+                    .and_then(|text| find(body, format!("\"id\":\"{text}").as_bytes()).map(|at| at + 6))
+                    .filter(|_| self.rng.chance(50));
+                match in_id {
+                    Some(at) => {
+                        let at = at + self.rng.below(id.as_str().map_or(1, str::len).max(1));
+                        body.splice(at..at, bad.iter().copied());
+                        ("call with invalid UTF-8 in its id", false)
+                    }
+                    None => {
+                        let at = from + self.rng.below(body.len() - from);
+                        body.splice(at..at, bad.iter().copied());
+                        ("call with invalid UTF-8", false)
+                    }
+                }
             }
             2 => {
                 let at = from + self.rng.below(body.len() - from);

@@ -440,3 +440,91 @@ fn unknown_satchel_variables_and_a_bad_log_filter_are_warned_about_once() {
     );
     assert!(stderr.contains("satchel serving"), "logs at info: {stderr}");
 }
+
+/// The user's configuration file is optional: when `$HOME` cannot be searched (here a `HOME`
+/// that is a file, which even root cannot search; and, unless root, a directory without
+/// permissions) the daemon starts without it and says so once, at warn.
+#[test]
+fn a_home_that_cannot_be_searched_is_skipped_with_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let home_file = dir.path().join("home-file");
+    fs::write(&home_file, "not a directory").unwrap();
+    let locked = dir.path().join("locked-home");
+    fs::create_dir_all(locked.join(".config/satchel")).unwrap();
+    fs::write(locked.join(".config/satchel/config.json"), r#"{"pruning_recent_n": 4}"#).unwrap();
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+    // Root searches any directory: only the file then shows the refusal.
+    let denied = fs::read_dir(&locked).is_err();
+    let mut homes = vec![home_file];
+    if denied {
+        homes.push(locked.clone());
+    } else {
+        eprintln!("running as root: a directory without permissions can still be searched; checking the file only");
+    }
+    for (i, home) in homes.iter().enumerate() {
+        let ws = dir.path().join(format!("ws{i}"));
+        fs::create_dir_all(&ws).unwrap();
+        fs::write(ws.join("config.json"), r#"{"pruning_recent_n": 5}"#).unwrap();
+        let log = dir.path().join(format!("stderr-{i}.log"));
+        let mut daemon = Daemon::start_logging_to(&ws, &[("HOME", path_str(home)), ("XDG_CONFIG_HOME", "")], &log);
+        let config = daemon.call("initialize", json!({}))["config"].clone();
+        assert_eq!(config["pruning_recent_n"], 5, "the workspace's file is read");
+        daemon.shutdown();
+        let stderr = fs::read_to_string(&log).unwrap();
+        let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(warnings.len(), 1, "{stderr}");
+        let user_file = home.join(".config/satchel/config.json");
+        assert!(
+            warnings[0].contains(&format!("skipping the user configuration {}", user_file.display())),
+            "{stderr}"
+        );
+    }
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// CoPaw's own settings start the daemon: `agents.language` in `config.json` (the language of
+/// its prompts) and the documented pair `COPAW_MEMORY_COMPACT_THRESHOLD` +
+/// `COPAW_MEMORY_COMPACT_RATIO`, both honoured (compaction at whichever is reached first).
+#[test]
+fn copaws_language_and_its_threshold_with_its_ratio_start_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    fs::create_dir_all(&ws).unwrap();
+    fs::write(
+        ws.join("config.json"),
+        r#"{"agents": {"language": "zh", "running": {"max_input_length": 128000}}}"#,
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    let env = [
+        ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
+        ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+        ("SATCHEL_LOG", "info"),
+        ("XDG_CONFIG_HOME", "/nonexistent-satchel-test-config"),
+    ];
+    let mut daemon = Daemon::start_logging_to(&ws, &env, &log);
+    let config = daemon.call("initialize", json!({}))["config"].clone();
+    assert_eq!(config["summary_language"], "zh", "{config}");
+    assert_eq!(config["max_input_length"], 128000, "{config}");
+    // 0.7 of 128000 is 89600 tokens, before 100000: the ratio governs.
+    assert_eq!(config["compact_threshold_ratio"], 0.7, "{config}");
+    daemon.shutdown();
+    let stderr = fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    assert!(
+        stderr.contains("COPAW_MEMORY_COMPACT_THRESHOLD") && stderr.contains("whichever is reached first"),
+        "the log says how the two were combined: {stderr}"
+    );
+
+    // A threshold below the ratio's governs.
+    let env = [
+        ("COPAW_MEMORY_COMPACT_THRESHOLD", "64000"),
+        ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+        ("XDG_CONFIG_HOME", "/nonexistent-satchel-test-config"),
+    ];
+    let mut daemon = Daemon::start(&ws, &env);
+    let config = daemon.call("initialize", json!({}))["config"].clone();
+    assert_eq!(config["compact_threshold_ratio"], 0.5, "{config}");
+    daemon.shutdown();
+}

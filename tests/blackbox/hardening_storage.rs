@@ -826,3 +826,99 @@ fn a_symlinked_workspace_directory_is_refused() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Temp files of interrupted atomic writes
+// ---------------------------------------------------------------------------------------------
+
+/// The names the daemon gives the temp file of an atomic write (`.<name>.<32 hex>.tmp`).
+fn is_atomic_temp(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp") && name.len() > 38
+}
+
+/// Every temp file of an atomic write under `dir`, at any depth, following no link.
+fn atomic_temps(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            found.extend(atomic_temps(&entry.path()));
+        } else if kind.is_file() && is_atomic_temp(&entry.file_name().to_string_lossy()) {
+            found.push(entry.path());
+        }
+    }
+    found
+}
+
+/// Atomic writes a crash interrupts (a memory file in a subdirectory, `MEMORY.md`, the
+/// candidates store) leave their temp files; the next start removes them, and nothing else:
+/// not a file of the user's that looks a little like one, not one behind a symbolic link, not
+/// what the writes before the crashes wrote.
+#[test]
+fn start_up_removes_the_temp_files_of_writes_a_crash_interrupted_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let mut d = start(&ws, "", &[FAST]);
+    d.call(
+        "memory.write",
+        json!({"path": "memory/notes/kept.md", "content": "- written before the crashes\n"}),
+    );
+    d.shutdown();
+    // Not ours: a user's files, and a temp-like file behind a link out of the workspace.
+    let outside = tempfile::tempdir().unwrap();
+    let beyond_link = outside.path().join(".x.md.0123456789abcdef0123456789abcdef.tmp");
+    std::fs::write(&beyond_link, "theirs").unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.join("memory/linked")).unwrap();
+    let users = [
+        ws.join("memory/notes/.draft.md.tmp"),
+        ws.join("memory/notes/draft.tmp"),
+        ws.join(".scratch.0123456789abcdef.tmp"),
+    ];
+    for path in &users {
+        std::fs::write(path, "the user's").unwrap();
+    }
+
+    let crashes = [
+        (
+            "memory.write",
+            json!({"path": "memory/notes/a.md", "content": "- lost in a crash\n"}),
+        ),
+        (
+            "memory.write",
+            json!({"path": "MEMORY.md", "content": "- lost in a crash\n"}),
+        ),
+        (
+            "candidates.observe",
+            json!({"text": "Prefer rg over grep", "kind": "preference"}),
+        ),
+    ];
+    let mut left: Vec<PathBuf> = Vec::new();
+    for (method, params) in crashes {
+        // Each start removes what the crash before it left.
+        let mut d = start(&ws, "atomic:crash", &[FAST]);
+        d.request(method, params);
+        assert_eq!(d.wait_exit(REPLY_TIMEOUT).code(), Some(CRASH_EXIT_STATUS), "{method}");
+        for temp in &left {
+            assert!(!temp.exists(), "{} stayed", temp.display());
+        }
+        left = atomic_temps(&ws);
+        assert_eq!(left.len(), 1, "{method} left its temp file: {left:?}");
+    }
+    assert!(left[0].to_string_lossy().contains("/.candidates.jsonl."), "{left:?}");
+
+    let log = dir.path().join("restart.log");
+    let mut d = start_logging(&ws, &[FAST], &log);
+    let kept = d.call("memory.get", json!({"path": "memory/notes/kept.md"}));
+    assert!(kept.to_string().contains("written before the crashes"), "{kept}");
+    d.shutdown();
+    assert_eq!(atomic_temps(&ws), Vec::<PathBuf>::new());
+    for path in users.iter().chain([&beyond_link]) {
+        assert!(path.exists(), "{} was removed", path.display());
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("removed the temp files of writes a crash interrupted") && l.contains("removed=1")),
+        "{log}"
+    );
+}

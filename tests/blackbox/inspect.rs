@@ -10,7 +10,7 @@ use std::sync::mpsc;
 
 use serde_json::{Value, json};
 
-use crate::socket::{SMALL_WINDOW, chat, inspect, inspect_rpc, path_str, serve_with_socket, succeeded};
+use crate::socket::{SMALL_WINDOW, chat, failed, inspect, inspect_rpc, path_str, serve_with_socket, succeeded};
 use crate::support::builders::{assistant, openai_calls, tool_result, user};
 use crate::support::{REPLY_TIMEOUT, prepare, satchel_bin};
 
@@ -374,5 +374,46 @@ fn inspect_watch_waits_for_the_session_and_prints_what_changed() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
+    daemon.shutdown();
+}
+
+/// `satchel inspect S --detail section:KEY` with a key the session does not have shows the
+/// daemon's refusal, which lists the session's sections (it said "no system prompt sections
+/// yet" for a session with five, from a second inspect that no longer saw them).
+#[test]
+fn inspect_detail_of_an_unknown_section_lists_the_sections_the_session_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let sock = path_str(&socket);
+    let mut daemon = serve_with_socket(dir.path(), &[], Some(&socket));
+    let keys = ["soul", "agents", "tools", "memory:today", "policy:push"];
+    let sections: Vec<Value> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| json!({"key": key, "content": format!("Section {key}: rule {i}."), "priority": 50 + i}))
+        .collect();
+    for json_flag in [&[][..], &["--json"][..]] {
+        // Prepared again each time: a refused call may send the session back to its log
+        // (issue 27 item 2), and the inspect that follows would find no sections at all.
+        daemon.call(
+            "context.prepare",
+            json!({"session_id": "five", "messages": [user("hi")], "sections": sections}),
+        );
+        let mut args = vec!["--socket", sock, "five", "--detail", "section:nope"];
+        args.extend_from_slice(json_flag);
+        let stderr = failed(&inspect(None, &args));
+        assert!(!stderr.contains("no system prompt sections yet"), "{stderr}");
+        assert!(stderr.contains("nope"), "{stderr}");
+        for key in keys {
+            assert!(stderr.contains(key), "{key} not listed: {stderr}");
+        }
+    }
+    // A known key is shown in full.
+    daemon.call(
+        "context.prepare",
+        json!({"session_id": "five", "messages": [user("hi")], "sections": sections}),
+    );
+    let out = succeeded(&inspect(None, &["--socket", sock, "five", "--detail", "section:tools"]));
+    assert!(out.contains("Section tools: rule 2."), "{out}");
     daemon.shutdown();
 }

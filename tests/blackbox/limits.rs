@@ -1,7 +1,8 @@
 //! Limits at the edge: what the daemon accepts it can store and load again, and what it
 //! refuses it refuses with the right code and a short message. Messages nested past the depth
 //! limit, huge session ids and field values, `context.read` paths that cannot name a file, the
-//! key a bad configuration value is reported under, and a dialog archive behind a symlink.
+//! key a bad configuration value is reported under, a dialog archive behind a symlink, and a
+//! handler that panics (made to, with `SATCHEL_PANIC_METHODS`): still one reply per request.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::support::builders::{assistant, user};
 use crate::support::checks::{error_code, session_records};
-use crate::support::{Daemon, append, archive_lines, prepare};
+use crate::support::{Daemon, Framing, append, archive_lines, prepare};
 
 /// Most levels of arrays and objects a message may nest (`protocol/README.md`).
 const MAX_DEPTH: usize = 64;
@@ -279,4 +280,112 @@ fn a_dialog_archive_behind_a_symlink_is_refused_at_start() {
 
     let written: Vec<_> = std::fs::read_dir(outside.path()).unwrap().collect();
     assert!(written.is_empty(), "nothing written through the links: {written:?}");
+}
+
+/// Every request gets exactly one reply, even when its handler panics: -32603 under the
+/// request's own id, on the jsonrpsee path, on `context.prepare`'s direct path and on its
+/// fallback through jsonrpsee; the arrival order of later calls does not stall, and the panic
+/// is in the log.
+#[test]
+fn a_handler_that_panics_is_answered_with_an_internal_error_under_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("stderr.log");
+    let env = [
+        ("SATCHEL_PANIC_METHODS", "memory.get,context.prepare,context.sessions"),
+        ("SATCHEL_TOKENIZER", "estimate"),
+    ];
+    let mut d = Daemon::start_logging_to(dir.path(), &env, &log);
+    let prepare = json!({"session_id": "p", "messages": [user("hi")]});
+    // The direct path reads the envelope itself; an unknown member sends the call through
+    // jsonrpsee instead.
+    let direct = json!({"jsonrpc": "2.0", "id": "direct-1", "method": "context.prepare", "params": prepare});
+    let mut fallback = direct.clone();
+    fallback["id"] = json!(-7.5);
+    fallback["extra"] = json!(true);
+    d.send_raw(format!("{direct}\n{fallback}\n").as_bytes());
+    let ids: Vec<u64> = vec![
+        d.request("memory.get", json!({"path": "MEMORY.md"})),
+        d.request("context.sessions", json!({})),
+        // An ordered call behind the panicking ones: the arrival chain goes on.
+        d.request("context.inspect", json!({"session_id": "p"})),
+    ];
+    let mut replies = Vec::new();
+    while replies.len() < 5 {
+        let (_, frame) = d.next_frame();
+        replies.push(frame);
+    }
+    let reply_to = |id: &Value| {
+        let found: Vec<&Value> = replies.iter().filter(|r| &r["id"] == id).collect();
+        assert_eq!(found.len(), 1, "one reply to {id}: {replies:?}");
+        found[0].clone()
+    };
+    for id in [json!("direct-1"), json!(-7.5), json!(ids[0]), json!(ids[1])] {
+        let reply = reply_to(&id);
+        assert_eq!(error_code(&reply["error"]), -32603, "{reply}");
+        let text = message(&reply["error"]);
+        assert!(
+            text.contains("failed unexpectedly") && !text.contains("on purpose"),
+            "{text}"
+        );
+    }
+    // The session was never prepared: inspect answers for itself.
+    assert_eq!(error_code(&reply_to(&json!(ids[2]))["error"]), -32001);
+    assert!(
+        d.next_frame_within(Duration::from_millis(300)).is_err(),
+        "no extra reply (jsonrpsee's id-null one)"
+    );
+    // The daemon keeps serving.
+    assert!(d.call("initialize", json!({}))["methods"].is_array());
+    d.shutdown();
+    let log = std::fs::read_to_string(&log).unwrap();
+    for method in ["memory.get", "context.prepare", "context.sessions"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("ERROR") && l.contains("the handler panicked") && l.contains(method)),
+            "{method}: {log}"
+        );
+    }
+}
+
+/// A request whose id (or another member routing reads) is not UTF-8 gets -32700 with id
+/// null in its own framing, never silence (jsonrpsee took such a message for a notification).
+#[test]
+fn a_request_whose_id_is_not_utf8_gets_a_parse_error_with_a_null_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_TOKENIZER", "estimate")]);
+    let bodies: [&[u8]; 4] = [
+        b"{\"jsonrpc\":\"2.0\",\"id\":\"fz-1000\xff0001\",\"method\":\"context.sessions\",\"params\":{}}",
+        b"{\"id\":\"\xd0\xb8\xd0-10000002-\xe2\x9c\x93\",\"jsonrpc\":\"2.0\",\"method\":\"context.inspect\",\"params\":{\"session_id\":\"s\"}}",
+        b"{\"jsonrpc\":\"2.0\",\"id\":\"a\xed\xa0\x80\",\"method\":\"memory.get\",\"params\":{\"path\":\"MEMORY.md\"}}",
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"context.prepare\",\"params\":{},\"id\":\"\xc0\xaf\"}",
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        let mut frame = Vec::new();
+        if i % 2 == 0 {
+            frame.extend_from_slice(body);
+            frame.push(b'\n');
+        } else {
+            frame.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+            frame.extend_from_slice(body);
+        }
+        d.send_raw(&frame);
+        let (framing, reply) = d.next_frame();
+        assert_eq!(
+            framing,
+            if i % 2 == 0 {
+                Framing::Ndjson
+            } else {
+                Framing::ContentLength
+            }
+        );
+        assert_eq!(reply["id"], Value::Null, "{}: {reply}", String::from_utf8_lossy(body));
+        assert_eq!(error_code(&reply["error"]), -32700, "{reply}");
+    }
+    assert!(
+        d.next_frame_within(Duration::from_millis(200)).is_err(),
+        "one reply each"
+    );
+    assert!(d.call("context.sessions", json!({}))["sessions"].is_array());
+    d.shutdown();
 }

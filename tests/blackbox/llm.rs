@@ -26,7 +26,7 @@ use crate::support::checks::{self, assert_log_has_no_pending_compaction, n, summ
 use crate::support::trajectories::Format;
 use crate::support::{Daemon, actions, archived, files_under};
 
-const API_KEY_ENV: &str = "SATCHEL_TEST_KEY";
+const API_KEY_ENV: &str = "LLM_TEST_API_KEY";
 const API_KEY: &str = "sk-test-secret";
 const MODEL: &str = "cheap-model";
 /// The headings of a rendered summary (and of the output format the prompts ask for).

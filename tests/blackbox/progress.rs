@@ -41,8 +41,20 @@ fn config() -> Value {
 /// A daemon (with `env`) whose client declared `capabilities`, holding a session long enough
 /// for a staged summary and far below any compaction threshold.
 fn start(capabilities: Value, env: &[(&str, &str)]) -> (tempfile::TempDir, Daemon) {
+    start_logging(capabilities, env, None)
+}
+
+/// [`start`], with the daemon's log (stderr) written to `log` when given.
+fn start_logging(
+    capabilities: Value,
+    env: &[(&str, &str)],
+    log: Option<&std::path::Path>,
+) -> (tempfile::TempDir, Daemon) {
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = Daemon::start(dir.path(), env);
+    let mut daemon = match log {
+        Some(log) => Daemon::start_logging_to(dir.path(), env, log),
+        None => Daemon::start(dir.path(), env),
+    };
     daemon.call("initialize", json!({"capabilities": capabilities}));
     let mut messages = vec![system(SYSTEM)];
     for turn in 0..30 {
@@ -280,10 +292,14 @@ fn an_unanswered_summarizer_request_is_cancelled_and_the_compaction_falls_back()
     daemon.shutdown();
 }
 
+/// The client then answers the abandoned request with -32800, as LSP asks: an expected
+/// answer, which the log does not take for a stray at warn level.
 #[test]
 fn a_cancelled_compaction_cancels_its_summarizer_request() {
     let capabilities = json!({"summarizer_complete": true});
-    let (_dir, mut daemon) = start(capabilities, &[("SATCHEL_LLM_TIMEOUT_SECS", "60")]);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("stderr.log");
+    let (_dir, mut daemon) = start_logging(capabilities, &[("SATCHEL_LLM_TIMEOUT_SECS", "60")], Some(&log));
     let id = daemon.request("context.compact", json!({"session_id": SESSION, "config": config()}));
     let request = loop {
         let (_, frame) = daemon.next_frame();
@@ -310,10 +326,27 @@ fn a_cancelled_compaction_cancels_its_summarizer_request() {
     assert_eq!(reply["error"]["code"], -32800, "{reply}");
     assert_eq!(cancel.unwrap()["params"]["id"], request["id"]);
     assert!(started.elapsed() < Duration::from_secs(10), "not after the timeout");
+    daemon.send(
+        &json!({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32800, "message": "Request cancelled"}}),
+        framing,
+    );
     // The session is as it was: the next call sees every message.
     let inspect = daemon.call("context.inspect", json!({"session_id": SESSION}));
     assert_eq!(inspect["compactions"].as_array().map_or(0, Vec::len), 0, "{inspect}");
+    // A response to nothing ever asked is still a stray.
+    daemon.send(
+        &json!({"jsonrpc": "2.0", "id": "satchel-999", "error": {"code": -32800, "message": "Request cancelled"}}),
+        framing,
+    );
+    daemon.call("context.sessions", json!({}));
     daemon.shutdown();
+    let log = std::fs::read_to_string(&log).unwrap();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "only the stray is a warning: {log}");
+    assert!(warnings[0].contains("satchel-999"), "{log}");
 }
 
 /// `window/workDoneProgress/cancel {token}` for the progress of a `context.compact` whose

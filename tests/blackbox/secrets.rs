@@ -6,7 +6,8 @@
 //!
 //! The endpoint is a real HTTP server on loopback that records every request's headers and
 //! answers each with HTTP 500 and a body echoing the `Authorization` header and the secret
-//! header back.
+//! header back. An endpoint that redirects (to a second such server) is not followed: the
+//! summariser's and the embeddings' requests, their key and headers, reach only the endpoint.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -71,6 +72,69 @@ impl EchoServer {
     fn requests(&self) -> Vec<BTreeMap<String, String>> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// A real HTTP/1.1 server on `127.0.0.1` answering every request with `307 Temporary
+/// Redirect` to `target` (307 keeps the method and the body), recording each request's headers.
+struct Redirector {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<BTreeMap<String, String>>>>,
+}
+
+impl Redirector {
+    fn start(target: &str) -> Redirector {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (seen, target) = (requests.clone(), target.to_owned());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (seen, target) = (seen.clone(), target.clone());
+                std::thread::spawn(move || {
+                    let _ = redirect(stream, &seen, &target);
+                });
+            }
+        });
+        Redirector { addr, requests }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    fn requests(&self) -> Vec<BTreeMap<String, String>> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn redirect(stream: TcpStream, requests: &Mutex<Vec<BTreeMap<String, String>>>, target: &str) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let mut headers = BTreeMap::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.trim_end().split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+        }
+    }
+    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    requests.lock().unwrap().push(headers);
+    // To the same path on the target (`/v1/chat/completions`, `/v1/embeddings`).
+    let location = format!("{}{}", target.trim_end_matches("/v1"), path);
+    let mut stream = reader.into_inner();
+    write!(
+        stream,
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    stream.flush()
 }
 
 impl Drop for EchoServer {
@@ -416,4 +480,91 @@ fn initialize_shows_the_header_names_but_not_their_values() {
         assert!(!text.contains(secret), "initialize shows {secret:?}: {text}");
     }
     daemon.shutdown();
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) An endpoint that redirects is not followed
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_summariser_endpoint_that_redirects_is_not_followed_and_its_headers_go_nowhere_else() {
+    let elsewhere = EchoServer::start();
+    let endpoint = Redirector::start(&elsewhere.base_url());
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &endpoint.base_url());
+    let env = daemon_env();
+    let mut daemon = Daemon::start(dir.path(), &env_refs(&env));
+    let result = daemon.call(
+        "context.prepare",
+        json!({"session_id": "redirected", "messages": long_conversation("redirected")}),
+    );
+    let compacted = actions(&result, "compacted");
+    assert_eq!(compacted.len(), 1, "{result}");
+    let summarizer = compacted[0]["summarizer"].as_str().unwrap();
+    assert!(
+        summarizer.starts_with("extractive (fallback: completion failed: HTTP 307")
+            && summarizer.contains("redirects are not followed"),
+        "the redirect is the endpoint's error: {summarizer}"
+    );
+    assert!(!summarizer.contains(&elsewhere.addr.to_string()), "{summarizer}");
+    daemon.shutdown();
+    assert_eq!(
+        endpoint.requests().len(),
+        2,
+        "one attempt and one retry, at the endpoint"
+    );
+    assert_eq!(
+        endpoint.requests()[0]
+            .get(&HEADER.to_ascii_lowercase())
+            .map(String::as_str),
+        Some(HEADER_VALUE)
+    );
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.requests()
+    );
+}
+
+#[test]
+fn an_embeddings_endpoint_that_redirects_is_not_followed_and_its_key_goes_nowhere_else() {
+    let elsewhere = EchoServer::start();
+    let endpoint = Redirector::start(&elsewhere.base_url());
+    let dir = tempfile::tempdir().unwrap();
+    let base_url = endpoint.base_url();
+    let env = [
+        ("SATCHEL_EMBEDDING_BACKEND", "openai"),
+        ("SATCHEL_EMBEDDING_BASE_URL", base_url.as_str()),
+        ("EMBEDDING_DIMENSIONS", "64"),
+        ("SATCHEL_EMBEDDING_TIMEOUT_SECS", "5"),
+        ("EMBEDDING_API_KEY", KEY),
+    ];
+    let mut daemon = Daemon::start(dir.path(), &env);
+    daemon.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "- Chose SQLite FTS5 over tantivy for build time.\n"}),
+    );
+    let found = daemon.call(
+        "memory.search",
+        json!({"query": "build time", "mode": "auto", "min_score": 0.0}),
+    );
+    assert_eq!(found["mode"], "bm25", "{found}");
+    let warnings = found["warnings"].to_string();
+    assert!(
+        warnings.contains("HTTP 307") && warnings.contains("redirects are not followed"),
+        "the redirect is the endpoint's error: {found}"
+    );
+    assert_no_secret(found.to_string().as_bytes(), "a reply");
+    daemon.shutdown();
+    let sent = endpoint.requests();
+    assert!(!sent.is_empty(), "the endpoint was asked");
+    assert_eq!(
+        sent[0].get("authorization").map(String::as_str),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.requests()
+    );
 }

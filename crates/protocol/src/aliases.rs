@@ -212,7 +212,9 @@ pub const ENV_ALIASES: &[EnvAlias] = &[
         key: "compact_threshold_ratio",
         unit: EnvUnit::TokensOfWindow,
         note: "tokens; becomes the ratio of the effective window (`max_input_length` less `max_output_tokens`) \
-               after the file and the other variables, and must give one in (0, 1]",
+               after the file and the other variables, and must give one in (0, 1]; with \
+               `COPAW_MEMORY_COMPACT_RATIO` also set (CoPaw documents both), compaction triggers at whichever \
+               is reached first",
     },
     EnvAlias {
         var: "COPAW_MEMORY_COMPACT_RATIO",
@@ -382,13 +384,16 @@ pub fn resolve(layer: &Map<String, Value>) -> Result<Resolved, AliasError> {
                 let agents = object(value, name)?;
                 for (field, value) in agents {
                     let path = format!("agents.{field}");
-                    if field != "running" {
-                        return Err(AliasError::Unknown {
-                            name: path,
-                            expected: vec!["running"],
-                        });
+                    match field.as_str() {
+                        "running" => walk(object(value, &path)?, "", &path, &mut out)?,
+                        "language" => out.set(LANGUAGE_KEY, &path, agents_language(value, &path)?, value)?,
+                        _ => {
+                            return Err(AliasError::Unknown {
+                                name: path,
+                                expected: vec!["running", "language"],
+                            });
+                        }
                     }
-                    walk(object(value, &path)?, "", &path, &mut out)?;
                 }
             }
             "running" => walk(object(value, name)?, "", name, &mut out)?,
@@ -398,6 +403,23 @@ pub fn resolve(layer: &Map<String, Value>) -> Result<Resolved, AliasError> {
         }
     }
     Ok(out.resolved)
+}
+
+/// The key CoPaw's `agents.language` sets: the language of its memory and compaction prompts.
+const LANGUAGE_KEY: &str = "summary_language";
+
+/// The `summary_language` of CoPaw's `agents.language` at `name`: `zh` for Chinese (`zh`,
+/// `zh-CN`, …), `en` for any other language, as CoPaw reads it ("zh = Chinese, otherwise
+/// English").
+fn agents_language(value: &Value, name: &str) -> Result<Value, AliasError> {
+    let code = value.as_str().ok_or_else(|| AliasError::Unsupported {
+        name: name.to_owned(),
+        value: value.to_string(),
+        why: "the agents' language is a language code, such as \"zh\" or \"en\"",
+    })?;
+    let code = code.trim().to_ascii_lowercase();
+    let chinese = code == "zh" || code.starts_with("zh-") || code.starts_with("zh_");
+    Ok(Value::String(if chinese { "zh" } else { "en" }.to_owned()))
 }
 
 /// The accumulating result of [`resolve`]: every value with the name that set it.
@@ -540,6 +562,10 @@ pub fn markdown() -> String {
         };
         md.push_str(&format!("| `{}` | {key} | {} |\n", alias.path, alias.origin));
     }
+    md.push_str(&format!(
+        "\nCoPaw's `agents.language` (only there) sets `{LANGUAGE_KEY}`: `zh` for Chinese (`zh`, `zh-CN`, …), \
+         `en` for any other language, as CoPaw reads it.\n"
+    ));
     md.push_str("\n| environment variable | satchel key | meaning |\n|---|---|---|\n");
     for alias in ENV_ALIASES {
         md.push_str(&format!("| `{}` | `{}` | {} |\n", alias.var, alias.key, alias.note));

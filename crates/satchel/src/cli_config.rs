@@ -43,6 +43,12 @@ pub fn run(args: &ConfigArgs, workspace: &Path) -> anyhow::Result<()> {
     let layout = Layout::new(workspace);
     let loaded = config::load_layers(&layout, std::env::vars())
         .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    for note in &loaded.notes {
+        tracing::info!("configuration: {note}");
+    }
     for warning in config::unknown_variables(
         std::env::vars()
             .map(|(var, _)| var)

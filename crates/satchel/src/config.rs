@@ -4,13 +4,15 @@
 //!
 //! Layers are merged as JSON objects and deserialised once, so every layer gets the same
 //! validation and errors name the offending key. [`load_layers`] also says where each key's
-//! value came from (`satchel config` shows it).
+//! value came from (`satchel config` shows it). The user's file is optional: one that cannot
+//! be read is skipped with a warning.
 //!
-//! The files and a request may use the spec's names (CoPaw's `agents.running` keys, QwenPaw's
-//! `light_context_config` tree): [`aliases::resolve`] turns each into flat keys first, and
-//! refuses two names that set one key differently. The environment layer also reads CoPaw's
-//! `COPAW_MEMORY_COMPACT_*` variables ([`ENV_ALIASES`]); `COPAW_MEMORY_COMPACT_THRESHOLD`, in
-//! tokens, becomes a ratio of the window the other layers settle on. A list key's variable
+//! The files and a request may use the spec's names (CoPaw's `agents.running` keys and
+//! `agents.language`, QwenPaw's `light_context_config` tree): [`aliases::resolve`] turns each
+//! into flat keys first, and refuses two names that set one key differently. The environment
+//! layer also reads CoPaw's `COPAW_MEMORY_COMPACT_*` variables ([`ENV_ALIASES`]);
+//! `COPAW_MEMORY_COMPACT_THRESHOLD`, in tokens, becomes a ratio of the window the other layers
+//! settle on, and with `COPAW_MEMORY_COMPACT_RATIO` the lower of the two. A list key's variable
 //! takes a JSON array or comma-separated text (`SATCHEL_MARKDOWN_TOOL_NAMES=read_skill,load_skill`).
 //!
 //! The [`Config::DAEMON_ONLY_KEYS`] come only from the daemon's own layers (the files and its
@@ -55,13 +57,12 @@ pub struct Loaded {
     pub config: Config,
     /// Key → where its value came from (every key of the configuration).
     pub sources: BTreeMap<String, Source>,
-    /// The files looked for, lowest layer first, and whether each was there.
+    /// The files looked for, lowest layer first, and whether each was read.
     pub files: Vec<(PathBuf, bool)>,
-}
-
-/// The effective base configuration of a workspace.
-pub fn load(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
-    load_layers(workspace, env).map(|loaded| loaded.config)
+    /// What was skipped and why (the user's file when it cannot be read), for the log.
+    pub warnings: Vec<String>,
+    /// How settings given twice were combined (CoPaw's threshold and ratio), for the log.
+    pub notes: Vec<String>,
 }
 
 /// The user's configuration file: `$XDG_CONFIG_HOME/satchel/config.json`, or
@@ -73,20 +74,51 @@ pub fn user_config_file(env: &HashMap<String, String>) -> Option<PathBuf> {
     Some(base.join("satchel").join("config.json"))
 }
 
-/// [`load`], with the source of every key and the files looked for.
+/// The effective base configuration of a workspace, with the source of every key, the files
+/// looked for, and what the log should say about them.
+///
+/// The user's file is optional: one that cannot be read (a `$HOME` that cannot be searched, a
+/// file that is not readable) is skipped with a warning. The workspace's file is the daemon's
+/// own, and one that cannot be read is an error; so is a file that is not valid JSON.
 pub fn load_layers(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Loaded, ConfigError> {
     let env: HashMap<String, String> = env.collect();
     let mut merged = to_map(&Config::default());
     let mut sources: BTreeMap<String, Source> = merged.keys().map(|key| (key.clone(), Source::Default)).collect();
     let mut written_as = WrittenAs::new();
     let mut files = Vec::new();
-    for path in user_config_file(&env).into_iter().chain([workspace.config_file()]) {
-        let found = read_file_layer(&path, &mut merged, &mut written_as, &mut sources)?;
+    let mut warnings = Vec::new();
+    let user_file = user_config_file(&env).map(|path| (path, true));
+    for (path, optional) in user_file.into_iter().chain([(workspace.config_file(), false)]) {
+        let found = match read_file_layer(&path, &mut merged, &mut written_as, &mut sources) {
+            Err(FileError::Unreadable(why)) if optional => {
+                warnings.push(format!(
+                    "skipping the user configuration {}: it cannot be read ({why})",
+                    path.display()
+                ));
+                false
+            }
+            Err(FileError::Unreadable(why) | FileError::Invalid(why)) => return Err((path.display().to_string(), why)),
+            Ok(found) => found,
+        };
         files.push((path, found));
     }
-    apply_env(&mut merged, &mut written_as, &mut sources, &env)?;
+    let notes = apply_env(&mut merged, &mut written_as, &mut sources, &env)?;
     let config = finish(merged, &written_as)?;
-    Ok(Loaded { config, sources, files })
+    Ok(Loaded {
+        config,
+        sources,
+        files,
+        warnings,
+        notes,
+    })
+}
+
+/// Why a configuration file was not merged.
+enum FileError {
+    /// It is there (or might be) but cannot be read: the reason.
+    Unreadable(String),
+    /// It was read but is not a valid layer: the reason.
+    Invalid(String),
 }
 
 /// Merges the file at `path`, if there is one, over `merged`. Returns whether it was there.
@@ -95,15 +127,14 @@ fn read_file_layer(
     merged: &mut Map<String, Value>,
     written_as: &mut WrittenAs,
     sources: &mut BTreeMap<String, Source>,
-) -> Result<bool, ConfigError> {
+) -> Result<bool, FileError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err((path.display().to_string(), e.to_string())),
+        Err(e) => return Err(FileError::Unreadable(e.to_string())),
     };
-    let file: Map<String, Value> =
-        serde_json::from_str(&text).map_err(|e| (path.display().to_string(), e.to_string()))?;
-    let file = aliases::resolve(&file).map_err(|e| (path.display().to_string(), e.to_string()))?;
+    let file: Map<String, Value> = serde_json::from_str(&text).map_err(|e| FileError::Invalid(e.to_string()))?;
+    let file = aliases::resolve(&file).map_err(|e| FileError::Invalid(e.to_string()))?;
     for (key, value) in file.values {
         written_as.remove(&key);
         if let Some(source) = sources.get_mut(&key) {
@@ -117,13 +148,17 @@ fn read_file_layer(
 
 /// The environment layer: `SATCHEL_<KEY>` for every key, and CoPaw's variables
 /// ([`ENV_ALIASES`]). Both override the file; a `COPAW_` and a `SATCHEL_` variable (or two
-/// `COPAW_` ones) that set one key differently are an error naming both.
+/// `COPAW_` ones) that set one key differently are an error naming both, but for CoPaw's own
+/// documented pair, `COPAW_MEMORY_COMPACT_THRESHOLD` (tokens) and `COPAW_MEMORY_COMPACT_RATIO`:
+/// both are honoured, compaction triggering at whichever is reached first. Returns a note for
+/// the log saying which one that is.
 fn apply_env(
     merged: &mut Map<String, Value>,
     written_as: &mut WrittenAs,
     sources: &mut BTreeMap<String, Source>,
     env: &HashMap<String, String>,
-) -> Result<(), ConfigError> {
+) -> Result<Vec<String>, ConfigError> {
+    let mut notes = Vec::new();
     let defaults = to_map(&Config::default());
     let value_of = |key: &str, raw: &str| env_value(raw, defaults.get(key));
     // Key → (variable, value), for every variable of the layer.
@@ -190,22 +225,46 @@ fn apply_env(
         })?;
         if let Some((other, given)) = set.get(alias.key) {
             let agrees = given.as_f64().is_some_and(|r| (window as f64 * r) as u64 == tokens);
-            if !agrees {
-                return Err((
-                    alias.var.to_owned(),
-                    format!(
-                        "`{other}` ({given}) and `{}` ({tokens}) both set {} ({tokens} tokens is {ratio:.4} of the \
-                         {window}-token window)",
+            match given.as_f64() {
+                // CoPaw documents the ratio beside the threshold (defaults 0.7 and 100000 tokens),
+                // so its users set both: each is a trigger, and the first one reached counts.
+                Some(given_ratio) if !agrees && other.starts_with("COPAW_") => {
+                    // A ratio out of range stays, for validation to name it.
+                    if given_ratio <= ratio || given_ratio > 1.0 {
+                        if given_ratio > 0.0 && given_ratio <= 1.0 {
+                            notes.push(format!(
+                                "`{other}` ({given}) and `{}` ({tokens} tokens, {ratio:.4} of the {window}-token \
+                                 effective window) both set {}: compaction triggers at whichever is reached first, \
+                                 here the ratio",
+                                alias.var, alias.key
+                            ));
+                        }
+                        continue;
+                    }
+                    notes.push(format!(
+                        "`{other}` ({given}) and `{}` ({tokens} tokens, {ratio:.4} of the {window}-token effective \
+                         window) both set {}: compaction triggers at whichever is reached first, here the threshold",
                         alias.var, alias.key
-                    ),
-                ));
+                    ));
+                }
+                _ if !agrees => {
+                    return Err((
+                        alias.var.to_owned(),
+                        format!(
+                            "`{other}` ({given}) and `{}` ({tokens}) both set {} ({tokens} tokens is {ratio:.4} of \
+                             the {window}-token window)",
+                            alias.var, alias.key
+                        ),
+                    ));
+                }
+                _ => {}
             }
         }
         merged.insert(alias.key.to_owned(), ratio.into());
         sources.insert(alias.key.to_owned(), Source::Env(alias.var.to_owned()));
         written_as.insert(alias.key.to_owned(), alias.var.to_owned());
     }
-    Ok(())
+    Ok(notes)
 }
 
 /// The `SATCHEL_` variable of a key.
@@ -235,14 +294,15 @@ fn env_value(raw: &str, default: Option<&Value>) -> Value {
     }
 }
 
-/// `SATCHEL_` variables that are not configuration keys: read by the binary
-/// (`SATCHEL_HOME`, `SATCHEL_LOG`, `SATCHEL_FAILPOINTS`), by the clients and scripts that
+/// `SATCHEL_` variables that are not configuration keys: read by the binary (`SATCHEL_HOME`,
+/// `SATCHEL_LOG`, `SATCHEL_FAILPOINTS`, `SATCHEL_PANIC_METHODS`), by the clients and scripts that
 /// spawn it (`SATCHEL_BIN`, `SATCHEL_CACHE_DIR`), and by the tests and benchmarks, whose
 /// daemons inherit them.
 const OTHER_VARIABLES: &[&str] = &[
     "SATCHEL_HOME",
     "SATCHEL_LOG",
     "SATCHEL_FAILPOINTS",
+    crate::panic_point::ENV_VAR,
     "SATCHEL_BIN",
     "SATCHEL_CACHE_DIR",
     "SATCHEL_EMBEDDING_MODEL",
@@ -408,6 +468,11 @@ fn field_of(error: &serde_path_to_error::Error<serde_json::Error>) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The effective configuration of the layers.
+    fn load(workspace: &Layout, env: impl Iterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+        load_layers(workspace, env).map(|loaded| loaded.config)
+    }
 
     #[test]
     fn layers_file_then_env() {
@@ -832,19 +897,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(why.ends_with("both set compact_keep_recent_messages"), "{why}");
-        // The threshold against a ratio variable.
+        // The threshold against satchel's own ratio variable.
         let (field, why) = load_with(
             None,
             &[
                 ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
-                ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+                ("SATCHEL_COMPACT_THRESHOLD_RATIO", "0.7"),
             ],
         )
         .unwrap_err();
         assert_eq!(field, "COPAW_MEMORY_COMPACT_THRESHOLD");
         assert!(
             why.starts_with(
-                "`COPAW_MEMORY_COMPACT_RATIO` (0.7) and `COPAW_MEMORY_COMPACT_THRESHOLD` (100000) both set"
+                "`SATCHEL_COMPACT_THRESHOLD_RATIO` (0.7) and `COPAW_MEMORY_COMPACT_THRESHOLD` (100000) both set"
             ),
             "{why}"
         );
@@ -859,6 +924,90 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.compact_threshold_tokens(), 98_304);
+    }
+
+    /// CoPaw documents `COPAW_MEMORY_COMPACT_THRESHOLD` (100000) and `COPAW_MEMORY_COMPACT_RATIO`
+    /// (0.7) side by side, so its users set both: each is honoured, compaction triggering at
+    /// whichever is reached first, and the log says which.
+    #[test]
+    fn copaws_threshold_and_ratio_together_trigger_at_the_first_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let loaded =
+            |env: &[(&str, &str)]| load_layers(&layout, env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        // The defaults, on the default window (131072 tokens): 0.7 is 91750 tokens.
+        let both = [
+            ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
+            ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+        ];
+        let l = loaded(&both).unwrap();
+        assert_eq!(l.config.compact_threshold_ratio, 0.7);
+        assert_eq!(
+            l.sources["compact_threshold_ratio"],
+            Source::Env("COPAW_MEMORY_COMPACT_RATIO".into())
+        );
+        assert_eq!(l.notes.len(), 1, "{:?}", l.notes);
+        assert!(
+            l.notes[0].contains("whichever is reached first, here the ratio"),
+            "{:?}",
+            l.notes
+        );
+        assert!(l.warnings.is_empty());
+        // A lower threshold is reached first.
+        let l = loaded(&[
+            ("COPAW_MEMORY_COMPACT_THRESHOLD", "61440"),
+            ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
+        ])
+        .unwrap();
+        assert_eq!(l.config.compact_threshold_tokens(), 61_440);
+        assert_eq!(
+            l.sources["compact_threshold_ratio"],
+            Source::Env("COPAW_MEMORY_COMPACT_THRESHOLD".into())
+        );
+        assert!(l.notes[0].contains("here the threshold"), "{:?}", l.notes);
+        // A bad ratio is still named.
+        let (field, _) = loaded(&[
+            ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
+            ("COPAW_MEMORY_COMPACT_RATIO", "1.5"),
+        ])
+        .unwrap_err();
+        assert_eq!(field, "COPAW_MEMORY_COMPACT_RATIO");
+        // Agreeing values need no note.
+        let l = loaded(&[
+            ("COPAW_MEMORY_COMPACT_THRESHOLD", "98304"),
+            ("COPAW_MEMORY_COMPACT_RATIO", "0.75"),
+        ])
+        .unwrap();
+        assert!(l.notes.is_empty(), "{:?}", l.notes);
+    }
+
+    /// The user's file is optional: one that cannot be read is skipped with a warning (the
+    /// daemon refused to start when `$HOME` could not be searched). The workspace's is not.
+    #[test]
+    fn a_user_file_that_cannot_be_read_is_skipped_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("ws"));
+        std::fs::create_dir_all(layout.root()).unwrap();
+        // A HOME that is a file: its `.config` cannot be searched, even by root.
+        let home = dir.path().join("home-file");
+        std::fs::write(&home, "not a directory").unwrap();
+        std::fs::write(layout.config_file(), r#"{"pruning_recent_n": 5}"#).unwrap();
+        let env = [("HOME".to_owned(), home.to_str().unwrap().to_owned())];
+        let loaded = load_layers(&layout, env.clone().into_iter()).unwrap();
+        assert_eq!(loaded.config.pruning_recent_n, 5);
+        let user = home.join(".config/satchel/config.json");
+        assert_eq!(loaded.files, [(user.clone(), false), (layout.config_file(), true)]);
+        assert_eq!(loaded.warnings.len(), 1);
+        assert!(
+            loaded.warnings[0].starts_with(&format!("skipping the user configuration {}", user.display())),
+            "{:?}",
+            loaded.warnings
+        );
+        // The workspace's own file that cannot be read stops the daemon.
+        std::fs::remove_file(layout.config_file()).unwrap();
+        std::fs::create_dir(layout.config_file()).unwrap();
+        let (field, _) = load_layers(&layout, env.into_iter()).unwrap_err();
+        assert_eq!(field, layout.config_file().display().to_string());
     }
 
     #[test]

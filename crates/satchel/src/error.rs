@@ -26,6 +26,10 @@ pub enum RpcError {
     /// The memory index could not be read or written.
     #[error("memory index: {0}")]
     MemoryIndex(String),
+    /// The handler of the method named failed unexpectedly (it panicked); the daemon's log
+    /// says how. Nothing else is said: a panic's message may quote the client's input.
+    #[error("internal error: {0} failed unexpectedly (the daemon's log says why); the daemon keeps serving")]
+    Internal(String),
 }
 
 impl RpcError {
@@ -42,6 +46,7 @@ impl RpcError {
             RpcError::InvalidParams { .. } => return ErrorCode::InvalidParams,
             RpcError::MemoryUnavailable(_) => return ErrorCode::MemoryUnavailable,
             RpcError::MemoryIndex(_) => return ErrorCode::StorageFailure,
+            RpcError::Internal(_) => return ErrorCode::InternalError,
             RpcError::Engine(e) => e,
         };
         match engine {

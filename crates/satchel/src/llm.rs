@@ -86,8 +86,11 @@ impl OpenAiCompleter {
             "max_tokens": max_tokens,
             "temperature": self.temperature,
         });
+        // No redirect is followed: reqwest would resend the extra headers (and, to the same
+        // host, the key) to wherever the endpoint points, so a redirect is the endpoint's error.
         let client = reqwest::blocking::Client::builder()
             .timeout(self.timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| self.error(&format!("HTTP client: {}", e.without_url())))?;
         let mut request = client.post(&self.url).json(&body);
@@ -99,6 +102,12 @@ impl OpenAiCompleter {
         }
         let response = request.send().map_err(|e| self.error(&describe(e)))?;
         let status = response.status();
+        if status.is_redirection() {
+            // Where it points is not said: a `Location` may carry credentials of its own.
+            return Err(self.error(&format!(
+                "HTTP {status}: the endpoint redirects, and redirects are not followed"
+            )));
+        }
         if !status.is_success() {
             // The body may echo the request (a proxy or debugging server): it is redacted
             // before anything of it is kept.

@@ -2,6 +2,8 @@
 //!
 //! Params are decoded here (not by jsonrpsee's `parse`) so an error names the field in its
 //! message; handlers run on the blocking pool because they do file I/O and token counting.
+//! Every handler runs inside [`guarded`]: one that panics is answered with -32603 under its
+//! request's id, like any other failure, and the daemon keeps serving.
 
 use std::sync::Arc;
 
@@ -35,7 +37,7 @@ pub fn service(daemon: Arc<Daemon>, limits: TransportLimits) -> Result<Service, 
     let prepare_daemon = daemon.clone();
     let prepare: DirectHandler = Arc::new(move |body, scope| {
         direct_call(body, limits, |params: PrepareParams<Box<RawValue>>| {
-            prepare_daemon.prepare(params, &scope)
+            guarded(ContextPrepare::NAME, || prepare_daemon.prepare(params, &scope))
         })
     });
     Ok(Service {
@@ -263,20 +265,42 @@ where
     module.register_blocking_method(
         M::NAME,
         move |params: Params, daemon: Arc<Daemon>, extensions: Extensions| {
-            let params = decode::<P>(&params)?;
-            // The connection's handle lets a method talk back to its own client; the scope
-            // also carries the call's cancellation and its place in the arrival order.
-            let Some(scope) = extensions.get::<CallScope>().cloned() else {
-                return Err(ErrorObjectOwned::owned(
-                    satchel_protocol::ErrorCode::InternalError.code(),
-                    "a call arrived without its transport scope",
-                    None::<()>,
-                ));
-            };
-            handler(&daemon, params, &scope).map_err(ErrorObjectOwned::from)
+            guarded(M::NAME, || {
+                let params = decode::<P>(&params)?;
+                // The connection's handle lets a method talk back to its own client; the scope
+                // also carries the call's cancellation and its place in the arrival order.
+                let Some(scope) = extensions.get::<CallScope>().cloned() else {
+                    return Err(ErrorObjectOwned::owned(
+                        satchel_protocol::ErrorCode::InternalError.code(),
+                        "a call arrived without its transport scope",
+                        None::<()>,
+                    ));
+                };
+                handler(&daemon, params, &scope).map_err(ErrorObjectOwned::from)
+            })
         },
     )?;
     Ok(())
+}
+
+/// Runs the handler of `method`; a panic becomes [`RpcError::Internal`] and an error in the log.
+///
+/// Without this, jsonrpsee answers a blocking method that panics with -32603 under id `null`
+/// (it no longer knows the id), which answers no request: the client waits forever.
+fn guarded<R, E: From<RpcError>>(method: &str, handler: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
+    let run = || {
+        crate::panic_point::check(method);
+        handler()
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        tracing::error!(method, "the handler panicked: {what}");
+        Err(RpcError::Internal(method.to_owned()).into())
+    })
 }
 
 /// Decodes by-name params straight from their text; absent params decode like `{}`, so a

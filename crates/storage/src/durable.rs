@@ -108,11 +108,7 @@ fn parent_of(path: &Path) -> &Path {
 /// A new temp file (0600) beside `path` holding `bytes`, fsynced, for the caller to publish;
 /// removed again when that fails. `points` are the failpoints of its write and its sync.
 fn synced_temp_beside(path: &Path, bytes: &[u8], points: Option<(Point, Point)>) -> Result<PathBuf, StorageError> {
-    let tmp = parent_of(path).join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        uuid::Uuid::new_v4().simple()
-    ));
+    let tmp = temp_beside(path);
     let (write_point, sync_point) = (points.map(|p| p.0), points.map(|p| p.1));
     let written = (|| {
         let mut file = private_options()
@@ -128,6 +124,75 @@ fn synced_temp_beside(path: &Path, bytes: &[u8], points: Option<(Point, Point)>)
         let _ = fs::remove_file(&tmp);
     }
     written.map(|()| tmp)
+}
+
+/// The temp file a write of `path` goes through: `.<name>.<32 lowercase hex digits>.tmp` in the
+/// same directory (hidden, so a listing of memory files skips it, and unique, so two writers
+/// never share one). [`is_temp_name`] recognises exactly these names: change both together.
+fn temp_beside(path: &Path) -> PathBuf {
+    parent_of(path).join(format!(
+        ".{}.{}{TEMP_SUFFIX}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+/// The end of every name [`temp_beside`] makes.
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Whether `name` is one [`temp_beside`] makes: a dot, a name, a dot, 32 lowercase hex digits
+/// and `.tmp`. A file of the user's is never named so by chance.
+fn is_temp_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|n| n.strip_suffix(TEMP_SUFFIX)) else {
+        return false;
+    };
+    let Some((base, id)) = rest.rsplit_once('.') else {
+        return false;
+    };
+    !base.is_empty() && id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Removes the temp files of atomic writes that a crash interrupted (each one a whole copy of
+/// what was being written: the candidates store, a memory file) from the directories satchel
+/// writes atomically into: the workspace root (`MEMORY.md`, `candidates.jsonl`), `run/`,
+/// `keys/`, `tool_result/` (whose offloaded texts are staged under the same names) and all
+/// of `memory/` (its files and merge backups, at any depth). Only names [`is_temp_name`]
+/// recognises are removed, only regular files, and no symbolic link is followed. Returns how
+/// many were removed; a file that cannot be removed stays, for the next start.
+///
+/// Only the daemon that holds the workspace's lock may call it, before it writes: then no
+/// write is in flight, and every such file is stale, however recent.
+pub fn remove_stale_temps(layout: &crate::Layout) -> usize {
+    let flat = [
+        layout.root().to_path_buf(),
+        layout.run_dir(),
+        layout.keys_dir(),
+        layout.offload_dir(),
+    ];
+    let flat: usize = flat.iter().map(|dir| remove_temps_in(dir, false)).sum();
+    flat + remove_temps_in(&layout.memory_dir(), true)
+}
+
+/// [`remove_stale_temps`] in `dir`, and below it when `recursive`.
+fn remove_temps_in(dir: &Path, recursive: bool) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0; // Not there yet (or unreadable): nothing of ours to remove.
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        // The entry itself, never what a link points to.
+        let Ok(kind) = entry.file_type() else { continue };
+        let name = entry.file_name();
+        if kind.is_dir() && recursive {
+            removed += remove_temps_in(&entry.path(), true);
+        } else if kind.is_file() && name.to_str().is_some_and(is_temp_name) {
+            match fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::warn!(path = %entry.path().display(), "a stale temp file stays: {e}"),
+            }
+        }
+    }
+    removed
 }
 
 /// Appends `bytes` to `path` (created 0600 if missing) and fsyncs before returning, so an
@@ -507,6 +572,70 @@ mod tests {
         write_atomic(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn stale_temps_are_removed_where_satchel_writes_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = crate::Layout::new(dir.path());
+        let deep = layout.memory_dir().join("notes/.backups");
+        for d in [
+            layout.run_dir(),
+            layout.keys_dir(),
+            layout.offload_dir(),
+            deep.clone(),
+            layout.sessions_dir(),
+        ] {
+            fs::create_dir_all(d).unwrap();
+        }
+        // Temps as the writes name them.
+        let temps: Vec<PathBuf> = [
+            layout.candidates_file(),
+            layout.root().join("MEMORY.md"),
+            layout.run_dir().join("daemon.json"),
+            layout.candidates_key(),
+            layout.offload_dir().join("abc.txt"),
+            layout.memory_dir().join("2026-11-24.md"),
+            deep.join("MEMORY-1.md"),
+        ]
+        .iter()
+        .map(|path| temp_beside(path))
+        .collect();
+        // Names that are not ours, a temp in a directory satchel does not write atomically
+        // into, and one behind a symbolic link.
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), layout.memory_dir().join("linked")).unwrap();
+        let kept: Vec<PathBuf> = [
+            layout.root().join("notes.tmp"),
+            layout.root().join(".draft.md.tmp"),
+            layout.memory_dir().join(".a.md.0123456789abcdef0123456789abcde.tmp"),
+            layout.memory_dir().join(".a.md.0123456789ABCDEF0123456789ABCDEF.tmp"),
+            layout.memory_dir().join("..0123456789abcdef0123456789abcdef.tmp"),
+            layout.memory_dir().join("2026-11-24.md"),
+            temp_beside(&layout.sessions_dir().join("s.jsonl")),
+            temp_beside(&outside.path().join("x.md")),
+        ]
+        .into();
+        for path in temps.iter().chain(&kept) {
+            fs::write(path, "x").unwrap();
+        }
+        // A directory named like a temp is not a file of ours either.
+        let temp_named_dir = temp_beside(&layout.root().join("d"));
+        fs::create_dir(&temp_named_dir).unwrap();
+        assert!(
+            temps
+                .iter()
+                .all(|t| is_temp_name(t.file_name().unwrap().to_str().unwrap()))
+        );
+
+        assert_eq!(remove_stale_temps(&layout), temps.len());
+        for temp in &temps {
+            assert!(!temp.exists(), "{} stayed", temp.display());
+        }
+        for path in kept.iter().chain([&temp_named_dir]) {
+            assert!(path.exists(), "{} was removed", path.display());
+        }
+        assert_eq!(remove_stale_temps(&layout), 0);
     }
 
     #[test]

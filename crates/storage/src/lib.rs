@@ -34,7 +34,7 @@ mod signed;
 mod workspace;
 
 pub use dialog::{AppendedLines, DialogArchive, DialogLine, DialogOffload, EncodedLines};
-pub use durable::{PendingSync, append_durable, write_atomic};
+pub use durable::{PendingSync, append_durable, remove_stale_temps, write_atomic};
 pub use error::StorageError;
 pub use layout::Layout;
 pub use memory::{MEMORY_FILE, MemoryFileInfo, MemoryFiles, MemoryLines, memory_lines};

@@ -101,8 +101,12 @@ impl OpenAiEmbedder {
         if let Some(client) = self.client.get() {
             return Ok(client);
         }
+        // No redirect is followed: reqwest would send the key on to wherever the endpoint
+        // points (to the same host, or through a second hop), so a redirect is the endpoint's
+        // error.
         let built = Client::builder()
             .timeout(self.config.timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| EmbedError::new(format!("embeddings client: {}", self.redact(&error_chain(&e)))))?;
         // Two threads may race to build; the loser's client is dropped, which is harmless.
@@ -168,6 +172,13 @@ impl OpenAiEmbedder {
         let status = response.status();
         if status.is_success() {
             return Ok(response);
+        }
+        if status.is_redirection() {
+            // Where it points is not said: a `Location` may carry credentials of its own.
+            return Err(Failure {
+                retry: Retry::No,
+                message: format!("HTTP {status}: the endpoint redirects, and redirects are not followed"),
+            });
         }
         let retry = if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
             Retry::After(retry_after(&response))

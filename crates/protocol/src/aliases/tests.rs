@@ -287,7 +287,7 @@ fn fields_the_spec_does_not_list_are_refused_where_they_are() {
     );
     let e = error(json!({"agents": {"defaults": {}}}));
     assert_eq!(e.name(), "agents.defaults");
-    assert!(e.to_string().ends_with("are: running"), "{e}");
+    assert!(e.to_string().ends_with("are: running, language"), "{e}");
     // satchel's own keys are flat, not inside `running`.
     let e = error(json!({"running": {"pruning_slack_bytes": 10}}));
     assert_eq!(e.name(), "running.pruning_slack_bytes");
@@ -360,4 +360,32 @@ fn readme_lists_the_table() {
         readme[start..end] == fresh,
         "README.md's list of the spec's names is out of date: run `UPDATE_README=1 cargo test -p satchel-protocol aliases`"
     );
+}
+
+/// CoPaw's own `config.json` names the agents' language (`agents.language`, which its memory
+/// prompts follow: "zh = Chinese, otherwise English"); satchel refused the file for it.
+#[test]
+fn copaws_agents_language_sets_the_summary_language() {
+    use crate::config::SummaryLanguage;
+    for (code, language) in [
+        ("zh", SummaryLanguage::Zh),
+        ("zh-CN", SummaryLanguage::Zh),
+        ("en", SummaryLanguage::En),
+        ("ja", SummaryLanguage::En),
+    ] {
+        let c = config(json!({"agents": {"language": code, "running": {"max_input_length": 64000}}}));
+        assert_eq!((c.summary_language, c.max_input_length), (language, 64000), "{code}");
+    }
+    let r = resolved(json!({"agents": {"language": "zh"}}));
+    assert_eq!(r.written_as["summary_language"], "agents.language");
+    // Said twice, differently: both named.
+    let e = error(json!({"agents": {"language": "zh"}, "summary_language": "en"}));
+    assert_eq!(
+        e.to_string(),
+        "`agents.language` (\"zh\") and `summary_language` (\"en\") both set summary_language"
+    );
+    let e = error(json!({"agents": {"language": 7}}));
+    assert_eq!(e.name(), "agents.language");
+    let e = error(json!({"agents": {"lang": "zh"}}));
+    assert!(e.to_string().contains("running, language"), "{e}");
 }

@@ -242,14 +242,10 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
             out.flush()?;
             return watch::follow(&mut out, &mut conn, watch::Seen::default(), args.json, colour);
         }
-        Err(error) => {
-            // A daemon may refuse a key it does not know: then say which keys it knows.
-            if let Some(key) = section {
-                let plain = conn.call("context.inspect", inspect_params(session, query, None)?)?;
-                sections::check_known(&serde_json::from_value(plain)?, key)?;
-            }
-            return Err(error);
-        }
+        // The daemon's own words: a key it does not know is refused with the keys it knows.
+        // (A second inspect without the key, to list them here, would see a session that the
+        // refusal may have sent back to its log: no sections until the next prepare.)
+        Err(error) => return Err(error),
     };
     let inspected: InspectResult = serde_json::from_value(raw.clone())?;
     if args.json {

@@ -195,7 +195,7 @@ pub(super) fn find_detail<'a>(r: &'a InspectResult, key: &str) -> anyhow::Result
 }
 
 /// An error that lists the keys the last request had unless `key` is one of them.
-pub(super) fn check_known(r: &InspectResult, key: &str) -> anyhow::Result<()> {
+fn check_known(r: &InspectResult, key: &str) -> anyhow::Result<()> {
     let known: Vec<&str> = r
         .prompt
         .iter()

@@ -18,7 +18,7 @@
 //! `$/cancelRequest {id}` for it, whether the wait timed out, the call that needed the answer
 //! was cancelled, or the stream ended (sent if the writer still runs).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc as std_mpsc};
 use std::time::{Duration, Instant};
@@ -185,7 +185,7 @@ impl ClientHandle {
         rx: &std_mpsc::Receiver<Reply>,
         why: ClientRequestError,
     ) -> Result<Value, ClientRequestError> {
-        if self.peer.forget(id) {
+        if self.peer.abandon(id) {
             tracing::debug!(id, reason = %why, "request to the client abandoned");
             self.peer.cancel(id);
             return Err(why);
@@ -213,11 +213,19 @@ impl Waiter {
     }
 }
 
+/// How many abandoned requests are remembered, for their late answers. A client answers a
+/// `$/cancelRequest` at once or not at all; a few dozen cover any burst of abandoned requests.
+const ABANDONED_KEPT: usize = 64;
+
 /// Requests waiting for the client's answer.
 struct Pending {
     /// False once the stream has ended: no answer can come any more.
     open: bool,
     waiters: HashMap<String, Waiter>,
+    /// The newest requests satchel stopped waiting for (and cancelled), oldest first: their
+    /// answer may still come (LSP's -32800 for a cancelled request, or the result), and is
+    /// expected, not a stray.
+    abandoned: VecDeque<String>,
 }
 
 /// The client side of one served stream, shared by the read loop and every [`ClientHandle`].
@@ -242,6 +250,7 @@ impl Peer {
             pending: Mutex::new(Pending {
                 open: true,
                 waiters: HashMap::new(),
+                abandoned: VecDeque::new(),
             }),
         }
     }
@@ -285,11 +294,21 @@ impl Peer {
 
     /// The request waiting for the response `id`, taken from the waiting list.
     fn waiter(&self, id: Option<&Id<'_>>) -> Option<Waiter> {
-        let waiter = match id {
-            Some(Id::Str(id)) => lock(&self.pending).waiters.remove(id.as_ref()),
-            _ => None,
+        let (waiter, late) = match id {
+            Some(Id::Str(id)) => {
+                let mut pending = lock(&self.pending);
+                let waiter = pending.waiters.remove(id.as_ref());
+                let late = waiter.is_none() && {
+                    let at = pending.abandoned.iter().position(|a| a == id.as_ref());
+                    at.and_then(|at| pending.abandoned.remove(at)).is_some()
+                };
+                (waiter, late)
+            }
+            _ => (None, false),
         };
-        if waiter.is_none() {
+        if late {
+            tracing::debug!(?id, "the answer to a request satchel had abandoned came late");
+        } else if waiter.is_none() {
             tracing::warn!(?id, "ignored a response that answers no waiting request");
         }
         waiter
@@ -341,6 +360,20 @@ impl Peer {
     /// Stops waiting for `id`; false if its answer had already been taken for delivery.
     fn forget(&self, id: &str) -> bool {
         lock(&self.pending).waiters.remove(id).is_some()
+    }
+
+    /// [`forget`](Self::forget)s `id` and remembers it as abandoned, so that its answer, if
+    /// the client still sends one, is not taken for a stray.
+    fn abandon(&self, id: &str) -> bool {
+        let mut pending = lock(&self.pending);
+        if pending.waiters.remove(id).is_none() {
+            return false;
+        }
+        if pending.abandoned.len() == ABANDONED_KEPT {
+            pending.abandoned.pop_front();
+        }
+        pending.abandoned.push_back(id.to_owned());
+        true
     }
 
     /// Queues a request (with `id`) or notification; false if the writer is gone.

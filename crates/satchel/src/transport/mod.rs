@@ -343,6 +343,16 @@ impl Connection {
         }
         // A batch or malformed message does not peek; jsonrpsee answers it as a whole.
         let mut peek = Peek::of(&body);
+        // JSON text is UTF-8. An object that is not, with its bad bytes where routing reads
+        // (an id, a key), does not peek; jsonrpsee would skip the bad member unread, take the
+        // message for a notification and answer nothing. Checked only when peeking failed: a
+        // resent history is megabytes.
+        if peek.is_none() && first == Some(b'{') && std::str::from_utf8(&body).is_err() {
+            tracing::debug!("a message that is not UTF-8");
+            let reply = MethodResponse::error(Id::Null, ErrorCode::ParseError);
+            self.send(framing, reply).await;
+            return None;
+        }
         if let Some(peek) = &peek
             && peek.is_response()
         {
@@ -809,6 +819,39 @@ mod tests {
                 (Value::Null, json!(-32700)),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_message_that_is_not_utf8_gets_a_parse_error_wherever_the_bad_bytes_are() {
+        let mut client = start(TransportLimits::default());
+        let bodies: [&[u8]; 5] = [
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"fz-\xff1\",\"method\":\"echo\",\"params\":[1]}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"\xed\xa0\x80\",\"method\":\"echo\",\"params\":[1]}",
+            b"{\"jsonrpc\":\"2.0\",\"x\xc3\":1,\"id\":5,\"method\":\"echo\",\"params\":[1]}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ech\xc0\xafo\",\"params\":[1]}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"echo\",\"params\":[\"\xff\"],\"id\":\"a\xf4\x90\x80\x80\"}",
+        ];
+        for (framing, body) in [Framing::Ndjson, Framing::ContentLength]
+            .into_iter()
+            .flat_map(|f| bodies.map(|b| (f, b)))
+        {
+            client.send_raw(&framing::encode(framing, body)).await;
+            let (got, reply) = client.recv().await;
+            assert_eq!(got, framing);
+            assert_eq!(
+                (&reply["id"], &reply["error"]["code"]),
+                (&Value::Null, &json!(-32700)),
+                "{}: {reply}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // Bad bytes inside a call's params, past what routing reads: the call's id is known.
+        let body = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"echo\",\"params\":[\"\xff\"]}";
+        client.send_raw(&framing::encode(Framing::Ndjson, body)).await;
+        let (_, reply) = client.recv().await;
+        assert!(reply["error"]["code"].is_i64(), "{reply}");
+        client.send(Framing::Ndjson, &call(json!(8), "echo", json!([8]))).await;
+        assert_eq!(client.recv().await.1["result"], json!([8]));
     }
 
     #[tokio::test]

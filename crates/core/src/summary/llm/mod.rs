@@ -287,7 +287,7 @@ impl<C: Completer> LlmSummarizer<C> {
         let mut reason = String::new();
         for _ in 0..ATTEMPTS {
             match self.completer.complete(request, self.max_output_tokens) {
-                Ok(reply) => match parse_summary(&reply) {
+                Ok(reply) => match parse_summary(tagged_part(&reply)) {
                     Ok(summary) => return Ok(summary),
                     Err(why) => reason = why,
                 },
@@ -348,6 +348,33 @@ impl<C: Completer> LlmSummarizer<C> {
             chunks.push(current);
         }
         chunks
+    }
+}
+
+/// The part of a model's reply inside `<summary>…</summary>` (AceClaw's phase 2 extracts it),
+/// or the whole reply when it has no such tags: a model asked for a summary often wraps it in
+/// chatter ("Here is the summary", "Hope this helps!"), which would otherwise land in the
+/// summary's last section. The last closed pair after any thinking counts (an earlier mention
+/// of the tag, in the model's preamble, is not the summary); an opening tag never closed (a reply cut
+/// at `max_tokens`) keeps what follows it. Tags are matched without regard to case.
+fn tagged_part(reply: &str) -> &str {
+    const OPEN: &str = "<summary>";
+    const CLOSE: &str = "</summary>";
+    // A reasoning model's thinking may draft the summary in tags of its own.
+    let reply = reply
+        .rfind("</think>")
+        .map_or(reply, |at| &reply[at + "</think>".len()..]);
+    // ASCII lower-casing keeps every byte offset.
+    let lower = reply.to_ascii_lowercase();
+    match lower.rfind(CLOSE) {
+        Some(end) => match lower[..end].rfind(OPEN) {
+            Some(start) => &reply[start + OPEN.len()..end],
+            None => reply,
+        },
+        None => match lower.rfind(OPEN) {
+            Some(start) => &reply[start + OPEN.len()..],
+            None => reply,
+        },
     }
 }
 

@@ -563,3 +563,28 @@ fn llm_failures_fall_back_to_the_extractive_summary() {
     assert_eq!(backend, "extractive (fallback: no messages to summarise)");
     assert!(script.requests().is_empty());
 }
+
+/// A reply wrapped in `<summary>` tags keeps only what the tags hold: the chatter around them
+/// ("Hope this helps!") is not a note of the summary's last section.
+#[test]
+fn llm_a_reply_in_summary_tags_loses_the_chatter_around_them() {
+    let counter = counter();
+    let messages = session();
+    let inp = input(&messages, None, None, &counter);
+    let (untagged, _) = llm(&Script::ok(&[REPLY])).summarize_reporting(&inp);
+    let wrapped = [
+        format!("Sure! I'll put it in <summary> tags.\n<summary>\n{REPLY}</summary>\n\nHope this helps! Let me know."),
+        format!("<think>a <summary>draft</summary></think>\n<SUMMARY>{REPLY}</Summary>\nHope this helps!"),
+        // Cut at max_tokens before its closing tag.
+        format!("Here you go:\n<summary>\n{REPLY}"),
+    ];
+    for reply in &wrapped {
+        let (summary, backend) = llm(&Script::ok(&[reply])).summarize_reporting(&inp);
+        assert_eq!(backend, "fake:model", "{reply}");
+        let text = serde_json::to_string(&summary).unwrap();
+        for chatter in ["Hope this helps", "Let me know", "Sure!", "Here you go", "draft"] {
+            assert!(!text.contains(chatter), "{chatter:?} kept from {reply:?}: {text}");
+        }
+        assert_eq!(summary, untagged, "{reply}");
+    }
+}
