@@ -179,16 +179,16 @@ impl Engine {
         }
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])?;
-        let (range, appended) = self.archive_compaction(&begun, encoded, &[])?;
+        let (ranges, appended) = self.archive_compaction(&begun, encoded, &[])?;
 
         // Archived: the messages may leave memory. The log says so only with the done record
         // below; if that write fails the call is rolled back and the reload finds the log as
         // it was before the call.
-        let previous = replace_with_summary(session, &begun, &range);
+        let previous = replace_with_summary(session, &begun, &ranges);
         begun.tokens_after = usage_after_compaction(session, config, counter, extras).total;
         session.futile_compaction_at = None;
-        self.log_compaction_done(id, &begun, &range, appended.as_ref())?;
-        let report = report_of(&begun, Some(&range));
+        self.log_compaction_done(id, &begun, &ranges, appended.as_ref())?;
+        let report = report_of(&begun, &ranges);
         self.learn_from_compaction(
             id,
             config,
@@ -197,10 +197,7 @@ impl Engine {
             session.summary(),
             phase0.as_ref(),
         );
-        session.compactions.push(CompactionInfo {
-            begun,
-            range: Some(range),
-        });
+        session.compactions.push(CompactionInfo::archived(begun, ranges));
         // Pinned messages that just left are re-emitted from the archive after the summary.
         if let Err(e) = self.resolve_pins(session) {
             tracing::warn!(
@@ -211,20 +208,16 @@ impl Engine {
         Ok(Some(report))
     }
 
-    /// Logs the end of compaction `begun`, archived as `range` (its lines `appended`); when
+    /// Logs the end of compaction `begun`, archived in `ranges` (its lines `appended`); when
     /// that fails the call is rolled back, so the archive lines are taken back too.
     fn log_compaction_done(
         &self,
         id: &str,
         begun: &CompactionBegun,
-        range: &ArchiveRange,
+        ranges: &[ArchiveRange],
         appended: Option<&AppendedLines>,
     ) -> Result<(), CompactError> {
-        let done = SessionRecord::CompactionDone {
-            id: begun.id.clone(),
-            range: range.clone(),
-            tokens_after: Some(begun.tokens_after),
-        };
+        let done = compaction_done(begun, ranges, Some(begun.tokens_after));
         if let Err(e) = self.sessions.append(id, &[done]) {
             // Without this a retry would archive the same messages again under another
             // compaction id.
@@ -386,33 +379,78 @@ impl Engine {
         }
     }
 
-    /// Appends a compaction's `encoded` archive lines to the dialog archive and returns where
-    /// its messages are, counting the lines an interrupted first attempt left `present`
-    /// (line, index), and where this append landed.
+    /// Appends a compaction's `encoded` archive lines to the dialog archive and returns the
+    /// runs of lines its messages are in, counting the lines an interrupted first attempt left
+    /// `present` (line, index), and where this append landed. One run, unless other sessions
+    /// archived between the first attempt and this one: each run then holds only this
+    /// compaction's lines, so that every range recorded is one `context.expand` can read.
     pub(crate) fn archive_compaction(
         &self,
         begun: &CompactionBegun,
         encoded: EncodedLines,
         present: &[(usize, usize)],
-    ) -> Result<(ArchiveRange, Option<AppendedLines>), satchel_storage::StorageError> {
-        let mut first_line = present.iter().map(|(line, _)| *line).min();
-        let mut last_line = present.iter().map(|(line, _)| *line).max();
+    ) -> Result<(Vec<ArchiveRange>, Option<AppendedLines>), satchel_storage::StorageError> {
+        let mut placed = present.to_vec();
         let mut landed = None;
         if !encoded.is_empty() {
+            let indices = encoded.indices().to_vec();
             let appended = self.archive.append_encoded(&begun.archive_file, encoded)?;
-            first_line = Some(first_line.map_or(appended.start_line, |l| l.min(appended.start_line)));
-            last_line = Some(last_line.map_or(appended.end_line, |l| l.max(appended.end_line)));
+            placed.extend((appended.start_line..=appended.end_line).zip(indices));
             landed = Some(appended);
         }
-        let range = ArchiveRange {
-            file: begun.archive_file.clone(),
-            start_line: first_line.unwrap_or(0),
-            end_line: last_line.unwrap_or(0),
-            first_index: begun.indices.first().copied().unwrap_or(0),
-            last_index: begun.indices.last().copied().unwrap_or(0),
-            messages: begun.indices.len(),
-        };
-        Ok((range, landed))
+        placed.sort_unstable();
+        let mut ranges = archive_runs(&begun.archive_file, &placed);
+        if ranges.is_empty() {
+            // Nothing archived (a compaction of no message): the range says so.
+            ranges.push(ArchiveRange {
+                file: begun.archive_file.clone(),
+                start_line: 0,
+                end_line: 0,
+                first_index: begun.indices.first().copied().unwrap_or(0),
+                last_index: begun.indices.last().copied().unwrap_or(0),
+                messages: begun.indices.len(),
+            });
+        }
+        Ok((ranges, landed))
+    }
+}
+
+/// The runs of consecutive lines of archive `file` in `placed` (line, original index),
+/// sorted by line: one range each, with the first and last index and the messages it holds.
+pub(crate) fn archive_runs(file: &str, placed: &[(usize, usize)]) -> Vec<ArchiveRange> {
+    let mut runs: Vec<ArchiveRange> = Vec::new();
+    for &(line, index) in placed {
+        match runs.last_mut() {
+            Some(run) if run.end_line + 1 == line => {
+                run.end_line = line;
+                run.last_index = index;
+                run.messages += 1;
+            }
+            _ => runs.push(ArchiveRange {
+                file: file.to_owned(),
+                start_line: line,
+                end_line: line,
+                first_index: index,
+                last_index: index,
+                messages: 1,
+            }),
+        }
+    }
+    runs
+}
+
+/// The record that compaction `begun` is done, its messages archived in `ranges` (at least
+/// one); `tokens_after` is unknown when a restart finished it.
+pub(crate) fn compaction_done(
+    begun: &CompactionBegun,
+    ranges: &[ArchiveRange],
+    tokens_after: Option<u64>,
+) -> SessionRecord {
+    SessionRecord::CompactionDone {
+        id: begun.id.clone(),
+        range: ranges[0].clone(),
+        more_ranges: ranges[1..].to_vec(),
+        tokens_after,
     }
 }
 
@@ -439,18 +477,18 @@ fn compaction_started(id: &str, session: &Session, before: &TokenUsage, manual: 
     }
 }
 
-/// Drops the messages of `begun` (archived as `range`) from `session` and puts its summary in
+/// Drops the messages of `begun` (archived in `ranges`) from `session` and puts its summary in
 /// their place; returns the summary it replaces.
 fn replace_with_summary(
     session: &mut Session,
     begun: &CompactionBegun,
-    range: &ArchiveRange,
+    ranges: &[ArchiveRange],
 ) -> Option<CompactSummary> {
     let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
     session.entries.retain(|e| !compacted.contains(&e.index));
     let previous = session.summary().cloned();
     let mut summary = begun.summary.clone();
-    summary.add_archive_range(range.clone(), &begun.indices);
+    summary.add_archive_ranges(ranges, &begun.indices);
     session.set_summary(Some(summary));
     previous
 }
@@ -524,8 +562,13 @@ pub(crate) fn dialog_lines<'a>(
 /// Dropped identifiers a compaction reports at most.
 const DROPPED_LISTED: usize = 20;
 
-/// A compaction as reported to clients.
-pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> CompactionReport {
+/// A compaction as reported to clients, its messages archived in `ranges` (none yet, one run
+/// of lines, or more).
+pub(crate) fn report_of<'a>(
+    begun: &CompactionBegun,
+    ranges: impl IntoIterator<Item = &'a ArchiveRange>,
+) -> CompactionReport {
+    let mut ranges = ranges.into_iter().cloned();
     CompactionReport {
         id: begun.id.clone(),
         at: begun.at.clone(),
@@ -533,7 +576,8 @@ pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -
         messages: begun.indices.len(),
         tokens_before: begun.tokens_before,
         tokens_after: begun.tokens_after,
-        archive: range.cloned(),
+        archive: ranges.next(),
+        more_archive: ranges.collect(),
         summarizer: begun.summarizer.clone(),
         dropped: begun.dropped.clone(),
     }
