@@ -129,14 +129,24 @@ fn prepare_session(harness: &Harness, session: &str, messages: &[Value]) -> Prep
         .result
 }
 
-/// Issue 27 item 10: session A's compaction is cut by a crash after two archive lines (and
-/// half a third), session B compacts after the restart, then A is loaded and its compaction
-/// finished. The recorded ranges hold only A's lines (two runs, B's lines between them), the
-/// summary and inspect show both, nothing is archived twice, and `context.expand` by the
-/// compaction's id brings back every message it compacted.
-#[test]
-fn a_compaction_finished_after_another_session_archived_records_only_its_own_lines() {
-    let mut harness = Harness::new(small_window());
+/// Session A's compaction (of [`conversation`]`(8, 2_500)`), cut by a crash after two archive lines.
+struct Interrupted {
+    /// A's history.
+    messages: Vec<Value>,
+    /// Its compaction's id.
+    compaction: String,
+    /// Messages it compacted, and the first and last of them.
+    compacted: usize,
+    first_index: usize,
+    last_index: usize,
+    /// Lines B archived after A's first two.
+    b_lines: usize,
+}
+
+/// A's compaction cut by a crash after two archive lines (and half a third); after the restart
+/// session B compacts first; then the engine restarts again, under a window A's whole span
+/// fits in, with A not loaded yet.
+fn interrupted_then_another_session_archives(harness: &mut Harness) -> Interrupted {
     let messages = conversation(8, 2_500);
     harness.prepare(&messages);
     let archive_path = harness.path(&format!("dialog/{DAY}.jsonl"));
@@ -144,7 +154,8 @@ fn a_compaction_finished_after_another_session_archived_records_only_its_own_lin
     let done = harness.records().last().expect("a log").clone();
     assert_eq!(done["record"], "compaction_done");
     let compaction = done["id"].as_str().unwrap().to_owned();
-    let compacted = done["range"]["messages"].as_u64().unwrap() as usize;
+    let index = |key: &str| done["range"][key].as_u64().unwrap() as usize;
+    let compacted = index("messages");
     assert!(compacted > 3, "{done}");
 
     // The crash: A's log ends with `compaction_begun`, the archive with two of its lines and
@@ -165,15 +176,40 @@ fn a_compaction_finished_after_another_session_archived_records_only_its_own_lin
     harness.engine.ids.next_id();
     let mut other = conversation(8, 2_400);
     other[0] = user("Port the lexer to the new token API.");
-    prepare_session(&harness, "b", &other);
+    prepare_session(harness, "b", &other);
     let after_b = harness.archive();
     assert_eq!(after_b[2]["session_id"], "b", "B's lines follow A's two whole ones");
     assert_ne!(after_b[2]["compaction_id"], compaction.as_str());
-    let b_lines = after_b.len() - 2;
 
-    // A is loaded (by inspect) under a window its whole span fits in, and finished.
     harness.config.max_input_length = 131_072;
     harness.restart();
+    Interrupted {
+        messages,
+        compaction,
+        compacted,
+        first_index: index("first_index"),
+        last_index: index("last_index"),
+        b_lines: after_b.len() - 2,
+    }
+}
+
+/// Issue 27 item 10: session A's compaction is cut by a crash after two archive lines (and
+/// half a third), session B compacts after the restart, then A is loaded and its compaction
+/// finished. The recorded ranges hold only A's lines (two runs, B's lines between them), the
+/// summary and inspect show both, nothing is archived twice, and `context.expand` by the
+/// compaction's id brings back every message it compacted.
+#[test]
+fn a_compaction_finished_after_another_session_archived_records_only_its_own_lines() {
+    let mut harness = Harness::new(small_window());
+    let Interrupted {
+        messages,
+        compaction,
+        compacted,
+        first_index,
+        last_index,
+        b_lines,
+    } = interrupted_then_another_session_archives(&mut harness);
+    // A is loaded (by inspect), and its compaction finished.
     let inspected = harness.inspect();
     let finished = harness.records().last().unwrap().clone();
     assert_eq!(finished["record"], "compaction_done");
@@ -191,8 +227,6 @@ fn a_compaction_finished_after_another_session_archived_records_only_its_own_lin
         last_index,
         messages,
     };
-    let first_index = done["range"]["first_index"].as_u64().unwrap() as usize;
-    let last_index = done["range"]["last_index"].as_u64().unwrap() as usize;
     let rest_start = 2 + b_lines + 1;
     assert_eq!(
         ranges,
@@ -281,4 +315,53 @@ fn a_compaction_finished_after_another_session_archived_records_only_its_own_lin
         messages[first_index..=last_index],
         "A's messages, in order, right after the summary"
     );
+}
+
+/// A log an older satchel wrote records such a compaction as one range across B's lines:
+/// `context.expand` by its id still brings back exactly A's messages, run by run.
+#[test]
+fn a_range_recorded_across_another_sessions_lines_still_expands_to_its_own() {
+    let mut harness = Harness::new(small_window());
+    let Interrupted {
+        compaction,
+        compacted,
+        first_index,
+        last_index,
+        b_lines,
+        ..
+    } = interrupted_then_another_session_archives(&mut harness);
+    harness.inspect();
+    let file = format!("dialog/{DAY}.jsonl");
+    let end_line = compacted + b_lines;
+    let old = json!({"record": "compaction_done", "id": compaction, "range": {"file": file,
+        "start_line": 1, "end_line": end_line, "first_index": first_index, "last_index": last_index,
+        "messages": compacted}});
+    let log = String::from_utf8(harness.log()).unwrap();
+    let without_done = &log[..log.trim_end_matches('\n').rfind('\n').unwrap() + 1];
+    fs::write(
+        harness.engine.workspace().layout().session_log(SESSION),
+        format!("{without_done}{old}\n"),
+    )
+    .unwrap();
+    harness.restart();
+
+    let ticket = harness.engine.ticket(SESSION).unwrap();
+    let expanded = harness
+        .engine
+        .expand(
+            ticket,
+            ExpandParams {
+                session_id: SESSION.into(),
+                compaction_id: Some(compaction),
+                archive: None,
+                max_tokens: None,
+            },
+        )
+        .expect("the compaction expands");
+    assert_eq!((expanded.messages, expanded.left_out), (compacted, 0), "{expanded:?}");
+    let runs: Vec<(usize, usize)> = std::iter::once(&expanded.archive)
+        .chain(&expanded.more_archive)
+        .map(|r| (r.start_line, r.end_line))
+        .collect();
+    assert_eq!(runs, [(1, 2), (2 + b_lines + 1, end_line)]);
 }
