@@ -3,12 +3,14 @@
 //! brings the span back from the archive into the next request only: byte-exact where nothing
 //! is cut, tool calls with their results, within its budget, in both formats.
 
+use std::sync::mpsc::RecvTimeoutError;
+
 use serde_json::{Value, json};
 
 use crate::support::builders::{AgentLoop, SYSTEM, agent_step, system, user};
 use crate::support::checks::error_code;
 use crate::support::trajectories::{Format, check_request_shape};
-use crate::support::{Daemon, actions, archived};
+use crate::support::{Daemon, REPLY_TIMEOUT, actions, archive_lines, archived};
 
 const SESSION: &str = "expand";
 const SMALL_WINDOW: [(&str, &str); 2] = [
@@ -241,5 +243,114 @@ fn expand_budgets_against_the_sessions_window() {
         added["budget_tokens"].as_u64().unwrap() <= quarter,
         "after a restart: {added}"
     );
+    daemon.shutdown();
+}
+
+/// The exit status of a daemon a `crash` failpoint stopped.
+const CRASH_EXIT_STATUS: i32 = 86;
+
+/// Sends an agent loop of `session`, opened by `request`, step by step to `daemon` until a
+/// call compacts (`true`) or the daemon dies in the middle of one (`false`); returns the
+/// history sent and which.
+fn run_until_compaction(daemon: &mut Daemon, session: &str, request: &str) -> (Vec<Value>, bool) {
+    let mut messages = vec![system(SYSTEM), user(request)];
+    for step in 0..60 {
+        messages.extend(agent_step(Format::Openai, &AGENT_LOOP, step));
+        let id = daemon.request("context.prepare", json!({"session_id": session, "messages": messages}));
+        let reply = loop {
+            match daemon.next_frame_within(REPLY_TIMEOUT) {
+                Ok((_, frame)) if frame["id"] == json!(id) => break frame,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) => return (messages, false),
+                Err(RecvTimeoutError::Timeout) => panic!("no reply within {REPLY_TIMEOUT:?}"),
+            }
+        };
+        assert!(reply.get("error").is_none(), "{reply}");
+        if !actions(&reply["result"], "compacted").is_empty() {
+            return (messages, true);
+        }
+    }
+    panic!("no compaction in 60 steps");
+}
+
+/// Issue 27 item 10: a crash (a failpoint exits the daemon half-way through the archive write)
+/// cuts session A's compaction mid-archive; after a restart session B compacts, its lines
+/// landing right after A's; then A is loaded and its compaction finished. The runs it records
+/// hold only A's lines, and `context.expand` by its id brings back every message it compacted.
+#[test]
+fn a_compaction_a_crash_cut_mid_archive_expands_after_another_session_archived() {
+    const A: &str = "cut-by-a-crash";
+    const B: &str = "archived-meanwhile";
+    let dir = tempfile::tempdir().unwrap();
+    let crashing = [
+        SMALL_WINDOW[0],
+        SMALL_WINDOW[1],
+        ("SATCHEL_FAILPOINTS", "archive:crash@1"),
+    ];
+    let mut daemon = Daemon::start(dir.path(), &crashing);
+    let (messages, answered) = run_until_compaction(&mut daemon, A, "Fix the failing build of the parser crate.");
+    assert!(!answered, "the archive write of the compaction crashes the daemon");
+    assert_eq!(daemon.wait_exit(REPLY_TIMEOUT).code(), Some(CRASH_EXIT_STATUS));
+
+    // B compacts first after the restart (which cuts the torn line A's write left).
+    let mut daemon = Daemon::start(dir.path(), &SMALL_WINDOW);
+    let (_, compacted) = run_until_compaction(&mut daemon, B, "Port the lexer to the new token API.");
+    assert!(compacted);
+    let sessions: Vec<Value> = archive_lines(dir.path())
+        .into_iter()
+        .map(|(_, _, l)| l["session_id"].clone())
+        .collect();
+    let whole = sessions.iter().take_while(|s| *s == A).count();
+    assert!(
+        whole > 0 && sessions[whole] == B,
+        "A's first lines, then B's: {sessions:?}"
+    );
+    daemon.shutdown();
+
+    // A is loaded (by inspect), under the default window its whole span fits in.
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let inspected = daemon.call("context.inspect", json!({"session_id": A}));
+    let compaction = &inspected["compactions"][0];
+    let id = compaction["id"].as_str().unwrap();
+    let runs: Vec<&Value> = std::iter::once(&compaction["archive"])
+        .chain(compaction["more_archive"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(runs.len(), 2, "A's lines before B's, and the rest after: {compaction}");
+    let lines = archive_lines(dir.path());
+    for run in &runs {
+        let (start, end) = (run["start_line"].as_u64().unwrap(), run["end_line"].as_u64().unwrap());
+        let held: Vec<&Value> = lines
+            .iter()
+            .filter(|(_, n, _)| (start..=end).contains(&(*n as u64)))
+            .map(|(_, _, l)| l)
+            .collect();
+        assert_eq!(held.len() as u64, run["messages"].as_u64().unwrap(), "{run}");
+        for line in held {
+            assert_eq!(
+                (&line["session_id"], &line["compaction_id"]),
+                (&json!(A), &json!(id)),
+                "{run}"
+            );
+        }
+    }
+    assert_eq!(inspected["summary"]["archive"], json!(runs));
+
+    let added = daemon.call("context.expand", json!({"session_id": A, "compaction_id": id}));
+    let count = compaction["messages"].as_u64().unwrap() as usize;
+    assert_eq!(
+        (added["messages"].as_u64(), added["left_out"].as_u64()),
+        (Some(count as u64), Some(0)),
+        "{added}"
+    );
+    assert_eq!(added["more_archive"], compaction["more_archive"], "{added}");
+
+    // The next request carries every compacted message, as archived (each once), after the summary.
+    let next = daemon.call("context.prepare", json!({"session_id": A, "messages": messages}));
+    let sent = next["messages"].as_array().unwrap();
+    let archive = archived(dir.path(), A);
+    assert_eq!(archive.len(), count);
+    let span: Vec<&Value> = archive.values().map(|l| &l["message"]).collect();
+    let at = sent.iter().position(|m| m["role"] != "system").unwrap() + 1;
+    assert_eq!(sent[at..at + count].iter().collect::<Vec<_>>(), span);
     daemon.shutdown();
 }

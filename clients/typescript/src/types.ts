@@ -274,6 +274,8 @@ export interface CompactionReport {
   tokens_before: number;
   tokens_after: number;
   archive?: ArchiveRange | null;
+  /** Further runs of lines, when a crash left the messages in more than one. */
+  more_archive?: ArchiveRange[];
   /** `extractive`, `openai:<model>`, `client`, or `extractive (fallback: …)`. */
   summarizer: string;
   /** What the summary no longer names, most important first; `context.expand` brings it back. */
@@ -344,6 +346,8 @@ export interface ExpandRange {
 export interface ExpandResult {
   session_id: string;
   archive: ArchiveRange;
+  /** Further runs of lines, when a crash left the span's messages in more than one. */
+  more_archive?: ArchiveRange[];
   messages: number;
   tokens: number;
   budget_tokens: number;
@@ -1093,13 +1097,14 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   ]),
   ArchiveRange: fields<ArchiveRange>()(['file', 'start_line', 'end_line', 'first_index', 'last_index', 'messages']),
   CompactionReport: fields<CompactionReport>()([
-    'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer', 'dropped?',
+    'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'more_archive?', 'summarizer',
+    'dropped?',
   ]),
   DroppedIdentifier: fields<DroppedIdentifier>()(['kind', 'text', 'index', 'mentions']),
   ExpandParams: fields<ExpandParams>()(['session_id', 'compaction_id?', 'archive?', 'max_tokens?']),
   ExpandRange: fields<ExpandRange>()(['file', 'start_line', 'end_line']),
   ExpandResult: fields<ExpandResult>()([
-    'session_id', 'archive', 'messages', 'tokens', 'budget_tokens', 'left_out', 'truncated_results',
+    'session_id', 'archive', 'more_archive?', 'messages', 'tokens', 'budget_tokens', 'left_out', 'truncated_results',
   ]),
   Reconciliation: fields<Reconciliation>()(['session_messages', 'reused', 'appended', 'replaced']),
   CompactSummary: fields<CompactSummary>()([
@@ -1183,7 +1188,8 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
 export const ACTION_FIELDS: Record<Action['kind'], readonly string[]> = {
   offloaded: fields<OffloadedAction>()(['kind', 'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'newly_written']),
   compacted: fields<CompactedAction>()([
-    'kind', 'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'summarizer', 'dropped?',
+    'kind', 'id', 'at', 'manual', 'messages', 'tokens_before', 'tokens_after', 'archive?', 'more_archive?', 'summarizer',
+    'dropped?',
   ]),
   compaction_failed: fields<CompactionFailedAction>()(['kind', 'reason']),
   repaired: fields<RepairedAction>()(['kind', 'index', 'repair', 'call_id?']),

@@ -1,6 +1,7 @@
 //! Compaction: summarise the older part of a session, archive its raw messages, and put the
 //! summary in their place; automatic (from `prepare`) or manual (`context.compact`).
 
+mod archive;
 mod sizes;
 
 use std::collections::HashSet;
@@ -20,9 +21,7 @@ use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionEvent, CompactionReport, Config,
     ContextEvent, ContextMode, EventKind, TokenUsage,
 };
-use satchel_storage::{
-    AppendedLines, CompactionBegun, CompactionInfo, DialogLine, DialogOffload, EncodedLines, SessionRecord,
-};
+use satchel_storage::{AppendedLines, CompactionBegun, CompactionInfo, EncodedLines, SessionRecord};
 use serde_json::Value;
 
 use crate::call::CallContext;
@@ -33,6 +32,7 @@ use crate::live::Ticket;
 use crate::session::{Entry, Session, format_or_default};
 use crate::usage::{RequestExtras, usage};
 use crate::{Outcome, event_of};
+pub(crate) use archive::{archive_runs, compaction_done, dialog_lines};
 use sizes::{check_result_bound, estimated_tokens_after, summary_budget, usage_after_compaction};
 
 /// Why and how a compaction runs.
@@ -179,16 +179,16 @@ impl Engine {
         }
         self.sessions
             .append(id, &[SessionRecord::CompactionBegun(Box::new(begun.clone()))])?;
-        let (range, appended) = self.archive_compaction(&begun, encoded, &[])?;
+        let (ranges, appended) = self.archive_compaction(&begun, encoded, &[])?;
 
         // Archived: the messages may leave memory. The log says so only with the done record
         // below; if that write fails the call is rolled back and the reload finds the log as
         // it was before the call.
-        let previous = replace_with_summary(session, &begun, &range);
+        let previous = replace_with_summary(session, &begun, &ranges);
         begun.tokens_after = usage_after_compaction(session, config, counter, extras).total;
         session.futile_compaction_at = None;
-        self.log_compaction_done(id, &begun, &range, appended.as_ref())?;
-        let report = report_of(&begun, Some(&range));
+        self.log_compaction_done(id, &begun, &ranges, appended.as_ref())?;
+        let report = report_of(&begun, &ranges);
         self.learn_from_compaction(
             id,
             config,
@@ -197,10 +197,7 @@ impl Engine {
             session.summary(),
             phase0.as_ref(),
         );
-        session.compactions.push(CompactionInfo {
-            begun,
-            range: Some(range),
-        });
+        session.compactions.push(CompactionInfo::archived(begun, ranges));
         // Pinned messages that just left are re-emitted from the archive after the summary.
         if let Err(e) = self.resolve_pins(session) {
             tracing::warn!(
@@ -211,20 +208,16 @@ impl Engine {
         Ok(Some(report))
     }
 
-    /// Logs the end of compaction `begun`, archived as `range` (its lines `appended`); when
+    /// Logs the end of compaction `begun`, archived in `ranges` (its lines `appended`); when
     /// that fails the call is rolled back, so the archive lines are taken back too.
     fn log_compaction_done(
         &self,
         id: &str,
         begun: &CompactionBegun,
-        range: &ArchiveRange,
+        ranges: &[ArchiveRange],
         appended: Option<&AppendedLines>,
     ) -> Result<(), CompactError> {
-        let done = SessionRecord::CompactionDone {
-            id: begun.id.clone(),
-            range: range.clone(),
-            tokens_after: Some(begun.tokens_after),
-        };
+        let done = compaction_done(begun, ranges, Some(begun.tokens_after));
         if let Err(e) = self.sessions.append(id, &[done]) {
             // Without this a retry would archive the same messages again under another
             // compaction id.
@@ -385,35 +378,6 @@ impl Engine {
             tracing::warn!(session = session_id, "could not append to the memory log: {e}");
         }
     }
-
-    /// Appends a compaction's `encoded` archive lines to the dialog archive and returns where
-    /// its messages are, counting the lines an interrupted first attempt left `present`
-    /// (line, index), and where this append landed.
-    pub(crate) fn archive_compaction(
-        &self,
-        begun: &CompactionBegun,
-        encoded: EncodedLines,
-        present: &[(usize, usize)],
-    ) -> Result<(ArchiveRange, Option<AppendedLines>), satchel_storage::StorageError> {
-        let mut first_line = present.iter().map(|(line, _)| *line).min();
-        let mut last_line = present.iter().map(|(line, _)| *line).max();
-        let mut landed = None;
-        if !encoded.is_empty() {
-            let appended = self.archive.append_encoded(&begun.archive_file, encoded)?;
-            first_line = Some(first_line.map_or(appended.start_line, |l| l.min(appended.start_line)));
-            last_line = Some(last_line.map_or(appended.end_line, |l| l.max(appended.end_line)));
-            landed = Some(appended);
-        }
-        let range = ArchiveRange {
-            file: begun.archive_file.clone(),
-            start_line: first_line.unwrap_or(0),
-            end_line: last_line.unwrap_or(0),
-            first_index: begun.indices.first().copied().unwrap_or(0),
-            last_index: begun.indices.last().copied().unwrap_or(0),
-            messages: begun.indices.len(),
-        };
-        Ok((range, landed))
-    }
 }
 
 /// The event announcing that a compaction of `messages` messages of `session`, whose request
@@ -439,18 +403,18 @@ fn compaction_started(id: &str, session: &Session, before: &TokenUsage, manual: 
     }
 }
 
-/// Drops the messages of `begun` (archived as `range`) from `session` and puts its summary in
+/// Drops the messages of `begun` (archived in `ranges`) from `session` and puts its summary in
 /// their place; returns the summary it replaces.
 fn replace_with_summary(
     session: &mut Session,
     begun: &CompactionBegun,
-    range: &ArchiveRange,
+    ranges: &[ArchiveRange],
 ) -> Option<CompactSummary> {
     let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
     session.entries.retain(|e| !compacted.contains(&e.index));
     let previous = session.summary().cloned();
     let mut summary = begun.summary.clone();
-    summary.add_archive_range(range.clone(), &begun.indices);
+    summary.add_archive_ranges(ranges, &begun.indices);
     session.set_summary(Some(summary));
     previous
 }
@@ -489,43 +453,16 @@ fn summarize(
     Ok(summary)
 }
 
-/// The dialog archive lines of compacted messages: `full[i]` is the full message of
-/// `removed[i]`; messages whose index is in `skip` are already archived.
-pub(crate) fn dialog_lines<'a>(
-    session_id: &str,
-    compaction_id: &str,
-    archived_at: &str,
-    removed: &[&Entry],
-    full: &'a [Value],
-    skip: &HashSet<usize>,
-) -> Vec<DialogLine<&'a Value>> {
-    removed
-        .iter()
-        .zip(full)
-        .filter(|(e, _)| !skip.contains(&e.index))
-        .map(|(e, message)| DialogLine {
-            session_id: session_id.to_owned(),
-            index: e.index,
-            compaction_id: compaction_id.to_owned(),
-            archived_at: archived_at.to_owned(),
-            message,
-            offloads: e
-                .offloaded
-                .iter()
-                .map(|o| DialogOffload {
-                    pointer: o.pointer.clone(),
-                    file: o.file.clone(),
-                })
-                .collect(),
-        })
-        .collect()
-}
-
 /// Dropped identifiers a compaction reports at most.
 const DROPPED_LISTED: usize = 20;
 
-/// A compaction as reported to clients.
-pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -> CompactionReport {
+/// A compaction as reported to clients, its messages archived in `ranges` (none yet, one run
+/// of lines, or more).
+pub(crate) fn report_of<'a>(
+    begun: &CompactionBegun,
+    ranges: impl IntoIterator<Item = &'a ArchiveRange>,
+) -> CompactionReport {
+    let mut ranges = ranges.into_iter().cloned();
     CompactionReport {
         id: begun.id.clone(),
         at: begun.at.clone(),
@@ -533,7 +470,8 @@ pub(crate) fn report_of(begun: &CompactionBegun, range: Option<&ArchiveRange>) -
         messages: begun.indices.len(),
         tokens_before: begun.tokens_before,
         tokens_after: begun.tokens_after,
-        archive: range.cloned(),
+        archive: ranges.next(),
+        more_archive: ranges.collect(),
         summarizer: begun.summarizer.clone(),
         dropped: begun.dropped.clone(),
     }

@@ -12,10 +12,11 @@ use satchel_core::render::{OffloadedText, render_message};
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::{ArchiveRange, Config, ExpandParams, ExpandResult, Phase};
-use satchel_storage::{DialogLine, Expansion, SessionRecord, StorageError};
+use satchel_storage::{DialogLine, Expansion, LineRun, SessionRecord, StorageError};
 use serde_json::Value;
 
 use crate::call::CallToken;
+use crate::compact::archive_runs;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::live::Ticket;
@@ -54,11 +55,10 @@ impl Engine {
             let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(id.clone()));
             };
-            let (file, start, end) = match &params.compaction_id {
-                Some(compaction) => compaction_range(session, compaction)?,
-                None => (file, start, end),
+            let (file, lines) = match &params.compaction_id {
+                Some(compaction) => self.read_compaction(id, session, compaction)?,
+                None => (file.clone(), self.read_span(id, &file, start, end)?),
             };
-            let lines = self.read_span(id, &file, start, end)?;
             let config = &*self.session_config(session);
             let format = format_or_default(session.format);
             let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
@@ -76,11 +76,22 @@ impl Engine {
                 return Err(does_not_fit(&messages, &tokens, format, budget, room));
             };
             let kept = &lines[first..];
+            let placed: Vec<(usize, usize)> = kept.iter().map(|(number, line)| (*number, line.index)).collect();
+            let mut runs = archive_runs(&file, &placed).into_iter();
+            let archive = runs.next().expect("a span that fits has a line");
+            let more_archive: Vec<ArchiveRange> = runs.collect();
             let record = Expansion {
                 id: self.ids.next_id(),
-                file: file.clone(),
-                start_line: kept[0].0,
-                end_line: kept[kept.len() - 1].0,
+                file,
+                start_line: archive.start_line,
+                end_line: archive.end_line,
+                more_runs: more_archive
+                    .iter()
+                    .map(|run| LineRun {
+                        start_line: run.start_line,
+                        end_line: run.end_line,
+                    })
+                    .collect(),
             };
             self.sessions.append(id, &[SessionRecord::Expand(record.clone())])?;
             let span_tokens: u64 = tokens[first..].iter().sum();
@@ -92,14 +103,8 @@ impl Engine {
             });
             Ok(ExpandResult {
                 session_id: id.clone(),
-                archive: ArchiveRange {
-                    file,
-                    start_line: record.start_line,
-                    end_line: record.end_line,
-                    first_index: kept[0].1.index,
-                    last_index: kept[kept.len() - 1].1.index,
-                    messages: kept.len(),
-                },
+                archive,
+                more_archive,
                 messages: kept.len(),
                 tokens: span_tokens,
                 budget_tokens: budget,
@@ -107,6 +112,42 @@ impl Engine {
                 truncated_results,
             })
         })
+    }
+
+    /// The archive file and lines of compaction `compaction` of `session` (`id`): every run of
+    /// lines it was archived in, in order. Only the compaction's own lines are taken: a range
+    /// an older satchel recorded for a compaction finished after a crash also spans other
+    /// sessions' lines.
+    fn read_compaction(
+        &self,
+        id: &str,
+        session: &Session,
+        compaction: &str,
+    ) -> Result<(String, Vec<(usize, DialogLine)>), EngineError> {
+        let ranges = compaction_ranges(session, compaction)?;
+        let mut lines = Vec::new();
+        for range in &ranges {
+            let read = self
+                .archive
+                .read_range(&range.file, range.start_line, range.end_line)
+                .map_err(|e| match e {
+                    StorageError::NotFound(file) => {
+                        EngineError::invalid_params("compaction_id", format!("the archive file {file} is gone"))
+                    }
+                    other => other.into(),
+                })?;
+            lines.extend(
+                read.into_iter()
+                    .filter(|(_, line)| line.session_id == id && line.compaction_id == compaction),
+            );
+        }
+        if lines.is_empty() {
+            return Err(EngineError::invalid_params(
+                "compaction_id",
+                format!("no archive line of compaction {compaction} is left"),
+            ));
+        }
+        Ok((ranges[0].file.clone(), lines))
     }
 
     /// The archive lines `start`..=`end` of `file`, which must exist and belong to session `id`.
@@ -147,16 +188,16 @@ impl Engine {
 
     /// The pending expansion of a session's log, rendered again (on load).
     pub(crate) fn restore_expansion(&self, expansion: Expansion) -> Option<ExpandedSpan> {
-        let lines = match self
-            .archive
-            .read_range(&expansion.file, expansion.start_line, expansion.end_line)
-        {
-            Ok(lines) => lines,
-            Err(e) => {
-                tracing::warn!(file = %expansion.file, "a pending context.expand is dropped: {e}");
-                return None;
+        let mut lines = Vec::new();
+        for run in expansion.runs() {
+            match self.archive.read_range(&expansion.file, run.start_line, run.end_line) {
+                Ok(read) => lines.extend(read),
+                Err(e) => {
+                    tracing::warn!(file = %expansion.file, "a pending context.expand is dropped: {e}");
+                    return None;
+                }
             }
-        };
+        }
         let counter = TokenCounter::new(self.config.tokenizer, self.config.token_count_estimate_divisor);
         let messages: Vec<Value> = render_lines(&lines, &self.config, self.offloads.workspace_root())
             .into_iter()
@@ -171,8 +212,8 @@ impl Engine {
     }
 }
 
-/// The archive range of compaction `id` of `session`.
-fn compaction_range(session: &Session, id: &str) -> Result<(String, usize, usize), EngineError> {
+/// The archive ranges of compaction `id` of `session`: one run of lines, or more.
+fn compaction_ranges(session: &Session, id: &str) -> Result<Vec<ArchiveRange>, EngineError> {
     let compaction = session.compactions.iter().find(|c| c.begun.id == id).ok_or_else(|| {
         let known: Vec<&str> = session.compactions.iter().map(|c| c.begun.id.as_str()).collect();
         EngineError::invalid_params(
@@ -180,11 +221,14 @@ fn compaction_range(session: &Session, id: &str) -> Result<(String, usize, usize
             format!("no compaction {id} in this session (it has: {})", known.join(", ")),
         )
     })?;
-    let range = compaction
-        .range
-        .as_ref()
-        .ok_or_else(|| EngineError::invalid_params("compaction_id", format!("compaction {id} is not archived yet")))?;
-    Ok((range.file.clone(), range.start_line, range.end_line))
+    let ranges: Vec<ArchiveRange> = compaction.ranges().cloned().collect();
+    if ranges.is_empty() {
+        return Err(EngineError::invalid_params(
+            "compaction_id",
+            format!("compaction {id} is not archived yet"),
+        ));
+    }
+    Ok(ranges)
 }
 
 /// Each archived message as the next request shows it: tool results over the recent-phase

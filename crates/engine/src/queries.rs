@@ -61,7 +61,7 @@ impl Engine {
                 compactions: session
                     .compactions
                     .iter()
-                    .map(|c| report_of(&c.begun, c.range.as_ref()))
+                    .map(|c| report_of(&c.begun, c.ranges()))
                     .collect(),
                 peak_tokens: session.peak_tokens,
                 monitor: session.requests.monitor(

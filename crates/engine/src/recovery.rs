@@ -8,10 +8,10 @@ use satchel_core::hash::MessageHash;
 use satchel_core::render::OffloadedText;
 use satchel_core::truncate::TextStats;
 use satchel_protocol::MessageFormat;
-use satchel_storage::{CompactionInfo, SessionRecord, StorageError, StoredMessage};
+use satchel_storage::{CompactionInfo, StorageError, StoredMessage};
 use serde_json::Value;
 
-use crate::compact::dialog_lines;
+use crate::compact::{compaction_done, dialog_lines};
 use crate::engine::Engine;
 use crate::session::{Entry, Session, format_or_default};
 
@@ -57,23 +57,15 @@ impl Engine {
             let removed: Vec<&Entry> = removed.iter().collect();
             let lines = dialog_lines(id, &begun.id, &begun.at, &removed, &full, &done);
             let encoded = self.archive.encode(&begun.archive_file, &lines)?;
-            let (range, _) = self.archive_compaction(&begun, encoded, &present)?;
-            self.sessions.append(
-                id,
-                &[SessionRecord::CompactionDone {
-                    id: begun.id.clone(),
-                    range: range.clone(),
-                    tokens_after: None,
-                }],
-            )?;
+            // Other sessions may have archived since: the lines are then in more than one run,
+            // each recorded apart.
+            let (ranges, _) = self.archive_compaction(&begun, encoded, &present)?;
+            self.sessions.append(id, &[compaction_done(&begun, &ranges, None)])?;
             if let Some(summary) = &mut summary {
-                summary.add_archive_range(range.clone(), &begun.indices);
+                summary.add_archive_ranges(&ranges, &begun.indices);
             }
-            tracing::warn!(session = id, compaction = %begun.id, "finished a compaction interrupted by a crash");
-            session.compactions.push(CompactionInfo {
-                begun,
-                range: Some(range),
-            });
+            tracing::warn!(session = id, compaction = %begun.id, runs = ranges.len(), "finished a compaction interrupted by a crash");
+            session.compactions.push(CompactionInfo::archived(begun, ranges));
         }
         session.set_summary(summary);
         session.expansion = log.expansion.and_then(|e| self.restore_expansion(e));

@@ -57,8 +57,14 @@ pub struct ExpandRange {
 pub struct ExpandResult {
     /// Echo of the session id.
     pub session_id: String,
-    /// The archive lines the span was read from.
+    /// The archive lines the span was read from: the first run of them when they are in more
+    /// than one (see `more_archive`).
     pub archive: ArchiveRange,
+    /// The further runs of lines of the span, oldest first: the span of a compaction that a
+    /// crash interrupted mid-archive is in two runs when other sessions archived before the
+    /// restart finished it. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_archive: Vec<ArchiveRange>,
     /// Messages the next request carries after the summary.
     pub messages: usize,
     /// Their tokens.

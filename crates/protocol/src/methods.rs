@@ -664,8 +664,15 @@ pub struct CompactionReport {
     pub tokens_before: u64,
     /// Request tokens after.
     pub tokens_after: u64,
-    /// Where the raw messages are archived.
+    /// Where the raw messages are archived: the lines holding them, or the first run of them
+    /// when they are in more than one (see `more_archive`).
     pub archive: Option<ArchiveRange>,
+    /// The further runs of lines holding the messages, oldest first, each holding only this
+    /// compaction's lines. A compaction is in more than one run only when a crash interrupted
+    /// it mid-archive and other sessions archived before the restart finished it. Absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_archive: Vec<ArchiveRange>,
     /// Which summariser wrote the summary (`extractive`, `openai:<model>`, `client`, or
     /// `extractive (fallback: <reason>)`).
     pub summarizer: String,

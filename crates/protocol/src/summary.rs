@@ -69,7 +69,9 @@ impl CompactSummary {
     /// Appends the archive range of a compaction that archived the messages `indices` (in
     /// order) and records, for this compaction's requests, the line that holds each one. The
     /// lines are known only when the range is one run of consecutive lines, one per message
-    /// (always, but after a crash mid-archive); otherwise requests keep only their index.
+    /// (always, since a compaction records each run of its lines apart: see
+    /// [`Self::add_archive_ranges`]; not in a range an older satchel recorded for a compaction
+    /// finished after a crash); otherwise requests keep only their index.
     pub fn add_archive_range(&mut self, range: ArchiveRange, indices: &[usize]) {
         let consecutive = range.end_line + 1 >= range.start_line
             && range.end_line + 1 - range.start_line == indices.len()
@@ -85,6 +87,22 @@ impl CompactSummary {
             }
         }
         self.archive.push(range);
+    }
+
+    /// Appends the archive ranges of a compaction that archived the messages `indices` (in
+    /// order) in one run of lines, or more: each range with the messages it holds (those from
+    /// its first to its last index), so the path guide and the requests' lines stay exact.
+    /// A compaction is in more than one run only when a crash interrupted it mid-archive and
+    /// other sessions archived before it was finished.
+    pub fn add_archive_ranges(&mut self, ranges: &[ArchiveRange], indices: &[usize]) {
+        for range in ranges {
+            let held: Vec<usize> = indices
+                .iter()
+                .copied()
+                .filter(|i| (range.first_index..=range.last_index).contains(i))
+                .collect();
+            self.add_archive_range(range.clone(), &held);
+        }
     }
 }
 

@@ -72,12 +72,20 @@ pub struct AppendedLines {
 pub struct EncodedLines {
     bytes: Vec<u8>,
     lines: usize,
+    /// The original index of the message of each line, in order: where an append lands says
+    /// which line holds which message.
+    indices: Vec<usize>,
 }
 
 impl EncodedLines {
     /// Whether it holds no line.
     pub fn is_empty(&self) -> bool {
         self.lines == 0
+    }
+
+    /// The original index of the message of each line, in order.
+    pub fn indices(&self) -> &[usize] {
+        &self.indices
     }
 }
 
@@ -158,6 +166,7 @@ impl DialogArchive {
         Ok(EncodedLines {
             bytes,
             lines: lines.len(),
+            indices: lines.iter().map(|line| line.index).collect(),
         })
     }
 

@@ -40,8 +40,8 @@ pub use layout::Layout;
 pub use memory::{MEMORY_FILE, MemoryFileInfo, MemoryFiles, MemoryLines, memory_lines};
 pub use offload::{OffloadStore, SavedText, SweepReport};
 pub use sessions::{
-    CompactionBegun, CompactionInfo, Expansion, LogMark, PinRecord, PinTarget, SessionLog, SessionRecord, SessionStore,
-    StoredMessage, StoredOffload,
+    CompactionBegun, CompactionInfo, Expansion, LineRun, LogMark, PinRecord, PinTarget, SessionLog, SessionRecord,
+    SessionStore, StoredMessage, StoredOffload,
 };
 pub use signed::{Loaded, Rejected, SignedStore, canonical_bytes};
 pub use workspace::Workspace;

@@ -68,12 +68,19 @@ pub enum SessionRecord {
     /// A compaction started: its messages leave the session and its summary is in force.
     /// Written before the archive append, so a crash after it is finished on load.
     CompactionBegun(Box<CompactionBegun>),
-    /// The compaction's messages are durably in the archive at `range`.
+    /// The compaction's messages are durably in the archive at `range` (and `more_ranges`).
     CompactionDone {
         /// The compaction.
         id: String,
-        /// Where its messages are.
+        /// Where its messages are: the first run of lines holding them (all of them, but after
+        /// a crash mid-archive).
         range: ArchiveRange,
+        /// The further runs of lines holding its messages, oldest first. A compaction a crash
+        /// interrupted mid-archive and finished later is in two runs when other sessions
+        /// archived in between: each run holds only its own lines. Empty (and not written)
+        /// otherwise, and in logs of an older satchel.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        more_ranges: Vec<ArchiveRange>,
         /// Request tokens right after it (absent when a restart finished it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tokens_after: Option<u64>,
@@ -155,6 +162,30 @@ pub struct Expansion {
     pub start_line: usize,
     /// See `start_line`.
     pub end_line: usize,
+    /// The further runs of lines of the span, oldest first, when it is not one run (the span
+    /// of a compaction finished after a crash, see [`SessionRecord::CompactionDone`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_runs: Vec<LineRun>,
+}
+
+impl Expansion {
+    /// Every run of lines of the span, oldest first.
+    pub fn runs(&self) -> impl Iterator<Item = LineRun> + '_ {
+        let first = LineRun {
+            start_line: self.start_line,
+            end_line: self.end_line,
+        };
+        std::iter::once(first).chain(self.more_runs.iter().copied())
+    }
+}
+
+/// Consecutive lines of an archive file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineRun {
+    /// First line (1-based).
+    pub start_line: usize,
+    /// Last line (inclusive).
+    pub end_line: usize,
 }
 
 /// A compaction as logged when it starts.
@@ -193,8 +224,29 @@ fn extractive() -> String {
 pub struct CompactionInfo {
     /// The start record.
     pub begun: CompactionBegun,
-    /// The archive range, once the messages are archived.
+    /// The archive range, once the messages are archived: the first run of lines holding
+    /// them (see [`SessionRecord::CompactionDone`]).
     pub range: Option<ArchiveRange>,
+    /// The further runs of lines holding them, oldest first; empty for a compaction archived
+    /// in one run.
+    pub more_ranges: Vec<ArchiveRange>,
+}
+
+impl CompactionInfo {
+    /// A compaction done, its messages archived in `ranges` (one run of lines, or more).
+    pub fn archived(begun: CompactionBegun, mut ranges: Vec<ArchiveRange>) -> Self {
+        let range = (!ranges.is_empty()).then(|| ranges.remove(0));
+        CompactionInfo {
+            begun,
+            range,
+            more_ranges: ranges,
+        }
+    }
+
+    /// Every run of archive lines holding the compaction's messages, oldest first.
+    pub fn ranges(&self) -> impl Iterator<Item = &ArchiveRange> {
+        self.range.iter().chain(&self.more_ranges)
+    }
 }
 
 /// A session as replayed from its log.
@@ -282,17 +334,17 @@ impl SessionLog {
             SessionRecord::CompactionDone {
                 id,
                 range,
+                more_ranges,
                 tokens_after,
             } => {
                 if let Some((mut begun, _)) = self.pending.take_if(|(b, _)| b.id == id) {
                     begun.tokens_after = tokens_after.unwrap_or(begun.tokens_after);
+                    let mut ranges = more_ranges;
+                    ranges.insert(0, range);
                     if let Some(summary) = &mut self.summary {
-                        summary.add_archive_range(range.clone(), &begun.indices);
+                        summary.add_archive_ranges(&ranges, &begun.indices);
                     }
-                    self.compactions.push(CompactionInfo {
-                        begun,
-                        range: Some(range),
-                    });
+                    self.compactions.push(CompactionInfo::archived(begun, ranges));
                 }
             }
         }
@@ -768,6 +820,7 @@ mod tests {
                 &[SessionRecord::CompactionDone {
                     id: "c1".into(),
                     range: range.clone(),
+                    more_ranges: Vec::new(),
                     tokens_after: Some(3),
                 }],
             )
@@ -776,6 +829,82 @@ mod tests {
         assert!(log.pending.is_none());
         assert_eq!(log.summary.unwrap().archive, vec![range]);
         assert_eq!(log.compactions.len(), 1);
+    }
+
+    #[test]
+    fn a_compaction_done_in_two_runs_replays_each_run_with_its_own_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        let file = "dialog/2026-11-22.jsonl";
+        let request = |index| satchel_protocol::UserRequest {
+            text: format!("request {index}"),
+            chars: 9,
+            index,
+            archived: None,
+            demonstration: false,
+        };
+        let begun = CompactionBegun {
+            id: "c1".into(),
+            indices: vec![0, 1, 2, 3],
+            summary: CompactSummary {
+                requests: vec![request(0), request(3)],
+                ..Default::default()
+            },
+            archive_file: file.into(),
+            at: "2026-11-22T00:00:00Z".into(),
+            tokens_before: 10,
+            tokens_after: 4,
+            manual: false,
+            summarizer: "extractive".into(),
+            dropped: Vec::new(),
+        };
+        let run = |start_line, end_line, first_index, last_index| ArchiveRange {
+            file: file.into(),
+            start_line,
+            end_line,
+            first_index,
+            last_index,
+            messages: end_line + 1 - start_line,
+        };
+        // Lines 1-2 hold messages 0-1, another session's lines 3-5, lines 6-7 messages 2-3.
+        let (first, second) = (run(1, 2, 0, 1), run(6, 7, 2, 3));
+        let messages: Vec<SessionRecord> = ["a", "b", "c", "d", "e"].map(msg).into();
+        store.append("s", &messages).unwrap();
+        let done = SessionRecord::CompactionDone {
+            id: "c1".into(),
+            range: first.clone(),
+            more_ranges: vec![second.clone()],
+            tokens_after: None,
+        };
+        store
+            .append("s", &[SessionRecord::CompactionBegun(Box::new(begun)), done])
+            .unwrap();
+        let log = store.load("s").unwrap().unwrap();
+        let summary = log.summary.unwrap();
+        assert_eq!(summary.archive, [first.clone(), second.clone()]);
+        let lines: Vec<_> = summary
+            .requests
+            .iter()
+            .map(|r| r.archived.as_ref().map(|a| a.line))
+            .collect();
+        assert_eq!(lines, [Some(1), Some(7)], "each request at its own line");
+        let compaction = &log.compactions[0];
+        assert_eq!(compaction.range.as_ref(), Some(&first));
+        assert_eq!(
+            compaction.ranges().cloned().collect::<Vec<_>>(),
+            [first.clone(), second]
+        );
+
+        // One run is written as before this field existed.
+        let one = SessionRecord::CompactionDone {
+            id: "c2".into(),
+            range: first,
+            more_ranges: Vec::new(),
+            tokens_after: Some(3),
+        };
+        let line = serde_json::to_string(&one).unwrap();
+        assert!(!line.contains("more_ranges"), "{line}");
+        assert_eq!(serde_json::from_str::<SessionRecord>(&line).unwrap(), one);
     }
 
     #[test]

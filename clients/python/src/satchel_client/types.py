@@ -370,6 +370,8 @@ class DroppedIdentifier(TypedDict):
 
 class CompactionReport(_CompactionReportRequired, total=False):
     archive: Optional[ArchiveRange]
+    #: Further runs of lines, when a crash left the messages in more than one.
+    more_archive: List[ArchiveRange]
     #: What the summary no longer names, most important first; ``expand`` brings it back.
     dropped: List[DroppedIdentifier]
 
@@ -878,9 +880,7 @@ class ExpandParams(_ExpandParamsRequired, total=False):
     max_tokens: Optional[int]
 
 
-class ExpandResult(TypedDict):
-    """What the next ``prepare`` carries after the summary (``context.expand``)."""
-
+class _ExpandResultRequired(TypedDict):
     session_id: str
     archive: ArchiveRange
     messages: int
@@ -888,6 +888,13 @@ class ExpandResult(TypedDict):
     budget_tokens: int
     left_out: int
     truncated_results: int
+
+
+class ExpandResult(_ExpandResultRequired, total=False):
+    """What the next ``prepare`` carries after the summary (``context.expand``)."""
+
+    #: Further runs of lines, when a crash left the span's messages in more than one.
+    more_archive: List[ArchiveRange]
 
 
 class _PinParamsRequired(TypedDict):

@@ -115,7 +115,9 @@ pub fn render_summary(summary: &CompactSummary) -> String {
 /// with the widest archive range it can append (in the file of the previous range, which
 /// makes the longest "in `dialog/…` lines a-b" pointers) and an archive line for every
 /// request not archived yet. Budgets are checked against this, so the real summary can only
-/// be shorter.
+/// be shorter; but for a compaction a crash cut mid-archive that a restart finishes after
+/// other sessions archived: its lines are then in more than one run, each a line of the path
+/// guide.
 pub(crate) fn with_next_range(summary: &CompactSummary) -> CompactSummary {
     let file = summary
         .archive
