@@ -26,7 +26,14 @@ export type RepairKind =
   | 'inserted_leading_user'
   | 'dropped_empty_text';
 export type EventKind = 'prepare' | 'compact' | 'compaction_started';
-export type ActionKind = 'offloaded' | 'compacted' | 'compaction_failed' | 'repaired' | 'truncated' | 'pruned';
+export type ActionKind =
+  | 'offloaded'
+  | 'compacted'
+  | 'compaction_failed'
+  | 'repaired'
+  | 'truncated'
+  | 'pruned'
+  | 'prompt_over_budget';
 /** How a request over its threshold is made smaller: compact at once, or AceClaw's prune-first pipeline. */
 export type ContextMode = 'qwenpaw' | 'aceclaw';
 /** The path a truncation notice gives the agent's `read_file`: absolute (default) or workspace-relative. */
@@ -462,13 +469,21 @@ export interface PruneReport {
 export interface PrunedAction extends PruneReport {
   kind: 'pruned';
 }
+/** The sections never cut (the client's system prompt, protected ones) alone exceed the prompt's budget: sent whole, every other section left out. */
+export interface PromptOverBudgetAction {
+  kind: 'prompt_over_budget';
+  keys: string[];
+  chars: number;
+  max_total_chars: number;
+}
 export type Action =
   | OffloadedAction
   | CompactedAction
   | CompactionFailedAction
   | RepairedAction
   | TruncatedAction
-  | PrunedAction;
+  | PrunedAction
+  | PromptOverBudgetAction;
 
 // ---- request assembly: AceClaw's `context.inspect` shape, camelCase ----
 
@@ -1195,6 +1210,7 @@ export const ACTION_FIELDS: Record<Action['kind'], readonly string[]> = {
   repaired: fields<RepairedAction>()(['kind', 'index', 'repair', 'call_id?']),
   truncated: fields<TruncatedAction>()(['kind', 'index', 'pointer', 'phase', 'file', 'kept_bytes', 'total_bytes']),
   pruned: fields<PrunedAction>()(['kind', 'stubbed_results', 'removed_reasoning', 'tokens_before', 'tokens_after']),
+  prompt_over_budget: fields<PromptOverBudgetAction>()(['kind', 'keys', 'chars', 'max_total_chars']),
 };
 
 /** Values of every string enum in openrpc.json. */
@@ -1214,7 +1230,15 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
     'dropped_empty_text',
   ]),
   EventKind: exact<EventKind>()(['prepare', 'compact', 'compaction_started']),
-  ActionKind: exact<ActionKind>()(['offloaded', 'compacted', 'compaction_failed', 'repaired', 'truncated', 'pruned']),
+  ActionKind: exact<ActionKind>()([
+    'offloaded',
+    'compacted',
+    'compaction_failed',
+    'repaired',
+    'truncated',
+    'pruned',
+    'prompt_over_budget',
+  ]),
   ContextMode: exact<ContextMode>()(['qwenpaw', 'aceclaw']),
   OffloadNoticePath: exact<OffloadNoticePath>()(['absolute', 'relative']),
   SearchMode: exact<SearchMode>()(['auto', 'bm25', 'vector', 'hybrid']),

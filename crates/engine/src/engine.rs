@@ -140,7 +140,19 @@ impl Engine {
             }
             let existed = session.is_some();
             let mark = self.sessions.mark(&id)?;
-            let outcome = body(&mut session);
+            // A panic inside the body (a bug) must leave no trace either: the session is
+            // dropped and its records cut, then the panic goes on to the handler boundary,
+            // which answers it.
+            let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut session))) {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    *session = None;
+                    if let Err(e) = self.sessions.roll_back(&id, &mark) {
+                        tracing::error!(session = %id, "could not roll back a panicked call's log records: {e}");
+                    }
+                    std::panic::resume_unwind(panic);
+                }
+            };
             if let Err(error) = &outcome {
                 let untouched = existed && error.is_refusal() && self.sessions.mark(&id).is_ok_and(|now| now == mark);
                 if !untouched {

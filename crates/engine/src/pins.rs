@@ -361,16 +361,23 @@ impl Engine {
         k: Option<usize>,
         format: satchel_core::format::MessageFormat,
     ) -> Result<Option<(String, serde_json::Value)>, EngineError> {
-        let Some(range) = session
-            .compactions
-            .iter()
-            .find(|c| c.begun.indices.contains(&index))
-            .and_then(|c| c.range.clone())
-        else {
+        let Some(compaction) = session.compactions.iter().find(|c| c.begun.indices.contains(&index)) else {
             return Ok(None);
         };
-        let lines = self.archive.read_range(&range.file, range.start_line, range.end_line)?;
-        let Some((_, line)) = lines.into_iter().find(|(_, l)| l.index == index) else {
+        // Its lines may be in several runs of the archive (a compaction a crash interrupted),
+        // and a range an older satchel recorded may span other sessions' lines: the line is
+        // the one of this compaction with this index.
+        let mut found = None;
+        for range in compaction.ranges() {
+            let lines = self.archive.read_range(&range.file, range.start_line, range.end_line)?;
+            found = lines
+                .into_iter()
+                .find(|(_, l)| l.index == index && l.compaction_id == compaction.begun.id);
+            if found.is_some() {
+                break;
+            }
+        }
+        let Some((_, line)) = found else {
             return Ok(None);
         };
         let text = match k {

@@ -34,7 +34,9 @@ RepairKind = Literal[
     "dropped_empty_text",
 ]
 EventKind = Literal["prepare", "compact", "compaction_started"]
-ActionKind = Literal["offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned"]
+ActionKind = Literal[
+    "offloaded", "compacted", "compaction_failed", "repaired", "truncated", "pruned", "prompt_over_budget"
+]
 ContextMode = Literal["qwenpaw", "aceclaw"]
 OffloadNoticePath = Literal["absolute", "relative"]
 #: How ``memory.search`` ranks: ``auto`` is hybrid when BM25 and vectors are both on, else
@@ -486,8 +488,26 @@ class PrunedAction(PruneReport):
     kind: Literal["pruned"]
 
 
+class PromptOverBudgetAction(TypedDict):
+    """The sections never cut (the client's system prompt, protected ones) alone exceed the
+    prompt's budget: they are sent whole, every other section is left out."""
+
+    kind: Literal["prompt_over_budget"]
+    keys: List[str]
+    chars: int
+    max_total_chars: int
+
+
 #: One thing ``context.prepare`` did; tell them apart by ``action["kind"]``.
-Action = Union[OffloadedAction, CompactedAction, CompactionFailedAction, RepairedAction, TruncatedAction, PrunedAction]
+Action = Union[
+    OffloadedAction,
+    CompactedAction,
+    CompactionFailedAction,
+    RepairedAction,
+    TruncatedAction,
+    PrunedAction,
+    PromptOverBudgetAction,
+]
 
 # --- request assembly (AceClaw's shape: camelCase keys) --------------------------------------
 

@@ -214,3 +214,47 @@ fn a_compaction_whose_done_record_fails_takes_its_archive_lines_back() {
     indices.dedup();
     assert_eq!(indices.len(), archived, "every message archived once");
 }
+
+/// A model that panics: a bug in a summariser must not leave a half-made call behind.
+struct PanickingModel;
+
+impl Completer for PanickingModel {
+    fn complete(&self, _: &[ChatMessage], _: u64) -> Result<String, CompletionError> {
+        panic!("a summariser bug");
+    }
+
+    fn name(&self) -> String {
+        "panicking".into()
+    }
+}
+
+impl ModelSource for PanickingModel {
+    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer>, String> {
+        Ok(Box::new(PanickingModel))
+    }
+}
+
+#[test]
+fn a_call_that_panics_has_no_effect() {
+    let harness = Harness::new(Config {
+        summarizer: SummarizerKind::Client,
+        ..small_window()
+    });
+    let held = conversation(2, 2_500);
+    let longer = conversation(8, 2_500);
+    let before = harness.prepare(&held);
+    let log = harness.log();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let call = CallContext {
+            models: &PanickingModel,
+            ..CallContext::detached()
+        };
+        harness.try_prepare(&longer, &call)
+    }));
+    assert!(panicked.is_err(), "the summariser's panic reaches the caller");
+    assert_eq!(harness.log(), log, "the log is as it was before the call");
+    assert!(harness.archive().is_empty(), "nothing was archived");
+    let again = harness.prepare(&held);
+    assert_eq!(counts(&again), (held.len(), held.len(), 0, 0));
+    assert_eq!(returned(&again), returned(&before));
+}

@@ -43,9 +43,17 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         .sum();
     writeln!(out, "\ncompactions {} (tokens saved {})", r.compactions.len(), k(saved))?;
     for (n, c) in r.compactions.iter().enumerate() {
-        let archive = c.archive.as_ref().map_or("not archived".to_owned(), |a| {
-            format!("{} lines {}-{}", a.file, a.start_line, a.end_line)
-        });
+        let runs: Vec<String> = c
+            .archive
+            .iter()
+            .chain(&c.more_archive)
+            .map(|a| format!("{} lines {}-{}", a.file, a.start_line, a.end_line))
+            .collect();
+        let archive = if runs.is_empty() {
+            "not archived".to_owned()
+        } else {
+            runs.join(" + ")
+        };
         writeln!(
             out,
             "  compaction:{n:<3} {}  {:>13}  {:>6} -> {:>6} tokens  {}{}  [{}]",

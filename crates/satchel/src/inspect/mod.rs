@@ -403,16 +403,22 @@ fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std
         c.tokens_before.saturating_sub(c.tokens_after)
     )?;
     match &c.archive {
-        Some(a) => writeln!(
-            out,
-            "  archive     {} lines {}-{} ({}, indices {}-{})",
-            a.file,
-            a.start_line,
-            a.end_line,
-            window::plural(a.messages as u64, "message"),
-            a.first_index,
-            a.last_index
-        )?,
+        Some(_) => {
+            // A compaction a crash interrupted may lie in several runs of the archive.
+            for (n, a) in c.archive.iter().chain(&c.more_archive).enumerate() {
+                writeln!(
+                    out,
+                    "  {:<11} {} lines {}-{} ({}, indices {}-{})",
+                    if n == 0 { "archive" } else { "" },
+                    a.file,
+                    a.start_line,
+                    a.end_line,
+                    window::plural(a.messages as u64, "message"),
+                    a.first_index,
+                    a.last_index
+                )?;
+            }
+        }
         None => writeln!(out, "  archive     not archived")?,
     }
     writeln!(out, "  summarizer  {}", c.summarizer)?;
