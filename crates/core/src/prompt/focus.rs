@@ -37,6 +37,13 @@ const FILE_EXTENSIONS: &str = "bash bat c cc cfg cjs conf cpp cs css csv dart en
 /// Slashed words of prose, not paths.
 const NOT_PATHS: &str = "and/or either/or yes/no on/off true/false read/write input/output i/o w/o n/a";
 
+/// Directory names repositories use, by convention: a bare `crates/parser` is a path, a bare
+/// `inputting/reading` is prose.
+const DIRECTORY_NAMES: &str = "src lib libs crates crate tests test spec specs docs doc app apps pkg pkgs cmd \
+    internal include scripts bin examples example packages components config configs assets public static vendor \
+    build dist target node_modules tools benches bench fixtures testdata modules plugins migrations templates \
+    .github .vscode";
+
 /// Whether `word` is one of the space-separated `list`.
 fn listed(list: &str, word: &str) -> bool {
     list.split_ascii_whitespace().any(|entry| entry == word)
@@ -124,9 +131,20 @@ fn as_path(word: &str) -> Option<&str> {
     if !w.contains(['/', '\\']) || listed(NOT_PATHS, &w.to_ascii_lowercase()) {
         return None;
     }
-    // A bare `a/b` of short words is prose ("km/h"); one anchored or with a longer segment is a path.
-    let anchored = w.starts_with(['/', '.', '~']);
-    (anchored || w.split(['/', '\\']).any(|s| s.chars().count() >= 3)).then_some(w)
+    // Anchored, it is a path. Bare, `a/b` of words is prose ("km/h", "inputting/reading") unless
+    // it is deep (`a/b/c`), or a segment looks like code (a digit, `_`, `-`, `.`, a capital
+    // after the first letter) or is a conventional directory name (`crates/parser`).
+    if w.starts_with(['/', '.', '~']) {
+        return Some(w);
+    }
+    let segments: Vec<&str> = w.split(['/', '\\']).filter(|s| !s.is_empty()).collect();
+    let code_like = |s: &&str| {
+        listed(DIRECTORY_NAMES, &s.to_ascii_lowercase())
+            || s.chars().any(|c| !c.is_alphabetic())
+            || s.chars().skip(1).any(char::is_uppercase)
+    };
+    let long_enough = segments.iter().any(|s| s.chars().count() >= 3);
+    (long_enough && (segments.len() >= 3 || segments.iter().any(code_like))).then_some(w)
 }
 
 /// File paths of `query`, in order, without repeats.

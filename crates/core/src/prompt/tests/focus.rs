@@ -37,6 +37,8 @@ fn paths_are_words_with_a_slash_or_a_file_extension() {
             "and/or yes/no km/h 1/2 https://example.com/a.rs are not paths, ~/notes and /etc/hosts are",
             "a.rs b.rs c.rs d.rs e.rs f.rs g.rs a.rs",
             "AppService.validate and e.g. version 1.2 are not files; README.md is",
+            "handle inputting/reading and client/server in crates/parser, tests/fixtures and scripts/; src/bits/x too",
+            "module_1/parse and web-app/ui and lib/Foo are code, Input/Output is prose",
         ],
     );
 }
