@@ -260,7 +260,8 @@ fn a_pin_larger_than_the_window_can_hold_is_refused() {
         "{refused}"
     );
     // A text over the protocol's limit is refused whatever the window.
-    let mut big = Daemon::start(tempfile::tempdir().unwrap().path(), &[]);
+    let big_dir = tempfile::tempdir().unwrap();
+    let mut big = Daemon::start(big_dir.path(), &[]);
     prepare(&mut big, &messages);
     let over = "x".repeat(satchel_protocol::MAX_PIN_TEXT_CHARS + 1);
     let refused = big.call_err("context.pin", json!({"session_id": SESSION, "text": over}));
