@@ -12,6 +12,7 @@
 //! its cached texts are shared into the reply rather than encoded again.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use satchel_core::compact::is_user_turn;
@@ -23,10 +24,11 @@ use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::is_system;
-use satchel_protocol::{CompactSummary, Config, ContextMode, Phase};
+use satchel_protocol::{CompactSummary, Config, ContextMode, Phase, RenderConfig};
 use satchel_storage::{CompactionInfo, OffloadStore};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use xxhash_rust::xxh3::Xxh3;
 
 mod entry;
 
@@ -158,8 +160,8 @@ pub struct Session {
     /// smaller: the compactable tokens then. It is not tried again until that many more have
     /// accrued (a summary's worth), so a small window does not thrash; any compaction clears it.
     pub futile_compaction_at: Option<u64>,
-    /// What the cached renderings depend on; a change clears them.
-    render_key: Option<String>,
+    /// What the cached renderings depend on ([`render_key`]); a change clears them.
+    render_key: Option<u128>,
     /// What the cached token counts depend on besides the renderings.
     count_key: Option<String>,
     /// Token counts of system prompts and tool definitions, by hash, valid for `count_key`.
@@ -238,21 +240,12 @@ pub fn format_or_default(format: Option<MessageFormat>) -> MessageFormat {
     format.unwrap_or(MessageFormat::Openai)
 }
 
-/// What the renderings depend on.
-fn render_key(config: &Config) -> String {
-    format!(
-        "{}/{}/{}/{}/{}/{}/{}/{:?}/{:?}/{:?}",
-        config.pruning_enabled,
-        config.pruning_recent_msg_max_bytes,
-        config.pruning_old_msg_max_bytes,
-        config.markdown_recent_msg_max_bytes,
-        config.markdown_old_msg_max_bytes,
-        config.pruning_slack_bytes,
-        config.pruning_tail_ratio,
-        config.read_file_tool_names,
-        config.markdown_tool_names,
-        config.offload_notice_path,
-    )
+/// What the renderings depend on: the hash of every configuration key rendering reads.
+/// Rendering is given nothing but the [`RenderConfig`] hashed, so it cannot depend on more.
+fn render_key(render: &RenderConfig<'_>) -> u128 {
+    let mut hasher = Xxh3::new();
+    render.hash(&mut hasher);
+    hasher.digest128()
 }
 
 /// What token counts depend on besides the rendering.
@@ -384,14 +377,17 @@ impl Session {
         }
     }
 
-    /// Drops every cached rendering when the configuration they depend on changed.
-    fn check_render_key(&mut self, config: &Config) {
+    /// Drops every cached rendering when the configuration they depend on changed; returns
+    /// that configuration, the one to render with.
+    fn check_render_key<'c>(&mut self, config: &'c Config) -> RenderConfig<'c> {
         self.sync_summary_view(config.context_mode);
-        let key = render_key(config);
-        if self.render_key.as_deref() != Some(&key) {
+        let render = config.render_config();
+        let key = render_key(&render);
+        if self.render_key != Some(key) {
             self.entries.iter_mut().for_each(Entry::clear_views);
             self.render_key = Some(key);
         }
+        render
     }
 
     /// Aligns a full list sent by a client with what the session holds.
@@ -401,7 +397,7 @@ impl Session {
     /// message included) followed by new messages. Costs one hash comparison per message
     /// unless a message differs from its original.
     pub fn align(&mut self, incoming: &mut IncomingHashes<'_>, config: &Config) -> Alignment {
-        self.check_render_key(config);
+        let render = self.check_render_key(config);
         let known = self.original_hashes.len();
         // Live entries are sorted by original index: find them by binary search.
         let live_position = |entries: &[Entry], j: usize| entries.binary_search_by_key(&j, |e| e.index).ok();
@@ -416,7 +412,7 @@ impl Session {
                     !entry.offloaded.is_empty()
                         && [Phase::Recent, Phase::Old]
                             .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, config, &self.offloads) == incoming.hash(j))
+                            .any(|phase| entry.rendered_hash(phase, &render, &self.offloads) == incoming.hash(j))
                 });
             if matches && !same_text {
                 self.text_hashes[j] = Some(incoming.text_hash(j));
@@ -488,7 +484,7 @@ impl Session {
     /// of a phase a message has left are dropped. A first pass or a reload renders and counts
     /// thousands of messages, so big batches are shared between threads.
     fn sync_views(&mut self, config: &Config, squeeze: bool, counter: Option<&TokenCounter>) -> Vec<usize> {
-        self.check_render_key(config);
+        let render = self.check_render_key(config);
         if let Some(counter) = counter {
             self.check_count_key(counter, config);
         }
@@ -508,7 +504,7 @@ impl Session {
             &mut self.entries,
             |position, entry| entry.pending_work(phase_at(position), counter.is_some()),
             |position, entry| {
-                let slot = entry.ensure_view(phase_at(position), config, offloads);
+                let slot = entry.ensure_view(phase_at(position), &render, offloads);
                 if !entry.offloaded.is_empty() {
                     entry.views[1 - slot] = None;
                 }
@@ -692,5 +688,93 @@ impl Session {
             .zip(slots)
             .map(|(entry, slot)| entry.tokens[slot].expect("counted by sync_views"))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Map, json};
+
+    use super::*;
+
+    /// Every configuration key with a value other than the default's, each as the
+    /// configuration that differs from the default in that key alone.
+    fn each_key_changed() -> Vec<(String, Config)> {
+        let Value::Object(defaults) = serde_json::to_value(Config::default()).unwrap() else {
+            panic!("a configuration is an object");
+        };
+        // Enum keys take another of their names; anything else is changed in place.
+        let names = ["relative", "aceclaw", "estimate", "openai", "zh"];
+        defaults
+            .into_iter()
+            .map(|(key, value)| {
+                let candidates: Vec<Value> = match &value {
+                    Value::Bool(b) => vec![json!(!b)],
+                    Value::Number(n) => match n.as_u64() {
+                        Some(n) => vec![json!(n + 1)],
+                        None => vec![json!(n.as_f64().unwrap() + 0.125)],
+                    },
+                    Value::String(s) => std::iter::once(json!(format!("{s}x")))
+                        .chain(names.iter().map(|n| json!(n)))
+                        .collect(),
+                    Value::Array(items) => {
+                        let mut items = items.clone();
+                        items.push(json!(".changed"));
+                        vec![Value::Array(items)]
+                    }
+                    Value::Object(map) => {
+                        let mut map = map.clone();
+                        map.insert("X-Changed".into(), json!("1"));
+                        vec![Value::Object(map)]
+                    }
+                    Value::Null => vec![json!(1)],
+                };
+                let changed = candidates
+                    .into_iter()
+                    .filter(|candidate| *candidate != value)
+                    .find_map(|candidate| {
+                        serde_json::from_value::<Config>(Value::Object(Map::from_iter([(key.clone(), candidate)]))).ok()
+                    })
+                    .unwrap_or_else(|| panic!("no other value of `{key}` found"));
+                assert_ne!(changed, Config::default(), "`{key}` changed");
+                (key, changed)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_render_key_changes_with_every_key_rendering_reads_and_no_other() {
+        let base = Config::default();
+        let base_key = render_key(&base.render_config());
+        let mut changing = Vec::new();
+        for (key, changed) in each_key_changed() {
+            let read_by_rendering = changed.render_config() != base.render_config();
+            let new_key = render_key(&changed.render_config());
+            assert_eq!(
+                new_key != base_key,
+                read_by_rendering,
+                "`{key}`: the cache key and what rendering reads disagree"
+            );
+            if read_by_rendering {
+                changing.push(key);
+            }
+        }
+        changing.sort();
+        assert_eq!(
+            changing,
+            [
+                "markdown_file_extensions",
+                "markdown_old_msg_max_bytes",
+                "markdown_recent_msg_max_bytes",
+                "markdown_tool_names",
+                "offload_notice_path",
+                "pruning_enabled",
+                "pruning_old_msg_max_bytes",
+                "pruning_recent_msg_max_bytes",
+                "pruning_slack_bytes",
+                "pruning_tail_ratio",
+                "read_file_tool_names",
+            ]
+        );
     }
 }
