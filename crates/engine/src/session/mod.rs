@@ -122,7 +122,7 @@ struct SummaryView {
     /// The mode it was rendered for (`aceclaw` marks it `[COMPACTED]`).
     mode: ContextMode,
     /// Token count and the counter key it was made with.
-    tokens: Option<(String, u64)>,
+    tokens: Option<(u128, u64)>,
 }
 
 /// The messages of one session.
@@ -162,8 +162,8 @@ pub struct Session {
     pub futile_compaction_at: Option<u64>,
     /// What the cached renderings depend on ([`render_key`]); a change clears them.
     render_key: Option<u128>,
-    /// What the cached token counts depend on besides the renderings.
-    count_key: Option<String>,
+    /// What the cached token counts depend on besides the renderings ([`counter_key`]).
+    count_key: Option<u128>,
     /// Token counts of system prompts and tool definitions, by hash, valid for `count_key`.
     extras_tokens: HashMap<(MessageHash, bool), u64>,
     /// Calibration, the last system prompt and the monitor's numbers; kept when the
@@ -248,9 +248,12 @@ fn render_key(render: &RenderConfig<'_>) -> u128 {
     hasher.digest128()
 }
 
-/// What token counts depend on besides the rendering.
-fn counter_key(counter: &TokenCounter, config: &Config) -> String {
-    format!("{:?}/{}", counter.tokenizer(), config.token_count_estimate_divisor)
+/// What token counts depend on besides the rendering: the hash of the counter, which holds
+/// everything counting reads.
+fn counter_key(counter: &TokenCounter) -> u128 {
+    let mut hasher = Xxh3::new();
+    counter.hash(&mut hasher);
+    hasher.digest128()
 }
 
 impl Session {
@@ -337,9 +340,9 @@ impl Session {
     }
 
     /// Tokens of the pinned block, counted once per block and counter.
-    pub fn pinned_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
+    pub fn pinned_tokens(&mut self, counter: &TokenCounter) -> u64 {
         let after_summary = self.summary_view.is_some();
-        self.pins.tokens(after_summary, counter, counter_key(counter, config))
+        self.pins.tokens(after_summary, counter, counter_key(counter))
     }
 
     /// The text of the summary message.
@@ -350,7 +353,7 @@ impl Session {
     /// Tokens of the summary message, counted once per summary and counter.
     pub fn summary_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
         self.sync_summary_view(config.context_mode);
-        let key = counter_key(counter, config);
+        let key = counter_key(counter);
         let Some(view) = &mut self.summary_view else {
             return 0;
         };
@@ -486,7 +489,7 @@ impl Session {
     fn sync_views(&mut self, config: &Config, squeeze: bool, counter: Option<&TokenCounter>) -> Vec<usize> {
         let render = self.check_render_key(config);
         if let Some(counter) = counter {
-            self.check_count_key(counter, config);
+            self.check_count_key(counter);
         }
         let recent_start = self.recent_start(config, squeeze);
         // A squeezed request (nothing else made it fit) leaves its messages old too: sent
@@ -573,9 +576,9 @@ impl Session {
     }
 
     /// Clears the token counts when the counter changed.
-    fn check_count_key(&mut self, counter: &TokenCounter, config: &Config) {
-        let key = counter_key(counter, config);
-        if self.count_key.as_deref() != Some(&key) {
+    fn check_count_key(&mut self, counter: &TokenCounter) {
+        let key = counter_key(counter);
+        if self.count_key != Some(key) {
             self.entries.iter_mut().for_each(|e| e.tokens = [None; 2]);
             self.extras_tokens.clear();
             self.count_key = Some(key);
@@ -591,9 +594,8 @@ impl Session {
         system_hash: Option<MessageHash>,
         tools: Option<&[Value]>,
         counter: &TokenCounter,
-        config: &Config,
     ) -> (u64, u64) {
-        self.check_count_key(counter, config);
+        self.check_count_key(counter);
         // A prompt that changes on every call (a clock in it) must not grow the cache forever.
         if self.extras_tokens.len() > 256 {
             self.extras_tokens.clear();
@@ -692,89 +694,4 @@ impl Session {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::{Map, json};
-
-    use super::*;
-
-    /// Every configuration key with a value other than the default's, each as the
-    /// configuration that differs from the default in that key alone.
-    fn each_key_changed() -> Vec<(String, Config)> {
-        let Value::Object(defaults) = serde_json::to_value(Config::default()).unwrap() else {
-            panic!("a configuration is an object");
-        };
-        // Enum keys take another of their names; anything else is changed in place.
-        let names = ["relative", "aceclaw", "estimate", "openai", "zh"];
-        defaults
-            .into_iter()
-            .map(|(key, value)| {
-                let candidates: Vec<Value> = match &value {
-                    Value::Bool(b) => vec![json!(!b)],
-                    Value::Number(n) => match n.as_u64() {
-                        Some(n) => vec![json!(n + 1)],
-                        None => vec![json!(n.as_f64().unwrap() + 0.125)],
-                    },
-                    Value::String(s) => std::iter::once(json!(format!("{s}x")))
-                        .chain(names.iter().map(|n| json!(n)))
-                        .collect(),
-                    Value::Array(items) => {
-                        let mut items = items.clone();
-                        items.push(json!(".changed"));
-                        vec![Value::Array(items)]
-                    }
-                    Value::Object(map) => {
-                        let mut map = map.clone();
-                        map.insert("X-Changed".into(), json!("1"));
-                        vec![Value::Object(map)]
-                    }
-                    Value::Null => vec![json!(1)],
-                };
-                let changed = candidates
-                    .into_iter()
-                    .filter(|candidate| *candidate != value)
-                    .find_map(|candidate| {
-                        serde_json::from_value::<Config>(Value::Object(Map::from_iter([(key.clone(), candidate)]))).ok()
-                    })
-                    .unwrap_or_else(|| panic!("no other value of `{key}` found"));
-                assert_ne!(changed, Config::default(), "`{key}` changed");
-                (key, changed)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_render_key_changes_with_every_key_rendering_reads_and_no_other() {
-        let base = Config::default();
-        let base_key = render_key(&base.render_config());
-        let mut changing = Vec::new();
-        for (key, changed) in each_key_changed() {
-            let read_by_rendering = changed.render_config() != base.render_config();
-            let new_key = render_key(&changed.render_config());
-            assert_eq!(
-                new_key != base_key,
-                read_by_rendering,
-                "`{key}`: the cache key and what rendering reads disagree"
-            );
-            if read_by_rendering {
-                changing.push(key);
-            }
-        }
-        changing.sort();
-        assert_eq!(
-            changing,
-            [
-                "markdown_file_extensions",
-                "markdown_old_msg_max_bytes",
-                "markdown_recent_msg_max_bytes",
-                "markdown_tool_names",
-                "offload_notice_path",
-                "pruning_enabled",
-                "pruning_old_msg_max_bytes",
-                "pruning_recent_msg_max_bytes",
-                "pruning_slack_bytes",
-                "pruning_tail_ratio",
-                "read_file_tool_names",
-            ]
-        );
-    }
-}
+mod tests;
