@@ -29,6 +29,7 @@ mod progress;
 mod protocol_examples;
 mod pruning;
 mod refusals;
+mod render_key;
 mod replay;
 mod replay_compaction;
 mod secrets;

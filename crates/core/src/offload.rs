@@ -7,7 +7,7 @@
 
 use std::borrow::Borrow;
 
-use satchel_protocol::{Config, ContextMode, MessageFormat, Phase};
+use satchel_protocol::{Config, ContextMode, MessageFormat, Phase, RenderConfig};
 use serde_json::Value;
 
 use crate::format::{ToolCall, find_call, has_tool_result, result_texts};
@@ -29,13 +29,13 @@ pub enum ResultKind {
 }
 
 /// Classifies a result by the call that produced it (unknown call → plain).
-pub fn classify(call: Option<&ToolCall>, config: &Config) -> ResultKind {
+pub fn classify(call: Option<&ToolCall>, config: &RenderConfig<'_>) -> ResultKind {
     let Some(call) = call else { return ResultKind::Plain };
     let markdown = config
         .markdown_tool_names
         .iter()
         .any(|n| n.eq_ignore_ascii_case(&call.name))
-        || names_markdown_file(&call.arguments, &config.markdown_file_extensions);
+        || names_markdown_file(&call.arguments, config.markdown_file_extensions);
     if config
         .read_file_tool_names
         .iter()
@@ -71,7 +71,7 @@ fn any_string(value: &Value, pred: &dyn Fn(&str) -> bool) -> bool {
 }
 
 /// Byte limit of a result of `kind` in `phase`; `None` means "never truncated".
-pub fn max_bytes(kind: ResultKind, phase: Phase, config: &Config) -> Option<usize> {
+pub fn max_bytes(kind: ResultKind, phase: Phase, config: &RenderConfig<'_>) -> Option<usize> {
     let markdown = matches!(kind, ResultKind::Markdown | ResultKind::ReadFile { markdown: true });
     match (kind, phase) {
         (ResultKind::ReadFile { .. }, Phase::Recent) => None,
@@ -83,7 +83,7 @@ pub fn max_bytes(kind: ResultKind, phase: Phase, config: &Config) -> Option<usiz
 }
 
 /// The excerpt limits of a result in a phase, or `None` when it stays whole.
-pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &Config) -> Option<ExcerptLimits> {
+pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &RenderConfig<'_>) -> Option<ExcerptLimits> {
     if !config.pruning_enabled {
         return None;
     }
@@ -100,14 +100,16 @@ pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &Config) -> Option
 /// cuts: the file then exists before any excerpt can point at it, and a `read_file` result keeps
 /// exactly what the agent saw even if the file on disk changes later. In `aceclaw` mode so is
 /// every text request pruning may turn into a stub, so that a stub always names a file the
-/// full text can be read from.
+/// full text can be read from. It reads more of the configuration than rendering does: the
+/// decision is made once, when the text enters.
 pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> bool {
     let prunable = config.context_mode == ContextMode::Aceclaw && text_bytes > 2 * config.prune_stub_chars;
+    let render = config.render_config();
     config.pruning_enabled
         && (prunable
             || [Phase::Recent, Phase::Old]
                 .into_iter()
-                .filter_map(|p| max_bytes(kind, p, config))
+                .filter_map(|p| max_bytes(kind, p, &render))
                 .any(|limit| text_bytes > limit + config.pruning_slack_bytes))
 }
 
@@ -174,6 +176,7 @@ pub fn select_offloads<'a, E>(new: &'a [Value], earlier: E, format: MessageForma
 where
     E: DoubleEndedIterator<Item = &'a Value> + Clone,
 {
+    let render = config.render_config();
     let mut selected = Vec::new();
     for (position, message) in new.iter().enumerate() {
         let newest_first = || new[..position].iter().rev().chain(earlier.clone().rev());
@@ -185,7 +188,7 @@ where
                 .call_id
                 .as_deref()
                 .and_then(|cid| find_call(newest_first(), cid, format));
-            if must_offload(full.len(), classify(call.as_ref(), config), config) {
+            if must_offload(full.len(), classify(call.as_ref(), &render), config) {
                 selected.push(SelectedText {
                     position,
                     pointer: text.pointer,
@@ -212,7 +215,8 @@ mod tests {
 
     #[test]
     fn classifies_by_tool_and_path() {
-        let c = Config::default();
+        let config = Config::default();
+        let c = config.render_config();
         assert_eq!(
             classify(Some(&call("bash", r#"{"command":"ls"}"#)), &c),
             ResultKind::Plain
@@ -236,15 +240,16 @@ mod tests {
     #[test]
     fn limits_follow_kind_and_phase() {
         let c = Config::default();
-        assert_eq!(max_bytes(ResultKind::Plain, Phase::Recent, &c), Some(50_000));
-        assert_eq!(max_bytes(ResultKind::Plain, Phase::Old, &c), Some(3_000));
-        assert_eq!(max_bytes(ResultKind::Markdown, Phase::Old, &c), Some(50_000));
+        let r = c.render_config();
+        assert_eq!(max_bytes(ResultKind::Plain, Phase::Recent, &r), Some(50_000));
+        assert_eq!(max_bytes(ResultKind::Plain, Phase::Old, &r), Some(3_000));
+        assert_eq!(max_bytes(ResultKind::Markdown, Phase::Old, &r), Some(50_000));
         assert_eq!(
-            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, &c),
+            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, &r),
             None
         );
         assert_eq!(
-            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, &c),
+            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, &r),
             Some(3_000)
         );
         assert!(!must_offload(3_100, ResultKind::Plain, &c), "within the slack");
@@ -266,7 +271,7 @@ mod tests {
             must_offload(401, ResultKind::Plain, &aceclaw),
             "a stub must name its file"
         );
-        assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off).is_none());
+        assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off.render_config()).is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! [`insert_summary`] then puts the summary of the compacted past in front of the rendered
 //! messages.
 
-use satchel_protocol::{Config, MessageFormat, OffloadNoticePath, Phase};
+use satchel_protocol::{MessageFormat, OffloadNoticePath, Phase, RenderConfig};
 use serde_json::{Value, json};
 
 use crate::compact::is_user_turn;
@@ -45,7 +45,7 @@ pub struct RenderedText {
 }
 
 /// Classifies an offloaded text under `config`.
-pub fn kind_of(text: &OffloadedText, config: &Config) -> ResultKind {
+pub fn kind_of(text: &OffloadedText, config: &RenderConfig<'_>) -> ResultKind {
     offload::classify(text.call.as_ref(), config)
 }
 
@@ -101,7 +101,7 @@ pub fn render_message(
     original: &Value,
     offloaded: &[OffloadedText],
     phase: Phase,
-    config: &Config,
+    config: &RenderConfig<'_>,
     workspace_root: &str,
     message_index: Option<usize>,
     controls: &[ResultControl],
@@ -160,7 +160,7 @@ pub fn render_message(
 }
 
 /// The root a notice joins with the offload file's path for `read_file`, under `config`.
-pub fn notice_root<'a>(config: &Config, workspace_root: &'a str) -> Option<&'a str> {
+pub fn notice_root<'a>(config: &RenderConfig<'_>, workspace_root: &'a str) -> Option<&'a str> {
     match config.offload_notice_path {
         OffloadNoticePath::Absolute => Some(workspace_root),
         OffloadNoticePath::Relative => None,
@@ -198,6 +198,7 @@ mod tests {
     use super::*;
     use crate::format::{self, MessageFormat, check_pairs, result_texts};
     use proptest::prelude::*;
+    use satchel_protocol::Config;
     use serde_json::json;
 
     /// A random conversation: user turns, assistant turns with 0-3 parallel calls (some to
@@ -259,13 +260,12 @@ mod tests {
                             .call_id
                             .as_deref()
                             .and_then(|id| format::find_call(messages[..index].iter().rev(), id, format));
-                        offload::must_offload(full.len(), offload::classify(call.as_ref(), config), config).then(|| {
-                            OffloadedText {
-                                file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
-                                stats: TextStats::of(full),
-                                pointer: t.pointer,
-                                call,
-                            }
+                        let kind = offload::classify(call.as_ref(), &config.render_config());
+                        offload::must_offload(full.len(), kind, config).then(|| OffloadedText {
+                            file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
+                            stats: TextStats::of(full),
+                            pointer: t.pointer,
+                            call,
                         })
                     })
                     .collect()
@@ -282,6 +282,7 @@ mod tests {
             markdown_old_msg_max_bytes: 4_000,
             ..Config::default()
         };
+        let render_config = config.render_config();
         prop_assert_eq!(check_pairs(&messages, format), Ok(()));
         let offloaded = offload_all(&messages, format, &config);
         let recent_start = offload::recent_start(&messages, format, recent_n);
@@ -295,7 +296,7 @@ mod tests {
                         m,
                         o,
                         if i >= recent_start { Phase::Recent } else { Phase::Old },
-                        &config,
+                        &render_config,
                         "/ws",
                         None,
                         &[],
@@ -327,7 +328,8 @@ mod tests {
                 } else {
                     Phase::Old
                 };
-                let limit = offload::max_bytes(offload::classify(o.call.as_ref(), &config), phase, &config);
+                let kind = offload::classify(o.call.as_ref(), &render_config);
+                let limit = offload::max_bytes(kind, phase, &render_config);
                 match t.kept_bytes {
                     None => prop_assert_eq!(seen, full, "an untruncated text is the original"),
                     Some(kept) => {
@@ -337,11 +339,10 @@ mod tests {
                         let head = excerpt_of(
                             full,
                             &o.stats,
-                            &offload::excerpt_limits(offload::classify(o.call.as_ref(), &config), phase, &config)
-                                .unwrap(),
+                            &offload::excerpt_limits(kind, phase, &render_config).unwrap(),
                             &FileRef {
                                 path: &o.file,
-                                root: notice_root(&config, "/ws"),
+                                root: notice_root(&render_config, "/ws"),
                                 id: None,
                             },
                         )
@@ -383,7 +384,15 @@ mod tests {
                 stats: TextStats::of(&full),
                 call: Some(call.clone()),
             }];
-            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws", None, &[]);
+            let (shown, texts) = render_message(
+                &message,
+                &offloaded,
+                Phase::Old,
+                &config.render_config(),
+                "/ws",
+                None,
+                &[],
+            );
             let shown = shown["content"].as_str().unwrap();
             assert_eq!(texts[0].kept_bytes.is_some(), cut, "{size}: cut? shown {}", shown.len());
             if cut {
@@ -417,7 +426,16 @@ mod tests {
         let (full, message, offloaded) = offloaded_output();
         let config = Config::default();
         let shown = |control| {
-            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config, "/ws", Some(12), &[control]);
+            let render_config = config.render_config();
+            let (shown, texts) = render_message(
+                &message,
+                &offloaded,
+                Phase::Old,
+                &render_config,
+                "/ws",
+                Some(12),
+                &[control],
+            );
             (shown["content"].as_str().unwrap().to_owned(), texts[0].kept_bytes)
         };
         assert_eq!(result_id(12, 0), "r12");
@@ -446,7 +464,8 @@ mod tests {
                 offload_notice_path: notice_path,
                 ..Config::default()
             };
-            let (shown, _) = render_message(&message, &offloaded, Phase::Old, &config, "/srv/ws", None, &[]);
+            let render_config = config.render_config();
+            let (shown, _) = render_message(&message, &offloaded, Phase::Old, &render_config, "/srv/ws", None, &[]);
             shown["content"].as_str().unwrap().to_owned()
         };
         let context_read = "`context.read` with {\"path\": \"tool_result/x.txt\", \"start_line\": ";

@@ -7,6 +7,8 @@
 //! (`benches/tokens.rs` measures the per-message cost). The encoders are process-wide singletons because building one
 //! takes 70–250 ms.
 
+use std::hash::{Hash, Hasher};
+
 use satchel_protocol::config::Tokenizer;
 use serde_json::Value;
 
@@ -25,6 +27,16 @@ pub const TOOL_DEF_OVERHEAD_TOKENS: u64 = 10;
 pub struct TokenCounter {
     tokenizer: Tokenizer,
     divisor: f64,
+}
+
+/// Two counters hash alike when they count alike: a cache of counts keys on the hash.
+impl Hash for TokenCounter {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // No `..`: a new field must be hashed here, or this does not compile.
+        let TokenCounter { tokenizer, divisor } = self;
+        tokenizer.hash(state);
+        divisor.to_bits().hash(state);
+    }
 }
 
 impl TokenCounter {

@@ -213,7 +213,7 @@ impl PromptState {
         let over_budget = self.built.assembled.over_budget.clone();
         let key = ReportKey {
             session_id: id.to_owned(),
-            tokens: self.tokens(session, counter, config),
+            tokens: self.tokens(session, counter),
             factor: session.requests.calibration.factor,
             window: config.effective_window(),
         };
@@ -231,9 +231,9 @@ impl PromptState {
 
     /// Tokens of the assembled prompt: `system` (cached by the session per distinct prompt),
     /// and the leading system message that is its base.
-    fn tokens(&self, session: &mut Session, counter: &TokenCounter, config: &Config) -> u64 {
+    fn tokens(&self, session: &mut Session, counter: &TokenCounter) -> u64 {
         let system = session
-            .extras_tokens(self.built.system.as_ref(), self.system_hash, None, counter, config)
+            .extras_tokens(self.built.system.as_ref(), self.system_hash, None, counter)
             .0;
         system + self.base_message_tokens(counter)
     }

@@ -254,7 +254,7 @@ fn render_lines(lines: &[(usize, DialogLine)], config: &Config, workspace_root: 
                 &line.message,
                 &offloaded,
                 Phase::Recent,
-                config,
+                &config.render_config(),
                 workspace_root,
                 Some(line.index),
                 &[],

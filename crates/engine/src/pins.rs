@@ -47,7 +47,7 @@ pub struct Pins {
     pub purged: BTreeSet<String>,
     /// The pinned block as the request shows it, and its token count with the counter key it
     /// was made with; rebuilt when a pin or the summary's presence changes.
-    block: Option<(String, Option<(String, u64)>)>,
+    block: Option<(String, Option<(u128, u64)>)>,
 }
 
 impl Pins {
@@ -89,7 +89,7 @@ impl Pins {
     }
 
     /// Tokens of the pinned block, counted once per block and counter.
-    pub fn tokens(&mut self, after_summary: bool, counter: &TokenCounter, key: String) -> u64 {
+    pub fn tokens(&mut self, after_summary: bool, counter: &TokenCounter, key: u128) -> u64 {
         self.block(after_summary);
         let (text, tokens) = self.block.as_mut().expect("made by block");
         if text.is_empty() {

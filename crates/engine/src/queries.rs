@@ -97,10 +97,8 @@ impl Engine {
         let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
         let hinted = params.query_hint.as_deref().map(|q| state.with_query(q)).transpose()?;
         let built = hinted.as_ref().unwrap_or(&state.built);
-        let tokens = session
-            .extras_tokens(built.system.as_ref(), None, None, &counter, config)
-            .0
-            + state.base_message_tokens(&counter);
+        let tokens =
+            session.extras_tokens(built.system.as_ref(), None, None, &counter).0 + state.base_message_tokens(&counter);
         let factor = session.requests.calibration.factor;
         let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, config);
         let detail = params

@@ -39,7 +39,6 @@ pub(crate) fn usage(
         extras.system_hash,
         extras.tools.as_deref(),
         counter,
-        config,
     );
     let summary = session.summary_tokens(counter, config);
     let messages: Vec<MessageTokens> = session
@@ -53,7 +52,7 @@ pub(crate) fn usage(
         tools: corrected(tools, factor),
         summary: corrected(summary, factor),
         expanded: corrected(session.expansion.as_ref().map_or(0, |e| e.tokens), factor),
-        pinned: corrected(session.pinned_tokens(counter, config), factor),
+        pinned: corrected(session.pinned_tokens(counter), factor),
     };
     zone_usage(&messages, extras, config)
 }

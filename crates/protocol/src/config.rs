@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Which tokenizer counts tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Tokenizer {
     /// OpenAI's o200k_base (GPT-4o and later); exact.
@@ -64,7 +64,7 @@ pub enum ContextMode {
 }
 
 /// Which path a truncation notice gives the agent's own `read_file` tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OffloadNoticePath {
     /// The absolute path of the offload file (the workspace root joined with the relative

@@ -19,6 +19,7 @@ pub mod memory_config;
 pub mod methods;
 pub mod openrpc;
 pub mod pins;
+pub mod render_config;
 pub mod summary;
 pub mod watch;
 
@@ -41,6 +42,7 @@ pub use pins::{
     ContextPin, ContextPurge, ContextUnpin, MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinInfo, PinKind,
     PinParams, PinsResult, PurgeParams, PurgeResult, UnpinParams,
 };
+pub use render_config::RenderConfig;
 pub use summary::{
     ArchiveLine, ArchiveRange, CompactSummary, CriticalContext, DroppedIdentifier, DroppedKind, IdentifierList,
     ItemGroup, OmittedItems, UserRequest,

@@ -106,7 +106,6 @@ impl Request<'_> {
             self.extras.system_hash,
             self.extras.tools.as_deref(),
             &self.counter,
-            self.config,
         );
         let factor = session.requests.calibration.factor;
         if self.extras.system != session.last_system {

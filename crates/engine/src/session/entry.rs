@@ -7,7 +7,7 @@ use satchel_core::hash::MessageHash;
 use satchel_core::render::{OffloadedText, RenderedText, ResultControl, render_message};
 use satchel_core::tokens::TokenCounter;
 use satchel_core::truncate::TextStats;
-use satchel_protocol::{Config, Phase};
+use satchel_protocol::{Phase, RenderConfig};
 use satchel_storage::{OffloadStore, StoredMessage, StoredOffload};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -161,7 +161,7 @@ impl Entry {
     }
 
     /// Renders the message for `phase` unless that is done already.
-    pub(super) fn ensure_view(&mut self, phase: Phase, config: &Config, offloads: &OffloadStore) -> usize {
+    pub(super) fn ensure_view(&mut self, phase: Phase, config: &RenderConfig<'_>, offloads: &OffloadStore) -> usize {
         let slot = self.slot(phase);
         if self.views[slot].is_none() {
             let view = if self.offloaded.is_empty() {
@@ -197,7 +197,12 @@ impl Entry {
     }
 
     /// Hash of the message rendered for `phase`.
-    pub(super) fn rendered_hash(&mut self, phase: Phase, config: &Config, offloads: &OffloadStore) -> MessageHash {
+    pub(super) fn rendered_hash(
+        &mut self,
+        phase: Phase,
+        config: &RenderConfig<'_>,
+        offloads: &OffloadStore,
+    ) -> MessageHash {
         let slot = self.slot(phase);
         match self.view_hashes[slot] {
             Some(hash) => hash,

@@ -12,6 +12,7 @@
 //! its cached texts are shared into the reply rather than encoded again.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 
 use satchel_core::compact::is_user_turn;
@@ -23,10 +24,11 @@ use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::is_system;
-use satchel_protocol::{CompactSummary, Config, ContextMode, Phase};
+use satchel_protocol::{CompactSummary, Config, ContextMode, Phase, RenderConfig};
 use satchel_storage::{CompactionInfo, OffloadStore};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use xxhash_rust::xxh3::Xxh3;
 
 mod entry;
 
@@ -120,7 +122,7 @@ struct SummaryView {
     /// The mode it was rendered for (`aceclaw` marks it `[COMPACTED]`).
     mode: ContextMode,
     /// Token count and the counter key it was made with.
-    tokens: Option<(String, u64)>,
+    tokens: Option<(u128, u64)>,
 }
 
 /// The messages of one session.
@@ -158,10 +160,10 @@ pub struct Session {
     /// smaller: the compactable tokens then. It is not tried again until that many more have
     /// accrued (a summary's worth), so a small window does not thrash; any compaction clears it.
     pub futile_compaction_at: Option<u64>,
-    /// What the cached renderings depend on; a change clears them.
-    render_key: Option<String>,
-    /// What the cached token counts depend on besides the renderings.
-    count_key: Option<String>,
+    /// What the cached renderings depend on ([`render_key`]); a change clears them.
+    render_key: Option<u128>,
+    /// What the cached token counts depend on besides the renderings ([`counter_key`]).
+    count_key: Option<u128>,
     /// Token counts of system prompts and tool definitions, by hash, valid for `count_key`.
     extras_tokens: HashMap<(MessageHash, bool), u64>,
     /// Calibration, the last system prompt and the monitor's numbers; kept when the
@@ -238,26 +240,20 @@ pub fn format_or_default(format: Option<MessageFormat>) -> MessageFormat {
     format.unwrap_or(MessageFormat::Openai)
 }
 
-/// What the renderings depend on.
-fn render_key(config: &Config) -> String {
-    format!(
-        "{}/{}/{}/{}/{}/{}/{}/{:?}/{:?}/{:?}",
-        config.pruning_enabled,
-        config.pruning_recent_msg_max_bytes,
-        config.pruning_old_msg_max_bytes,
-        config.markdown_recent_msg_max_bytes,
-        config.markdown_old_msg_max_bytes,
-        config.pruning_slack_bytes,
-        config.pruning_tail_ratio,
-        config.read_file_tool_names,
-        config.markdown_tool_names,
-        config.offload_notice_path,
-    )
+/// What the renderings depend on: the hash of every configuration key rendering reads.
+/// Rendering is given nothing but the [`RenderConfig`] hashed, so it cannot depend on more.
+fn render_key(render: &RenderConfig<'_>) -> u128 {
+    let mut hasher = Xxh3::new();
+    render.hash(&mut hasher);
+    hasher.digest128()
 }
 
-/// What token counts depend on besides the rendering.
-fn counter_key(counter: &TokenCounter, config: &Config) -> String {
-    format!("{:?}/{}", counter.tokenizer(), config.token_count_estimate_divisor)
+/// What token counts depend on besides the rendering: the hash of the counter, which holds
+/// everything counting reads.
+fn counter_key(counter: &TokenCounter) -> u128 {
+    let mut hasher = Xxh3::new();
+    counter.hash(&mut hasher);
+    hasher.digest128()
 }
 
 impl Session {
@@ -344,9 +340,9 @@ impl Session {
     }
 
     /// Tokens of the pinned block, counted once per block and counter.
-    pub fn pinned_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
+    pub fn pinned_tokens(&mut self, counter: &TokenCounter) -> u64 {
         let after_summary = self.summary_view.is_some();
-        self.pins.tokens(after_summary, counter, counter_key(counter, config))
+        self.pins.tokens(after_summary, counter, counter_key(counter))
     }
 
     /// The text of the summary message.
@@ -357,7 +353,7 @@ impl Session {
     /// Tokens of the summary message, counted once per summary and counter.
     pub fn summary_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
         self.sync_summary_view(config.context_mode);
-        let key = counter_key(counter, config);
+        let key = counter_key(counter);
         let Some(view) = &mut self.summary_view else {
             return 0;
         };
@@ -384,14 +380,17 @@ impl Session {
         }
     }
 
-    /// Drops every cached rendering when the configuration they depend on changed.
-    fn check_render_key(&mut self, config: &Config) {
+    /// Drops every cached rendering when the configuration they depend on changed; returns
+    /// that configuration, the one to render with.
+    fn check_render_key<'c>(&mut self, config: &'c Config) -> RenderConfig<'c> {
         self.sync_summary_view(config.context_mode);
-        let key = render_key(config);
-        if self.render_key.as_deref() != Some(&key) {
+        let render = config.render_config();
+        let key = render_key(&render);
+        if self.render_key != Some(key) {
             self.entries.iter_mut().for_each(Entry::clear_views);
             self.render_key = Some(key);
         }
+        render
     }
 
     /// Aligns a full list sent by a client with what the session holds.
@@ -401,7 +400,7 @@ impl Session {
     /// message included) followed by new messages. Costs one hash comparison per message
     /// unless a message differs from its original.
     pub fn align(&mut self, incoming: &mut IncomingHashes<'_>, config: &Config) -> Alignment {
-        self.check_render_key(config);
+        let render = self.check_render_key(config);
         let known = self.original_hashes.len();
         // Live entries are sorted by original index: find them by binary search.
         let live_position = |entries: &[Entry], j: usize| entries.binary_search_by_key(&j, |e| e.index).ok();
@@ -416,7 +415,7 @@ impl Session {
                     !entry.offloaded.is_empty()
                         && [Phase::Recent, Phase::Old]
                             .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, config, &self.offloads) == incoming.hash(j))
+                            .any(|phase| entry.rendered_hash(phase, &render, &self.offloads) == incoming.hash(j))
                 });
             if matches && !same_text {
                 self.text_hashes[j] = Some(incoming.text_hash(j));
@@ -488,9 +487,9 @@ impl Session {
     /// of a phase a message has left are dropped. A first pass or a reload renders and counts
     /// thousands of messages, so big batches are shared between threads.
     fn sync_views(&mut self, config: &Config, squeeze: bool, counter: Option<&TokenCounter>) -> Vec<usize> {
-        self.check_render_key(config);
+        let render = self.check_render_key(config);
         if let Some(counter) = counter {
-            self.check_count_key(counter, config);
+            self.check_count_key(counter);
         }
         let recent_start = self.recent_start(config, squeeze);
         // A squeezed request (nothing else made it fit) leaves its messages old too: sent
@@ -508,7 +507,7 @@ impl Session {
             &mut self.entries,
             |position, entry| entry.pending_work(phase_at(position), counter.is_some()),
             |position, entry| {
-                let slot = entry.ensure_view(phase_at(position), config, offloads);
+                let slot = entry.ensure_view(phase_at(position), &render, offloads);
                 if !entry.offloaded.is_empty() {
                     entry.views[1 - slot] = None;
                 }
@@ -577,9 +576,9 @@ impl Session {
     }
 
     /// Clears the token counts when the counter changed.
-    fn check_count_key(&mut self, counter: &TokenCounter, config: &Config) {
-        let key = counter_key(counter, config);
-        if self.count_key.as_deref() != Some(&key) {
+    fn check_count_key(&mut self, counter: &TokenCounter) {
+        let key = counter_key(counter);
+        if self.count_key != Some(key) {
             self.entries.iter_mut().for_each(|e| e.tokens = [None; 2]);
             self.extras_tokens.clear();
             self.count_key = Some(key);
@@ -595,9 +594,8 @@ impl Session {
         system_hash: Option<MessageHash>,
         tools: Option<&[Value]>,
         counter: &TokenCounter,
-        config: &Config,
     ) -> (u64, u64) {
-        self.check_count_key(counter, config);
+        self.check_count_key(counter);
         // A prompt that changes on every call (a clock in it) must not grow the cache forever.
         if self.extras_tokens.len() > 256 {
             self.extras_tokens.clear();
@@ -694,3 +692,6 @@ impl Session {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests;
