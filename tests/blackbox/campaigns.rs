@@ -5,7 +5,9 @@
 //!   several sessions, is killed between calls or with calls in flight, sometimes gets a torn
 //!   write injected into a session log or the dialog archive, and is restarted; every client
 //!   then resends its history and every acknowledged message must be live or archived exactly
-//!   once, byte for byte, with its offloaded texts readable in full.
+//!   once, byte for byte, with its offloaded texts readable in full. The clients also write
+//!   and append to memory files, observe learning candidates, pin, unpin and purge results
+//!   and expand compacted spans (`surface`): what was acknowledged of those survives too.
 //! - a generated corpus of hostile frames in both framings (`SATCHEL_CAMPAIGN_FRAMES`, default
 //!   600): every request with an id gets exactly one reply, unparseable frames one reply with
 //!   id null, the daemon never dies and stdout carries only frames.
@@ -29,6 +31,8 @@ use crate::support::builders::{assistant, call_message, result_message, tool_out
 use crate::support::checks::{is_summary_message, restore_excerpts, same_modulo_summary};
 use crate::support::trajectories::Format;
 use crate::support::{Daemon, Framing, REPLY_TIMEOUT, SocketClient, actions, parse_json_any_depth, wait_for_path};
+
+mod surface;
 
 // ---------------------------------------------------------------------------------------------
 // Shared by the campaigns
@@ -204,6 +208,8 @@ fn small_window() -> Value {
 /// again at the end) and a fresh one takes its place.
 const ACTIVE_SESSIONS: usize = 4;
 const RETIRE_AT: usize = 48;
+/// The exit status of a daemon a `crash` failpoint stopped.
+const CRASH_EXIT_STATUS: i32 = 86;
 /// How long a call runs before the kill that interrupts it.
 const IN_FLIGHT_DELAYS_MS: [u64; 11] = [0, 0, 0, 1, 2, 3, 5, 8, 13, 21, 34];
 /// Sizes of tool outputs: the larger ones are offloaded once they are old (3,000 bytes).
@@ -222,6 +228,8 @@ struct Client {
     /// The result of the last `context.prepare` (verified after each restart).
     last: Option<Value>,
     retired: bool,
+    /// Its memory files, pins, purges and expansions.
+    surface: surface::Surface,
 }
 
 impl Client {
@@ -240,6 +248,7 @@ impl Client {
             step: 0,
             last: None,
             retired: false,
+            surface: surface::Surface::default(),
         }
     }
 
@@ -309,6 +318,8 @@ struct KillTally {
     round: usize,
     kills: usize,
     in_flight: usize,
+    /// Daemons a `crash` failpoint stopped in the middle of an atomic write.
+    failpoint_crashes: usize,
     /// Unacknowledged messages the restarted daemon turned out to hold (their call had committed).
     landed_unacknowledged: usize,
     torn_logs: usize,
@@ -322,6 +333,9 @@ struct KillTally {
     /// Torn archive tails still there after a restart (at the checks of each round).
     torn_tails_left: usize,
     torn_tail_example: Option<String>,
+    /// The candidate store as acknowledged, temp files, and what the calls beyond
+    /// `context.prepare` counted.
+    shared: surface::Shared,
     findings: Findings,
 }
 
@@ -344,6 +358,8 @@ struct Conn {
     answered: HashSet<u64>,
     /// No reply came (or stdout ended): nothing more is sent to this daemon.
     dead: bool,
+    /// Armed with a `crash` failpoint (`SATCHEL_FAILPOINTS`): it may exit mid-write.
+    crash_armed: bool,
 }
 
 /// How a call ended.
@@ -354,12 +370,16 @@ enum Answer {
 }
 
 impl Conn {
-    fn start(workspace: &Path) -> Conn {
-        let env = [("SATCHEL_TOKENIZER", "estimate"), ("SATCHEL_LOG", "error")];
+    /// A daemon on `workspace`, with `failpoints` armed (crashes only: a crash is a kill in
+    /// the middle of a write, after half its bytes).
+    fn start(workspace: &Path, failpoints: Option<&str>) -> Conn {
+        let mut env = vec![("SATCHEL_TOKENIZER", "estimate"), ("SATCHEL_LOG", "error")];
+        env.extend(failpoints.map(|spec| ("SATCHEL_FAILPOINTS", spec)));
         Conn {
             daemon: Daemon::start(workspace, &env),
             answered: HashSet::new(),
             dead: false,
+            crash_armed: failpoints.is_some(),
         }
     }
 
@@ -407,6 +427,11 @@ impl Conn {
                     return Answer::Missing;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
+                    self.dead = true;
+                    if self.crash_armed && self.daemon.wait_exit(REPLY_TIMEOUT).code() == Some(CRASH_EXIT_STATUS) {
+                        // The armed crash: the call's outcome is unknown, like a kill's.
+                        return Answer::Missing;
+                    }
                     t.unanswered += 1;
                     let status = self.daemon.exit_status();
                     t.problem(format!(
@@ -478,13 +503,13 @@ fn recover(conn: &mut Conn, c: &mut Client, t: &mut KillTally) {
             t.saw(&result);
             c.acked = full;
             c.pending.clear();
-            c.last = Some(result);
+            c.last = surface::after_prepare(conn, c, result, t);
         }
         Answer::Failed(error) => t.problem(format!(
             "session {} does not come back after the restart: its resend failed: {error}",
             c.session
         )),
-        Answer::Missing => {}
+        Answer::Missing => c.surface.prepare_unsure(),
     }
 }
 
@@ -496,10 +521,13 @@ fn resend_with(conn: &mut Conn, c: &mut Client, new: Vec<Value>, t: &mut KillTal
             check_reconciliation(t, c, &result, c.acked.len(), 0, full.len());
             t.saw(&result);
             c.acked = full;
-            c.last = Some(result);
+            c.last = surface::after_prepare(conn, c, result, t);
         }
         Answer::Failed(error) => t.problem(format!("a full resend to {} failed: {error}", c.session)),
-        Answer::Missing => c.pending = new,
+        Answer::Missing => {
+            c.pending = new;
+            c.surface.prepare_unsure();
+        }
     }
 }
 
@@ -522,14 +550,17 @@ fn append_new(conn: &mut Conn, c: &mut Client, rng: &mut Rng, t: &mut KillTally)
             }
             t.saw(&result);
             c.acked.extend(new);
-            c.last = Some(result);
+            c.last = surface::after_prepare(conn, c, result, t);
         }
         Answer::Failed(error) => t.problem(format!(
             "an append to {} (expect_messages {}) failed: {error}",
             c.session,
             c.acked.len()
         )),
-        Answer::Missing => c.pending = new,
+        Answer::Missing => {
+            c.pending = new;
+            c.surface.prepare_unsure();
+        }
     }
 }
 
@@ -540,19 +571,20 @@ fn drive(conn: &mut Conn, c: &mut Client, rng: &mut Rng, t: &mut KillTally) {
         return resend_with(conn, c, new, t);
     }
     match rng.below(100) {
-        0..50 => append_new(conn, c, rng, t),
-        50..75 => {
+        0..38 => append_new(conn, c, rng, t),
+        38..54 => {
             let new = c.new_messages(rng);
             resend_with(conn, c, new, t);
         }
-        75..87 => {
+        54..62 => {
             let params = json!({"session_id": c.session, "config": c.config});
             match conn.call("context.compact", params, t) {
-                Answer::Done(result) => t.compactions += usize::from(result["compacted"] == true),
+                Answer::Done(result) => t.compactions += usize::from(result["compaction"].is_object()),
                 Answer::Failed(error) => t.problem(format!("context.compact of {} failed: {error}", c.session)),
                 Answer::Missing => {}
             }
         }
+        62..92 => surface::call(conn, c, rng, t),
         _ => match conn.call("context.inspect", json!({"session_id": c.session}), t) {
             Answer::Done(inspect) => {
                 let held = count(&inspect["messages"]) + count(&inspect["archived_messages"]);
@@ -571,10 +603,16 @@ fn drive(conn: &mut Conn, c: &mut Client, rng: &mut Rng, t: &mut KillTally) {
 }
 
 /// Sends one to three calls on `c` without reading their replies, for the kill to interrupt.
-/// Their messages become pending: the client cannot know whether they landed.
-fn send_in_flight(conn: &mut Conn, c: &mut Client, rng: &mut Rng) {
+/// Their messages (memory lines, pins...) become pending: the client cannot know whether they
+/// landed.
+fn send_in_flight(conn: &mut Conn, c: &mut Client, rng: &mut Rng, t: &mut KillTally) {
     for _ in 0..1 + rng.below(3) {
         let known = c.acked.len() + c.pending.len();
+        if rng.chance(35) {
+            surface::send_in_flight(conn, c, rng, t);
+            continue;
+        }
+        c.surface.prepare_unsure();
         if known == 0 || rng.chance(30) {
             let new = c.new_messages(rng);
             let full: Vec<Value> = c.sent().into_iter().chain(new.iter().cloned()).collect();
@@ -644,12 +682,12 @@ fn inject_torn_writes(workspace: &Path, clients: &[Client], rng: &mut Rng, t: &m
 fn verify_session(
     conn: &mut Conn,
     workspace: &Path,
-    c: &Client,
+    c: &mut Client,
     lines: &[ArchiveLine],
     t: &mut KillTally,
     verified: &mut HashSet<(String, usize, String)>,
 ) {
-    let Some(last) = &c.last else { return };
+    let Some(last) = c.last.clone() else { return };
     let sent = &c.acked;
     let mut archived: BTreeMap<usize, &Value> = BTreeMap::new();
     for (at, line) in lines {
@@ -707,6 +745,8 @@ fn verify_session(
         Answer::Failed(error) => return t.problem(format!("session {} does not load: {error}", c.session)),
         Answer::Missing => return,
     };
+    surface::check_session(workspace, c, &inspect, t);
+    let sent = &c.acked;
     let (messages, archived_messages) = (count(&inspect["messages"]), count(&inspect["archived_messages"]));
     if messages + archived_messages != sent.len() || archived_messages != archived.len() {
         t.problem(format!(
@@ -720,7 +760,7 @@ fn verify_session(
         .as_array()
         .unwrap()
         .iter()
-        .filter(|m| !is_summary_message(m))
+        .filter(|m| !is_summary_message(m) && !surface::is_pinned_block(m))
         .collect();
     if returned.len() != live.len() {
         if returned.len() > live.len() {
@@ -737,7 +777,8 @@ fn verify_session(
         return;
     }
     for (message, &index) in returned.into_iter().zip(&live) {
-        let restored = restore_excerpts(&mut conn.daemon, c.format, message);
+        let message = surface::restore_purged(workspace, message);
+        let restored = restore_excerpts(&mut conn.daemon, c.format, &message);
         if !same_modulo_summary(&restored, &sent[index]) {
             t.lost += 1;
             t.problem(format!(
@@ -767,7 +808,7 @@ fn verify_session(
 fn verify(
     conn: &mut Conn,
     workspace: &Path,
-    clients: &[Client],
+    clients: &mut [Client],
     which: impl Fn(&Client) -> bool,
     t: &mut KillTally,
     verified: &mut HashSet<(String, usize, String)>,
@@ -780,7 +821,7 @@ fn verify(
         t.torn_tails_left += scan.torn_tails.len();
         t.torn_tail_example.get_or_insert_with(|| scan.torn_tails[0].clone());
     }
-    for c in clients.iter().filter(|c| which(c)) {
+    for c in clients.iter_mut().filter(|c| which(c)) {
         if conn.dead {
             return;
         }
@@ -803,11 +844,23 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
 
     for round in 0..kills {
         t.round = round;
-        let mut conn = Conn::start(workspace);
+        // Now and then a daemon whose atomic writes (memory files, the candidate store) crash
+        // halfway: the file must stay as it was, and the next start removes the temp file.
+        let crash = rng.chance(20).then(|| format!("atomic:crash@{}", 1 + rng.below(3)));
+        let mut conn = Conn::start(workspace, crash.as_deref());
         for c in clients.iter_mut().filter(|c| !c.retired) {
             recover(&mut conn, c, &mut t);
         }
-        verify(&mut conn, workspace, &clients, |c| !c.retired, &mut t, &mut verified);
+        verify(
+            &mut conn,
+            workspace,
+            &mut clients,
+            |c| !c.retired,
+            &mut t,
+            &mut verified,
+        );
+        surface::check_candidates(&mut conn, &mut t);
+        surface::check_temps_removed(&mut t);
         for c in clients.iter_mut().filter(|c| !c.retired && c.acked.len() >= RETIRE_AT) {
             c.retired = true;
         }
@@ -821,12 +874,16 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
         }
         if !conn.dead && rng.chance(50) {
             let i = *rng.pick(&active);
-            send_in_flight(&mut conn, &mut clients[i], &mut rng);
+            send_in_flight(&mut conn, &mut clients[i], &mut rng, &mut t);
             t.in_flight += 1;
             std::thread::sleep(Duration::from_millis(*rng.pick(&IN_FLIGHT_DELAYS_MS)));
         }
+        if conn.crash_armed && conn.daemon.exit_status().and_then(|s| s.code()) == Some(CRASH_EXIT_STATUS) {
+            t.failpoint_crashes += 1;
+        }
         conn.daemon.kill();
         t.kills += 1;
+        surface::note_temps_after_kill(workspace, &mut t);
         if rng.chance(40) {
             inject_torn_writes(workspace, &clients, &mut rng, &mut t);
         }
@@ -834,11 +891,13 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
 
     // The last restart: every session ever driven comes back and is checked once more.
     t.round = kills;
-    let mut conn = Conn::start(workspace);
+    let mut conn = Conn::start(workspace, None);
     for c in clients.iter_mut() {
         recover(&mut conn, c, &mut t);
     }
-    verify(&mut conn, workspace, &clients, |_| true, &mut t, &mut verified);
+    verify(&mut conn, workspace, &mut clients, |_| true, &mut t, &mut verified);
+    surface::check_candidates(&mut conn, &mut t);
+    surface::check_temps_removed(&mut t);
     if let Answer::Done(listed) = conn.call("context.sessions", json!({}), &mut t) {
         let ids: HashSet<&str> = listed["sessions"]
             .as_array()
@@ -854,19 +913,26 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
     }
     if !conn.dead {
         conn.daemon.shutdown();
+        let temps = surface::atomic_temps(workspace);
+        if !temps.is_empty() {
+            t.problem(format!("temp files after the last shutdown: {temps:?}"));
+        }
     }
 
     let acknowledged: usize = clients.iter().map(|c| c.acked.len()).sum();
     eprintln!(
         "campaign kill9: kills={} sessions={} acknowledged={acknowledged} lost={} duplicated={} unanswered={} \
-         in_flight={} landed_unacknowledged={} torn_logs={} torn_archives={} archive_torn_tails_left={} \
-         compactions={} offloads={} calls={} seed={seed:#x} secs={:.1}",
+         in_flight={} failpoint_crashes={} landed_unacknowledged={} torn_logs={} torn_archives={} archive_torn_tails_left={} \
+         compactions={} offloads={} calls={} memory_appends={} memory_writes={} observations={} evaluations={} \
+         pins={} unpins={} purges={} expands={} expansions_carried={} refused={} surface_in_flight={} \
+         surface_landed_unacknowledged={} temps_after_kills={} seed={seed:#x} secs={:.1}",
         t.kills,
         clients.len(),
         t.lost,
         t.duplicated,
         t.unanswered,
         t.in_flight,
+        t.failpoint_crashes,
         t.landed_unacknowledged,
         t.torn_logs,
         t.torn_archives,
@@ -874,6 +940,19 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
         t.compactions,
         t.offloads,
         t.calls,
+        t.shared.counts.memory_appends,
+        t.shared.counts.memory_writes,
+        t.shared.counts.observations,
+        t.shared.counts.evaluations,
+        t.shared.counts.pins,
+        t.shared.counts.unpins,
+        t.shared.counts.purges,
+        t.shared.counts.expands,
+        t.shared.counts.expansions_carried,
+        t.shared.counts.refused,
+        t.shared.counts.in_flight,
+        t.shared.counts.landed_unacknowledged,
+        t.shared.counts.temps_after_kills,
         started.elapsed().as_secs_f64()
     );
     if let Some(example) = &t.torn_tail_example {
@@ -897,6 +976,17 @@ fn kill9_at_random_moments_loses_and_duplicates_nothing() {
             t.in_flight,
             t.torn_logs,
             t.torn_archives
+        );
+        let n = &t.shared.counts;
+        assert!(
+            n.memory_appends > 0
+                && n.memory_writes > 0
+                && n.observations > 0
+                && n.pins > 0
+                && n.purges > 0
+                && n.expansions_carried > 0
+                && n.in_flight > 0,
+            "the campaign did not exercise the calls beyond context.prepare: {n:?}"
         );
     }
 }
