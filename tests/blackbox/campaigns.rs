@@ -32,6 +32,7 @@ use crate::support::checks::{is_summary_message, restore_excerpts, same_modulo_s
 use crate::support::trajectories::Format;
 use crate::support::{Daemon, Framing, REPLY_TIMEOUT, SocketClient, actions, parse_json_any_depth, wait_for_path};
 
+mod fuzz_surface;
 mod surface;
 
 // ---------------------------------------------------------------------------------------------
@@ -1387,7 +1388,7 @@ impl Corpus {
         Value::Object(c)
     }
 
-    /// Valid params of `method`, and whether the call must fail (a read outside the workspace).
+    /// Valid params of `method`, and whether the call must fail (a path outside the workspace).
     fn params_for(&mut self, method: &str) -> (Value, bool) {
         match method {
             "initialize" => match self.rng.below(3) {
@@ -1458,6 +1459,7 @@ impl Corpus {
             }
             "context.inspect" | "context.watch" => (json!({"session_id": self.session()}), false),
             "context.sessions" => (json!({}), false),
+            _ if fuzz_surface::SURFACE_METHODS.contains(&method) => self.surface_params(method),
             _ => (self.wild(), false),
         }
     }
@@ -1670,6 +1672,8 @@ impl Corpus {
     fn call_frame(&mut self, framing: Framing, damage: u8) -> FuzzFrame {
         let method = if self.rng.chance(8) {
             *self.rng.pick(&ODD_METHODS)
+        } else if self.rng.chance(40) {
+            *self.rng.pick(&fuzz_surface::SURFACE_METHODS)
         } else {
             *self.rng.pick(&METHODS)
         };
@@ -1925,6 +1929,9 @@ struct Ledger {
     notifications: usize,
     server_requests: usize,
     duplicated: usize,
+    /// Replies -32603 (a handler that panicked, answered by the guard): answered, but a bug.
+    internal_errors: usize,
+    internal_error_example: Option<String>,
     stdout_ended: bool,
     findings: Findings,
 }
@@ -2035,6 +2042,11 @@ impl Ledger {
                     self.findings
                         .add(format!("not a JSON-RPC 2.0 reply: {}", clip(&frame.to_string(), 200)));
                 }
+                if frame["error"]["code"] == -32603 {
+                    self.internal_errors += 1;
+                    self.internal_error_example
+                        .get_or_insert_with(|| clip(&frame.to_string(), 200));
+                }
                 let id = &frame["id"];
                 if id.is_null() {
                     self.nulls += 1;
@@ -2068,7 +2080,7 @@ impl Ledger {
                 }
                 if owed.must_fail && m.contains_key("result") {
                     self.findings.add(format!(
-                        "context.read outside the workspace succeeded (frame #{}: {}): {}",
+                        "a call naming a path outside the workspace succeeded (frame #{}: {}): {}",
                         owed.frame,
                         source.preview(),
                         clip(&frame.to_string(), 200)
@@ -2180,8 +2192,12 @@ fn fuzz_corpus_every_request_answered_once_and_the_daemon_survives() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    // A way out of the workspace that `context.read` must refuse to follow.
+    // A way out of the workspace that `context.read` must refuse to follow, and one out of
+    // `memory/` into a directory where nothing may ever be written.
     std::os::unix::fs::symlink("/", dir.path().join("escape")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("memory")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join(fuzz_surface::MEMORY_ESCAPE_LINK)).unwrap();
     let max = FUZZ_MAX_MESSAGE.to_string();
     let mut d = Daemon::start_with_args(
         dir.path(),
@@ -2353,22 +2369,46 @@ fn fuzz_corpus_every_request_answered_once_and_the_daemon_survives() {
         again.shutdown();
     }
 
+    let escaped: Vec<PathBuf> = fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    if !escaped.is_empty() {
+        ledger
+            .findings
+            .add(format!("memory calls wrote outside the workspace: {escaped:?}"));
+    }
+
     let ndjson = corpus.iter().filter(|f| f.framing == Framing::Ndjson).count();
+    let surface_calls = corpus
+        .iter()
+        .filter(|f| {
+            fuzz_surface::SURFACE_METHODS
+                .iter()
+                .any(|m| find(&f.bytes, format!("\"{m}\"").as_bytes()).is_some())
+        })
+        .count();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for frame in &corpus {
         *kinds.entry(frame.kind).or_default() += 1;
     }
     eprintln!(
         "campaign fuzz: frames={} ndjson={ndjson} content_length={} replies={} unanswered={unanswered} \
-         duplicated={} null_id={} notifications={} clean_exit={clean_exit} seed={seed:#x} secs={:.1}",
+         duplicated={} null_id={} notifications={} internal_errors={} surface_calls={surface_calls} \
+         clean_exit={clean_exit} seed={seed:#x} secs={:.1}",
         corpus.len(),
         corpus.len() - ndjson,
         ledger.replies,
         ledger.duplicated,
         ledger.nulls,
         ledger.notifications,
+        ledger.internal_errors,
         started.elapsed().as_secs_f64()
     );
+    if let Some(example) = &ledger.internal_error_example {
+        // Answered, so not a failure of this campaign, but a handler panicked.
+        eprintln!("campaign fuzz: note: a handler panicked (-32603), e.g. {example}");
+    }
     assert!(
         unanswered == 0 && ledger.duplicated == 0 && ledger.findings.total == 0,
         "fuzz corpus (SATCHEL_CAMPAIGN_SEED={seed:#x}; frames by kind {kinds:?}): {unanswered} unanswered, \
