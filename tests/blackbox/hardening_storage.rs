@@ -7,6 +7,9 @@
 //! one, for real on a 4 MiB tmpfs filled up with a filler file. The client of these tests
 //! behaves as an agent would: a call that failed is sent again, with `expect_messages`, so a
 //! failed call that had taken effect anyway shows up as a stale-session error.
+//!
+//! `surface` does the same for the calls beyond `context.prepare` (memory files, candidates,
+//! pins, purges, expansions).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -23,6 +26,8 @@ use crate::support::builders::{assistant, call_message, result_message, user};
 use crate::support::checks::{error_code, is_summary_message, n, restore_excerpts, same_modulo_summary};
 use crate::support::trajectories::Format;
 use crate::support::{Daemon, REPLY_TIMEOUT, SocketClient, actions, archive_lines, satchel_bin, wait_for_path};
+
+mod surface;
 
 const SESSION: &str = "hardening";
 /// -32004: the disk refused a write; nothing was changed.
