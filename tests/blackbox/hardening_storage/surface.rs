@@ -19,6 +19,8 @@ use crate::support::checks::error_code;
 use crate::support::{Daemon, files_under};
 
 const NOTES: &str = "memory/notes.md";
+/// A small window, so the session compacts, and no log: the failures are the expected outcome.
+const ENV: [(&str, &str); 4] = [SMALL_WINDOW[0], SMALL_WINDOW[1], FAST, ("SATCHEL_LOG", "off")];
 const LOG: &str = "memory/log.md";
 
 /// Every file of the workspace but the derived index and the daemon's run files, with its
@@ -80,7 +82,7 @@ fn first_difference(before: &BTreeMap<PathBuf, Vec<u8>>, after: &BTreeMap<PathBu
 /// unpin); a memory file written and one appended to; a candidate. Returns the session's
 /// messages, the compaction and the result.
 fn base(ws: &Path) -> (Vec<Value>, String, String) {
-    let mut d = start(ws, "", &SMALL_WINDOW);
+    let mut d = start(ws, "", &ENV);
     let mut messages: Vec<Value> = Vec::new();
     let mut compacted = 0;
     let mut i = 0;
@@ -196,7 +198,7 @@ fn a_failed_write_of_memory_candidates_pins_or_expand_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let base_ws = dir.path().join("base");
     let (messages, compaction, result_id) = base(&base_ws);
-    let env = SMALL_WINDOW;
+    let env = ENV;
     let prepare = json!({"session_id": SESSION, "messages": messages});
     // What the next request is when nothing happened in between.
     let control_ws = dir.path().join("control");
@@ -288,7 +290,7 @@ fn memory_candidates_and_pins_on_a_full_tmpfs_fail_whole_or_land_once() {
     let ws = disk_mount.dir.join("ws");
     let filler = disk_mount.dir.join("filler");
     let (messages, compaction, result_id) = base(&ws);
-    let mut d = start(&ws, "", &[FAST]);
+    let mut d = start(&ws, "", &ENV);
     let candidate = d.call("candidates.list", json!({}))["candidates"][0]["id"]
         .as_str()
         .unwrap()
@@ -296,7 +298,10 @@ fn memory_candidates_and_pins_on_a_full_tmpfs_fail_whole_or_land_once() {
     d.call("context.prepare", json!({"session_id": SESSION, "messages": messages}));
     fill(&filler);
     let mut failed = Vec::new();
-    for case in cases(&compaction, &result_id, &candidate) {
+    // Not the removal: the empty store it writes fits on a full disk, and the retry of a
+    // feedback on the candidate would then fail for want of it.
+    let cases = cases(&compaction, &result_id, &candidate);
+    for case in cases.into_iter().filter(|c| c.method != "candidates.remove") {
         let (view_before, disk_before) = (view(&mut d), disk(&ws));
         let reply = d.call_raw(case.method, case.params.clone());
         match reply.get("error") {
