@@ -1706,15 +1706,15 @@ impl Corpus {
             "nope",
             "textDocument/didOpen",
         ];
-        let method = if self.rng.chance(50) {
-            *self.rng.pick(&METHODS)
-        } else {
-            *self.rng.pick(&OTHERS)
+        let method = match self.rng.below(4) {
+            0 | 1 => *self.rng.pick(&METHODS),
+            2 => *self.rng.pick(&fuzz_surface::SURFACE_METHODS),
+            _ => *self.rng.pick(&OTHERS),
         };
-        let params = if METHODS.contains(&method) {
-            self.params_for(method).0
-        } else {
+        let params = if OTHERS.contains(&method) {
             self.wild()
+        } else {
+            self.params_for(method).0
         };
         let mut note = json!({"jsonrpc": "2.0", "method": method, "params": params});
         if self.rng.chance(30) {
@@ -1766,7 +1766,11 @@ impl Corpus {
         let items: Vec<Value> = (0..1 + self.rng.below(5))
             .map(|_| match self.rng.below(10) {
                 0..4 => {
-                    let method = *self.rng.pick(&METHODS);
+                    let method = if self.rng.chance(30) {
+                        *self.rng.pick(&fuzz_surface::SURFACE_METHODS)
+                    } else {
+                        *self.rng.pick(&METHODS)
+                    };
                     let (params, _) = self.params_for(method);
                     json!({"jsonrpc": "2.0", "id": self.fresh_id(), "method": method, "params": params})
                 }
@@ -2247,6 +2251,14 @@ fn fuzz_corpus_every_request_answered_once_and_the_daemon_survives() {
                     .findings
                     .add(format!("session {session} no longer loads after the corpus: {error}"));
             }
+        }
+        // The candidate store the corpus wrote loads whole.
+        let listed = ledger.call(&mut d, "candidates.list", json!({}), &corpus);
+        let rejected = listed.as_ref().map(|r| &r["result"]["rejected"]);
+        if !rejected.is_some_and(|r| r.as_array().is_some_and(Vec::is_empty)) {
+            ledger
+                .findings
+                .add(format!("candidates.list after the corpus: {listed:?}"));
         }
         ledger.drain(&mut d, Duration::from_millis(500), &corpus);
     }
