@@ -24,6 +24,7 @@ mod inspect;
 mod limits;
 mod llm;
 mod memory;
+mod memory_integrity;
 mod pins;
 mod progress;
 mod protocol_examples;

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 /// Why a memory operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
-    /// The SQLite index could not be read or written.
-    #[error("memory index: {0}")]
+    /// The SQLite index could not be read or written. The message names SQLite, not the
+    /// index: callers say which index it was (the daemon's reply starts "memory index:").
+    #[error("SQLite: {0}")]
     Index(#[from] rusqlite::Error),
     /// The index file or its directory could not be created, opened or moved aside.
     #[error("memory index file {path}: {source}")]

@@ -63,8 +63,11 @@ pub struct MemoryFileChange {
     pub lines: u32,
     /// Chunks of the file (re)indexed by this call.
     pub chunks_indexed: usize,
-    /// What did not go as it should but did not fail the call (an embedding endpoint down:
-    /// the file is searchable by BM25 until its vectors are made).
+    /// What did not go as it should but did not fail the call: an embedding endpoint down
+    /// (the file is searchable by BM25 until its vectors are made), or the index unable to
+    /// take the change (its file locked by another process, a full disk). The file is written
+    /// either way, so the call must not be retried; the index is derived from the files and
+    /// catches up in the background, and searches miss the change until it has.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }

@@ -4,7 +4,11 @@
 //!
 //! The index is derived: it is opened (rebuilt when corrupt) and brought up to date in the
 //! background at start-up, kept up to date by the watcher, and synchronously for the file a
-//! `memory.write` or `memory.append` just changed, so that file is searchable on return.
+//! `memory.write` or `memory.append` just changed, so that file is searchable on return. When
+//! the index cannot take a change (`catch_up`), the write stands and the reply says the index
+//! is behind: it catches up in the background.
+
+mod catch_up;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +26,7 @@ use satchel_protocol::{Config, PromptSection};
 use satchel_storage::{Layout, Workspace};
 
 use crate::error::RpcError;
+use catch_up::CatchUp;
 
 /// Hits `context.prepare` recalls when the client does not say.
 const RECALL_MAX_RESULTS: usize = 3;
@@ -36,6 +41,8 @@ const RECALLS_KEPT: usize = 1024;
 /// The memory index of a workspace and what keeps it current.
 pub struct MemoryService {
     index: Arc<MemoryIndex>,
+    /// Changes the index has not taken yet (a failed sync), retried in the background.
+    catch_up: Arc<CatchUp>,
     /// Kept for its threads: dropping it stops the watching.
     watcher: MemoryWatcher,
     /// The embedding backend as built (with its cache), for `memory.status`.
@@ -89,20 +96,25 @@ impl MemoryService {
             tracing::warn!("memory index: {warning}");
         }
         let index = Arc::new(index);
+        let catch_up = CatchUp::new(index.clone());
         let watcher = if config.memory_watch_enabled {
             let watched = index.clone();
+            let behind = catch_up.clone();
             let options = WatchOptions {
                 debounce: Duration::from_millis(config.memory_watch_debounce_ms),
                 poll_interval: (config.memory_watch_poll_ms > 0)
                     .then(|| Duration::from_millis(config.memory_watch_poll_ms)),
             };
-            MemoryWatcher::start(index.watch_roots(), options, move |paths| sync_logged(&watched, &paths))
+            MemoryWatcher::start(index.watch_roots(), options, move |paths| {
+                sync_logged(&watched, &behind, paths)
+            })
         } else {
             MemoryWatcher::noop()
         };
         // Start-up stays quick: the files are compared with the index in the background
         // (searches meanwhile see the index as it was left, which is persistent).
         let syncing = index.clone();
+        let behind = catch_up.clone();
         std::thread::Builder::new()
             .name("memory-sync".into())
             .spawn(move || match syncing.sync_all() {
@@ -112,10 +124,14 @@ impl MemoryService {
                     removed = report.files_removed,
                     "memory index up to date"
                 ),
-                Err(e) => tracing::warn!("memory index sync failed: {e}"),
+                Err(e) => {
+                    tracing::warn!("memory index: the start-up sync failed ({e}); retrying in the background");
+                    behind.add(syncing.watch_roots());
+                }
             })?;
         Ok(Arc::new(MemoryService {
             index,
+            catch_up,
             watcher,
             embedding,
             recalls: Mutex::default(),
@@ -128,10 +144,24 @@ impl MemoryService {
     }
 
     /// Re-indexes the memory file `rel` (just written); returns the chunks indexed and any
-    /// warnings (an embedding backend down).
-    pub fn reindex(&self, rel: &str) -> Result<(usize, Vec<String>), RpcError> {
-        let report = self.index.sync_paths(&[PathBuf::from(rel)]).map_err(index_error)?;
-        Ok((report.chunks_added, report.warnings))
+    /// warnings (an embedding backend down, the index behind). The write stands whatever
+    /// happens here: when the index cannot take the change, it is retried in the background
+    /// and the warning says so (an error would tell the client to retry a write that is done).
+    pub fn reindex(&self, rel: &str) -> (usize, Vec<String>) {
+        let path = PathBuf::from(rel);
+        match self.index.sync_paths(std::slice::from_ref(&path)) {
+            Ok(report) => (report.chunks_added, report.warnings),
+            Err(e) => {
+                tracing::warn!("memory index: {rel} is written but not indexed ({e}); retrying in the background");
+                self.catch_up.add([path]);
+                (
+                    0,
+                    vec![format!(
+                        "{rel} is written, but the memory index could not take the change ({e}): searches miss it until the index catches up, which is retried in the background"
+                    )],
+                )
+            }
+        }
     }
 
     /// `memory.search`.
@@ -256,16 +286,22 @@ fn recall_section(hits: &[MemoryHit], priority: i64) -> Option<PromptSection> {
     })
 }
 
-/// Re-indexes `paths` reported by the watcher; failures are logged (the next event or the
-/// next start-up tries again).
-fn sync_logged(index: &MemoryIndex, paths: &[PathBuf]) {
-    match index.sync_paths(paths) {
+/// Re-indexes `paths` reported by the watcher; a failure is logged and the paths wait for
+/// the catch-up's retries.
+fn sync_logged(index: &MemoryIndex, catch_up: &Arc<CatchUp>, paths: Vec<PathBuf>) {
+    match index.sync_paths(&paths) {
         Ok(report) => {
             for warning in report.warnings {
                 tracing::warn!("memory index: {warning}");
             }
         }
-        Err(e) => tracing::warn!("memory index: re-indexing {} changed files failed: {e}", paths.len()),
+        Err(e) => {
+            tracing::warn!(
+                "memory index: re-indexing {} changed files failed ({e}); retrying in the background",
+                paths.len()
+            );
+            catch_up.add(paths);
+        }
     }
 }
 
@@ -330,5 +366,17 @@ fn search_error(error: satchel_memory::MemoryError, mode: Option<SearchMode>) ->
     match error {
         satchel_memory::MemoryError::ModeUnavailable(why) if mode.is_some() => RpcError::invalid_params("mode", why),
         other => index_error(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_error_names_the_index_once() {
+        let busy = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY), None);
+        let message = index_error(satchel_memory::MemoryError::Index(busy)).to_string();
+        assert_eq!(message, "memory index: SQLite: Error code 5: database is locked");
     }
 }

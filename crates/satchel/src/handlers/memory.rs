@@ -91,9 +91,11 @@ impl Daemon {
         })
     }
 
-    /// The reply to a write of `path`, after indexing it when there is an index.
+    /// The reply to a write of `path`, after indexing it when there is an index. The file
+    /// change is done by now, so the call succeeds whatever the index says (its warnings
+    /// say when it is behind).
     fn indexed(&self, path: String, info: MemoryFileInfo) -> Result<MemoryFileChange, RpcError> {
-        let (chunks_indexed, warnings) = self.reindex_memory_file(&path)?;
+        let (chunks_indexed, warnings) = self.reindex_memory_file(&path);
         Ok(MemoryFileChange {
             path,
             bytes: info.bytes,
@@ -105,17 +107,17 @@ impl Daemon {
 
     /// Re-indexes the memory file `rel`, if the daemon has an index.
     #[cfg(feature = "memory")]
-    fn reindex_memory_file(&self, rel: &str) -> Result<(usize, Vec<String>), RpcError> {
+    fn reindex_memory_file(&self, rel: &str) -> (usize, Vec<String>) {
         match &self.memory {
             Some(memory) => memory.reindex(rel),
-            None => Ok((0, Vec::new())),
+            None => (0, Vec::new()),
         }
     }
 
     /// Without the `memory` feature there is no index to update.
     #[cfg(not(feature = "memory"))]
-    fn reindex_memory_file(&self, _rel: &str) -> Result<(usize, Vec<String>), RpcError> {
-        Ok((0, Vec::new()))
+    fn reindex_memory_file(&self, _rel: &str) -> (usize, Vec<String>) {
+        (0, Vec::new())
     }
 }
 

@@ -95,14 +95,14 @@ impl Daemon {
         }
         let before = files.read_memory_file().map_err(super::memory::storage)?;
         let new = new_entries(&before, &logs);
-        let (merged, summarizer, warnings) = self.consolidate(&before, &new, client);
+        let (merged, summarizer, mut warnings) = self.consolidate(&before, &new, client);
         let backup = if merged.memory == before {
             None
         } else {
             let backup = files
                 .replace_memory_file(&merged.memory, stamp)
                 .map_err(super::memory::storage)?;
-            memory.reindex(satchel_storage::MEMORY_FILE)?;
+            warnings.extend(memory.reindex(satchel_storage::MEMORY_FILE).1);
             backup
         };
         Ok(MemoryMergeResult {

@@ -1,0 +1,118 @@
+//! Long-term memory under trouble and hostile input, through the real binary: an index that
+//! another process holds locked, keyword scores that mean the same at any `max_results`,
+//! symbolic links in `memory/`, paths too long for the disk, merges in the same second, and
+//! an index that is not a file or is damaged while the daemon runs.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::Daemon;
+
+/// How long a test waits for the background catch-up or the watcher (generous: shared machines).
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// BM25 `memory.search` of `query` with `extra` params.
+fn search(d: &mut Daemon, query: &str, extra: Value) -> Value {
+    let mut params = json!({"query": query, "mode": "bm25"});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    d.call("memory.search", params)
+}
+
+/// The snippets of a search's results, best first.
+fn snippets(result: &Value) -> Vec<String> {
+    result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| hit["snippet"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Searches until `done` holds or [`SETTLE`] passes; returns the last result.
+fn search_until(d: &mut Daemon, query: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let result = search(d, query, json!({"min_score": 0.0}));
+        if done(&result) || Instant::now() > deadline {
+            return result;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// Issue 27 item 4: the index locked by another process (`BEGIN EXCLUSIVE` on a second SQLite
+/// connection) cannot take an append. The text is in the file, so the call succeeds, once,
+/// with a warning that the index is behind, and the index catches up when the lock goes.
+#[test]
+fn an_append_the_locked_index_cannot_take_succeeds_once_and_is_indexed_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "# Facts\n\n- Deploys go through make ship.\n"}),
+    );
+    let locker = rusqlite::Connection::open(dir.path().join("index/memory.sqlite")).unwrap();
+    locker.busy_timeout(Duration::from_secs(20)).unwrap();
+    locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+    let log = dir.path().join("memory/2026-11-27.md");
+    let first = d.call(
+        "memory.append",
+        json!({"path": "memory/2026-11-27.md", "text": "- The cache server is called zorblax.\n"}),
+    );
+    assert_eq!(first["lines"], 1, "{first}");
+    let warnings = first["warnings"].to_string();
+    assert!(
+        warnings.contains("memory index") && warnings.contains("catches up"),
+        "{first}"
+    );
+    assert!(!warnings.contains("memory index: memory index"), "{first}");
+    let second = d.call(
+        "memory.append",
+        json!({"path": "memory/2026-11-27.md", "text": "- The queue is called quibbleflux.\n"}),
+    );
+    assert!(second["warnings"].to_string().contains("catches up"), "{second}");
+    let written = d.call(
+        "memory.write",
+        json!({"path": "memory/topics/db.md", "content": "- The database is called gravlox.\n"}),
+    );
+    assert!(written["warnings"].to_string().contains("catches up"), "{written}");
+    assert_eq!(
+        read(&log),
+        "- The cache server is called zorblax.\n- The queue is called quibbleflux.\n"
+    );
+
+    locker.execute_batch("COMMIT").unwrap();
+    drop(locker);
+    for (query, path) in [
+        ("zorblax", "memory/2026-11-27.md"),
+        ("quibbleflux", "memory/2026-11-27.md"),
+        ("gravlox", "memory/topics/db.md"),
+    ] {
+        let found = search_until(&mut d, query, |r| {
+            r["results"].as_array().is_some_and(|h| !h.is_empty())
+        });
+        assert_eq!(found["results"][0]["path"], path, "{query}: {found}");
+    }
+    // Caught up: a write is indexed on return again, without a warning.
+    let third = d.call(
+        "memory.append",
+        json!({"path": "memory/2026-11-27.md", "text": "- The cron host is called plinketh.\n"}),
+    );
+    assert!(third.get("warnings").is_none(), "{third}");
+    assert_eq!(
+        snippets(&search(&mut d, "plinketh", json!({}))),
+        ["- The cron host is called plinketh."]
+    );
+    assert_eq!(read(&log).matches("zorblax").count(), 1);
+    d.shutdown();
+}
