@@ -116,3 +116,76 @@ fn an_append_the_locked_index_cannot_take_succeeds_once_and_is_indexed_later() {
     assert_eq!(read(&log).matches("zorblax").count(), 1);
     d.shutdown();
 }
+
+/// The scores of each hit, best first.
+fn scores(result: &Value) -> Vec<f64> {
+    result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hit| hit["score"].as_f64().unwrap())
+        .collect()
+}
+
+/// Issue 27 item 14: with the default `min_score`, a keyword search returns every bullet that
+/// matches part of the query, ranked, and a hit's score does not depend on `max_results`.
+#[test]
+fn keyword_search_returns_partial_matches_ranked_with_scores_independent_of_max_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "- The database connection timeout is 30 seconds.\n\
+            - The database runs PostgreSQL 16.\n- Connection pooling goes through pgbouncer.\n\
+            - Nightly backups of the database go to S3.\n"}),
+    );
+    let all = search(&mut d, "database connection timeout", json!({}));
+    // The whole match, then the rarer of the two shared words, then the common one (in 3 of
+    // the 4 bullets: FTS5's own IDF made these two score a millionth and be dropped).
+    let found = snippets(&all);
+    assert_eq!(
+        found[..2],
+        [
+            "- The database connection timeout is 30 seconds.",
+            "- Connection pooling goes through pgbouncer.",
+        ],
+        "{all}"
+    );
+    let mut rest = found[2..].to_vec();
+    rest.sort();
+    assert_eq!(
+        rest,
+        [
+            "- Nightly backups of the database go to S3.",
+            "- The database runs PostgreSQL 16.",
+        ],
+        "{all}"
+    );
+    let ranked = scores(&all);
+    assert!(ranked.windows(2).all(|w| w[0] >= w[1]), "{ranked:?}");
+    assert!(ranked[0] > 0.9 && ranked[3] >= 0.1, "{ranked:?}");
+
+    let database = search(&mut d, "database", json!({}));
+    assert_eq!(scores(&database).len(), 3, "{database}");
+    assert!(snippets(&database).iter().all(|s| s.contains("database")));
+
+    for query in ["database connection timeout", "database", "pgbouncer backups"] {
+        let ten = search(&mut d, query, json!({"max_results": 10}));
+        for max_results in [1, 2, 3] {
+            let fewer = search(&mut d, query, json!({"max_results": max_results}));
+            let expected: Vec<Value> = ten["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .take(max_results)
+                .cloned()
+                .collect();
+            assert_eq!(
+                fewer["results"],
+                Value::Array(expected),
+                "{query}, max_results {max_results}"
+            );
+        }
+    }
+    d.shutdown();
+}

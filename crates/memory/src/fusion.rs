@@ -1,10 +1,14 @@
 //! Hybrid ranking: BM25 candidates and vector candidates merged into one list. Pure.
 //!
-//! Each side is put on a 0..1 scale over its own candidates first, because the raw scores of
-//! the two mean different things and only their order within a side is comparable:
+//! Each side is on a 0..1 scale first, because the raw scores of the two mean different things:
 //!
-//! - **BM25 is min-max normalised**: the best lexical match is 1.0, the weakest candidate 0.
-//!   A BM25 score has no absolute scale (it grows with query length and term rarity).
+//! - **BM25 comes absolute**: each candidate's BM25 over the query's ideal score (every query
+//!   term once in a chunk of average length; `index::keyword`), capped at 1. It depends only on
+//!   the chunk, the query and the index, so a hit's score is the same whatever `max_results`
+//!   is, and a chunk that matches part of the query scores its share of the query's weight (it
+//!   is not pushed to 0 because a better match was found, as min-max over the candidates did).
+//!   A lexical match that covers the query scores 1; one that covers a third of it about 0.33.
+//!   Among capped candidates the uncapped ratio still ranks first.
 //! - **Cosine similarity is min-max normalised and scaled by the best cosine**: the spread of
 //!   the candidates is used (MiniLM's cosines of a question to every turn sit in a narrow
 //!   band, so raw cosines barely separate them), but the best keeps its own similarity, so a
@@ -16,10 +20,11 @@
 //!
 //! Tuned on the LoCoMo slice (304 questions, all-MiniLM-L6-v2, `bench/memory/locomo.py`),
 //! R@5 / R@10, against the BM25 side of the time (56.5 / 65.1 alone): raw cosine + BM25 ÷ max at
-//! the spec's w = 0.7: 55.8 / 67.2, below BM25 alone; this normalisation at w = 0.7: 52.0 / 65.4
-//! — the dense side must not dominate — and at w = 0.5, the default: 62.4 / 72.8. With today's
-//! BM25 side (57.3 / 65.7, the chunk context in its document) the default measures 63.0 / 73.4
-//! (`e5add8f`; per category in BENCHMARKS.md).
+//! the spec's w = 0.7: 55.8 / 67.2, below BM25 alone; min-max on both sides at w = 0.7: 52.0 /
+//! 65.4 — the dense side must not dominate — and at w = 0.5, the default: 62.4 / 72.8. With the
+//! BM25 side of `e5add8f` (57.3 / 65.7, the chunk context in its document) the default measured
+//! 63.0 / 73.4 (per category in BENCHMARKS.md). The absolute BM25 side replaced min-max after
+//! that, for the scores' sake (issue 27); see BENCHMARKS.md for what it measures.
 
 use std::collections::HashMap;
 
@@ -38,7 +43,8 @@ pub struct ChunkKey {
     pub end_line: u32,
 }
 
-/// One side's candidate with its raw score (BM25: higher is better; vector: cosine).
+/// One side's candidate with its score: BM25, its ratio to the query's ideal score (1 or more
+/// is a whole match; `index::keyword`); vector, its cosine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     /// The chunk.
@@ -81,13 +87,15 @@ pub fn candidate_count(max_results: usize, multiplier: f64) -> usize {
     (wanted as usize).clamp(1, MAX_CANDIDATES)
 }
 
-/// Fuses the raw candidates of both sides: normalise, union by key, weigh, sort by score
-/// (ties by path, then first line), drop those under `min_score`, keep `max_results`.
+/// Fuses the candidates of both sides: normalise, union by key, weigh, sort by score (ties by
+/// the uncapped BM25 ratio, then path, then first line), drop those under `min_score`, keep
+/// `max_results`.
 pub fn fuse(bm25: &[Candidate], vector: &[Candidate], params: &FusionParams) -> Vec<Fused> {
     let weight = params.vector_weight.clamp(0.0, 1.0);
-    // (bm25, vector) normalised scores per key.
+    // (bm25 ratio, vector normalised score) per key.
     let mut sides: HashMap<&ChunkKey, (Option<f64>, Option<f64>)> = HashMap::new();
-    for (candidate, score) in bm25.iter().zip(normalize_bm25(bm25)) {
+    for candidate in bm25 {
+        let score = usable_ratio(candidate.score);
         let entry = sides.entry(&candidate.key).or_default();
         entry.0 = Some(entry.0.map_or(score, |s: f64| s.max(score)));
     }
@@ -95,28 +103,33 @@ pub fn fuse(bm25: &[Candidate], vector: &[Candidate], params: &FusionParams) -> 
         let entry = sides.entry(&candidate.key).or_default();
         entry.1 = Some(entry.1.map_or(score, |s: f64| s.max(score)));
     }
-    let mut fused: Vec<Fused> = sides
+    // (hit, uncapped BM25 ratio for ties).
+    let mut fused: Vec<(Fused, f64)> = sides
         .into_iter()
-        .map(|(key, (lexical, semantic))| Fused {
-            key: key.clone(),
-            score: weigh(weight, lexical, semantic),
-            source: match (lexical, semantic) {
-                (Some(_), Some(_)) => HitSource::Hybrid,
-                (None, Some(_)) => HitSource::Vector,
-                _ => HitSource::Bm25,
-            },
+        .map(|(key, (lexical, semantic))| {
+            let hit = Fused {
+                key: key.clone(),
+                score: weigh(weight, lexical.map(|r| r.min(1.0)), semantic),
+                source: match (lexical, semantic) {
+                    (Some(_), Some(_)) => HitSource::Hybrid,
+                    (None, Some(_)) => HitSource::Vector,
+                    _ => HitSource::Bm25,
+                },
+            };
+            (hit, lexical.unwrap_or(0.0))
         })
-        .filter(|hit| hit.score >= params.min_score)
+        .filter(|(hit, _)| hit.score >= params.min_score)
         .collect();
-    fused.sort_by(|a, b| {
+    fused.sort_by(|(a, a_ratio), (b, b_ratio)| {
         b.score
             .total_cmp(&a.score)
+            .then_with(|| b_ratio.total_cmp(a_ratio))
             .then_with(|| a.key.path.cmp(&b.key.path))
             .then_with(|| a.key.start_line.cmp(&b.key.start_line))
             .then_with(|| a.key.end_line.cmp(&b.key.end_line))
     });
     fused.truncate(params.max_results);
-    fused
+    fused.into_iter().map(|(hit, _)| hit).collect()
 }
 
 /// The fused score of a chunk from its normalised scores: `w · vector + (1 − w) · bm25`, a
@@ -125,12 +138,16 @@ fn weigh(weight: f64, lexical: Option<f64>, semantic: Option<f64>) -> f64 {
     weight * semantic.unwrap_or(0.0) + (1.0 - weight) * lexical.unwrap_or(0.0)
 }
 
-/// BM25 scores min-max normalised over the side's candidates (non-positive or non-finite
-/// scores count as 0); all equal: each positive one is 1.
-fn normalize_bm25(candidates: &[Candidate]) -> Vec<f64> {
-    let usable = |s: f64| if s.is_finite() && s > 0.0 { s } else { 0.0 };
-    let scores: Vec<f64> = candidates.iter().map(|c| usable(c.score)).collect();
-    min_max(&scores, |best| if best > 0.0 { 1.0 } else { 0.0 })
+/// A BM25 ratio as fusion uses it: non-positive or non-finite counts as 0, and an infinite
+/// one as the best there is.
+fn usable_ratio(ratio: f64) -> f64 {
+    if ratio == f64::INFINITY {
+        f64::MAX
+    } else if ratio.is_finite() && ratio > 0.0 {
+        ratio
+    } else {
+        0.0
+    }
 }
 
 /// Cosine similarities clamped to 0..1 (negative similarity is no similarity), min-max
@@ -142,27 +159,17 @@ fn normalize_cosine(candidates: &[Candidate]) -> Vec<f64> {
         .map(|c| if c.score.is_nan() { 0.0 } else { c.score.clamp(0.0, 1.0) })
         .collect();
     let best = scores.iter().copied().fold(0.0, f64::max);
-    min_max(&scores, |_| 1.0)
-        .into_iter()
-        .map(|spread| spread * best)
-        .collect()
+    min_max(&scores).into_iter().map(|spread| spread * best).collect()
 }
 
-/// `(s − lowest) / (highest − lowest)` of each score; `flat(highest)` for all when they are
-/// equal.
-fn min_max(scores: &[f64], flat: impl Fn(f64) -> f64) -> Vec<f64> {
+/// `(s − lowest) / (highest − lowest)` of each score; 1 for all when they are equal.
+fn min_max(scores: &[f64]) -> Vec<f64> {
     let lowest = scores.iter().copied().fold(f64::INFINITY, f64::min);
     let highest = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let spread = highest - lowest;
     scores
         .iter()
-        .map(|s| {
-            if spread > 0.0 {
-                (s - lowest) / spread
-            } else {
-                flat(highest)
-            }
-        })
+        .map(|s| if spread > 0.0 { (s - lowest) / spread } else { 1.0 })
         .collect()
 }
 
@@ -226,7 +233,7 @@ mod tests {
     #[test]
     fn a_chunk_both_sides_found_outranks_one_side_with_the_same_scores() {
         let hits = check(
-            &[("both.md", 1, 9.0), ("lexical.md", 1, 9.0), ("weak.md", 1, 1.0)],
+            &[("both.md", 1, 1.0), ("lexical.md", 1, 1.0), ("weak.md", 1, 0.0)],
             &[("both.md", 1, 0.8), ("semantic.md", 1, 0.8), ("far.md", 1, 0.2)],
             &PARAMS,
         );
@@ -236,23 +243,37 @@ mod tests {
     }
 
     #[test]
-    fn bm25_is_min_max_normalised() {
+    fn bm25_ratios_are_kept_capped_at_one_and_ranked_by_the_uncapped_ratio() {
+        let only_bm25 = FusionParams {
+            vector_weight: 0.0,
+            ..PARAMS
+        };
         let hits = check(
-            &[("a.md", 1, 12.0), ("b.md", 1, 6.0), ("c.md", 1, 0.6)],
+            &[
+                ("a.md", 1, 1.3),
+                ("b.md", 1, 0.4),
+                ("c.md", 1, 0.15),
+                ("d.md", 1, 1.6),
+                ("e.md", 1, 0.05),
+            ],
             &[],
-            &FusionParams {
-                vector_weight: 0.0,
-                ..PARAMS
-            },
+            &only_bm25,
         );
-        // b.md: (6 − 0.6) / (12 − 0.6); c.md: 0, under min_score.
+        // The ratios are the scores (no candidate's score depends on another's); e.md is under
+        // min_score; d.md ranks above a.md although both are capped.
         assert_eq!(
             hits,
             [
+                ("d.md".into(), 1, 1.0, HitSource::Bm25),
                 ("a.md".into(), 1, 1.0, HitSource::Bm25),
-                ("b.md".into(), 1, 0.474, HitSource::Bm25),
+                ("b.md".into(), 1, 0.4, HitSource::Bm25),
+                ("c.md".into(), 1, 0.15, HitSource::Bm25),
             ]
         );
+        // Fewer candidates (a smaller max_results) change no score.
+        let fewer = check(&[("b.md", 1, 0.4), ("c.md", 1, 0.15)], &[], &only_bm25);
+        assert_eq!(fewer[0].2, 0.4);
+        assert_eq!(fewer[1].2, 0.15);
     }
 
     #[test]
@@ -290,7 +311,7 @@ mod tests {
     #[test]
     fn ties_sort_by_path_then_line_and_results_are_truncated() {
         let hits = check(
-            &[("b.md", 5, 1.0), ("a.md", 9, 1.0), ("a.md", 2, 1.0), ("c.md", 1, 1.0)],
+            &[("b.md", 5, 0.5), ("a.md", 9, 0.5), ("a.md", 2, 0.5), ("c.md", 1, 0.5)],
             &[],
             &FusionParams {
                 vector_weight: 0.0,

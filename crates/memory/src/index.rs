@@ -7,6 +7,7 @@
 //! - `paths`: which files are memory files, and their workspace-relative names;
 //! - `sync`: files → store (`sync_all`, `sync_paths`) and the embedding of new chunks;
 //! - `search`: mode selection, BM25, vectors, fusion, snippets;
+//! - `keyword`: the keyword side's score, BM25 on an absolute 0..1 scale;
 //! - `vectors`: the in-memory matrix of the current chunks' vectors, searched by brute force.
 //!
 //! # Concurrency
@@ -16,6 +17,7 @@
 //! an `RwLock` held only to copy scores out or to apply a sync's changes. So a search never
 //! waits for a sync's file reading, chunking or embedding.
 
+mod keyword;
 mod paths;
 mod search;
 mod sync;
@@ -165,6 +167,8 @@ pub struct MemoryIndex {
     /// vectors missing" test need no query.
     files: AtomicUsize,
     chunks: AtomicUsize,
+    /// Terms of all chunks, for the keyword score's average chunk length.
+    terms: AtomicU64,
     /// Unix milliseconds of the last sync (0: none yet).
     last_indexed_ms: AtomicU64,
     embedding_failures: AtomicU64,
@@ -183,7 +187,7 @@ impl MemoryIndex {
     ) -> Result<(MemoryIndex, Vec<String>), MemoryError> {
         let (writer, warnings) = Store::open(index_file)?;
         let reader = Store::open_reader(index_file)?;
-        let (files, chunks) = writer.counts()?;
+        let counts = writer.counts()?;
         let last_read_ms = writer
             .last_read_at_ns()?
             .map(|ns| u64::try_from(ns / 1_000_000).unwrap_or(0));
@@ -201,8 +205,9 @@ impl MemoryIndex {
             writer: Mutex::new(writer),
             reader: Mutex::new(reader),
             vectors: RwLock::new(matrix),
-            files: AtomicUsize::new(files),
-            chunks: AtomicUsize::new(chunks),
+            files: AtomicUsize::new(counts.files),
+            chunks: AtomicUsize::new(counts.chunks),
+            terms: AtomicU64::new(counts.terms),
             last_indexed_ms: AtomicU64::new(last_read_ms.unwrap_or(0)),
             embedding_failures: AtomicU64::new(0),
             last_embedding_error: Mutex::new(None),

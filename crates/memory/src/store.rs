@@ -4,13 +4,16 @@
 //!
 //! - `files`: each indexed file's size, mtime, content hash and when it was read, so a sync
 //!   can skip an unchanged file without reading it.
-//! - `chunks`: each chunk's path, line range, hash, text and context. `id` is also the rowid
-//!   of its `chunks_fts` row.
+//! - `chunks`: each chunk's path, line range, hash, text and context, and the analysed terms
+//!   its `chunks_fts` row indexes (`terms`, with their count `terms_len`), from which a search
+//!   scores its candidates (`index::keyword`). `id` is also the rowid of its `chunks_fts` row.
 //! - `chunks_fts`: FTS5 over the *analysed* terms of text and context (`analyze::terms`
 //!   joined by spaces). It is contentless (the text lives in `chunks`), and its `ascii`
 //!   tokenizer, with `_` and `.` as token characters, splits at exactly the spaces between
 //!   terms: every non-ASCII character is a token character to it, so a CJK bigram or a word
 //!   with marks stays the term `analyze` made.
+//! - `chunks_vocab`: FTS5's vocabulary of `chunks_fts` (`fts5vocab`, `row`): in how many chunks
+//!   each term is, for the keyword score's IDF.
 //! - `vectors`: embeddings by (model id, chunk hash). Keyed by hash rather than chunk, they
 //!   outlive edits that move a chunk and restarts, and are never sent to the backend twice.
 //!
@@ -35,8 +38,13 @@ pub(crate) use write::{Applied, FileChange};
 use crate::MemoryError;
 
 /// Bumped whenever the schema or what is stored in it changes (the chunker or the analysis):
-/// an index of another version is rebuilt from the files.
-const SCHEMA_VERSION: i64 = 2;
+/// an index of another version is rebuilt from the files, except one of
+/// [`MIGRATED_VERSION`], which is brought up to date in place (its vectors are kept).
+const SCHEMA_VERSION: i64 = 3;
+
+/// The version before `chunks.terms`: it is migrated by analysing its chunks again rather
+/// than rebuilt, so no chunk is sent to the embedding backend twice.
+const MIGRATED_VERSION: i64 = 2;
 
 /// How long a connection waits for another one's lock (another daemon on the same workspace)
 /// before an operation fails.
@@ -57,13 +65,16 @@ CREATE TABLE chunks (
     end_line INTEGER NOT NULL,
     hash INTEGER NOT NULL,
     text TEXT NOT NULL,
-    context TEXT NOT NULL
+    context TEXT NOT NULL,
+    terms TEXT NOT NULL DEFAULT '',
+    terms_len INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX chunks_by_path ON chunks(path, start_line);
 CREATE INDEX chunks_by_hash ON chunks(hash);
 CREATE VIRTUAL TABLE chunks_fts USING fts5(
     terms, context, content='', contentless_delete=1, tokenize=\"ascii tokenchars '._'\"
 );
+CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row');
 CREATE TABLE vectors (
     model_id TEXT NOT NULL,
     hash INTEGER NOT NULL,
@@ -135,6 +146,11 @@ impl Store {
                 Ok(Ok(Store { conn }))
             }
             Ok(SCHEMA_VERSION) => Ok(Ok(Store { conn })),
+            Ok(MIGRATED_VERSION) => match write::add_terms(&conn) {
+                Ok(()) => Ok(Ok(Store { conn })),
+                Err(e) if is_environment(&e) => Err(e.into()),
+                Err(e) => Ok(Err(Unusable::Corrupt(e.to_string()))),
+            },
             Ok(version) => Ok(Err(Unusable::Stale(version))),
             Err(e) if is_environment(&e) => Err(e.into()),
             Err(e) => Ok(Err(Unusable::Corrupt(e.to_string()))),
@@ -168,7 +184,7 @@ fn check(conn: &Connection) -> rusqlite::Result<i64> {
             Some("a database that is not a memory index".into()),
         )),
         // The first real query: a file whose pages are damaged fails here.
-        SCHEMA_VERSION => conn.query_row("SELECT count(*) FROM chunks_fts", [], |_| Ok(version)),
+        SCHEMA_VERSION | MIGRATED_VERSION => conn.query_row("SELECT count(*) FROM chunks_fts", [], |_| Ok(version)),
         _ => Ok(version),
     }
 }

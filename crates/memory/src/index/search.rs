@@ -7,10 +7,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::PoisonError;
 
+use std::sync::atomic::Ordering;
+
+use super::keyword::QueryWeights;
 use super::{Hit, MemoryIndex, SearchMode, SearchOptions, SearchOutcome, lock};
 use crate::MemoryError;
 use crate::analyze::terms;
-use crate::fusion::{Candidate, ChunkKey, FusionParams, candidate_count, fuse};
+use crate::fusion::{Candidate, ChunkKey, FusionParams, MAX_CANDIDATES, candidate_count, fuse};
 
 /// A snippet is cut after this many characters: enough for a paragraph, short enough that
 /// five hits fit in an agent's tool result comfortably.
@@ -35,14 +38,14 @@ impl MemoryIndex {
             return outcome(Vec::new(), mode, warnings);
         }
         let count = candidate_count(options.max_results, self.options.candidate_multiplier);
-        // (chunk id, snippet text if known) of every candidate, to build the hits.
-        let mut found: HashMap<ChunkKey, (i64, Option<String>)> = HashMap::new();
+        // The chunk id of every candidate, to build the hits.
+        let mut found: HashMap<ChunkKey, i64> = HashMap::new();
         let mut vector = Vec::new();
         if matches!(mode, SearchMode::Vector | SearchMode::Hybrid) {
             match self.vector_candidates(query, count, &mut warnings)? {
                 Some(candidates) => {
                     for (id, candidate) in candidates {
-                        found.insert(candidate.key.clone(), (id, None));
+                        found.insert(candidate.key.clone(), id);
                         vector.push(candidate);
                     }
                 }
@@ -51,15 +54,12 @@ impl MemoryIndex {
             }
         }
         let mut bm25 = Vec::new();
-        let expression = match_expression(query);
+        let query_terms = distinct_terms(query);
         // Only stop words left: no lexical candidates (FTS5 rejects an empty query).
-        if matches!(mode, SearchMode::Bm25 | SearchMode::Hybrid) && !expression.is_empty() {
-            for row in lock(&self.reader).bm25(&expression, count)? {
-                found.insert(row.key.clone(), (row.id, Some(row.text)));
-                bm25.push(Candidate {
-                    key: row.key,
-                    score: row.score,
-                });
+        if matches!(mode, SearchMode::Bm25 | SearchMode::Hybrid) && !query_terms.is_empty() {
+            for (id, candidate) in self.keyword_candidates(&query_terms, count)? {
+                found.insert(candidate.key.clone(), id);
+                bm25.push(candidate);
             }
         }
         let params = FusionParams {
@@ -74,11 +74,11 @@ impl MemoryIndex {
         let mut hits = Vec::new();
         let reader = lock(&self.reader);
         for fused in fuse(&bm25, &vector, &params) {
-            let Some((id, text)) = found.remove(&fused.key) else {
+            let Some(id) = found.remove(&fused.key) else {
                 continue;
             };
-            // A vector hit's chunk may have been replaced by a sync since the matrix was read.
-            let Some(text) = text.map_or_else(|| reader.chunk_text(id), |t| Ok(Some(t)))? else {
+            // The chunk may have been replaced by a sync since its candidates were read.
+            let Some(text) = reader.chunk_text(id)? else {
                 continue;
             };
             hits.push(Hit {
@@ -91,6 +91,34 @@ impl MemoryIndex {
             });
         }
         outcome(hits, mode, warnings)
+    }
+
+    /// The keyword side's best `count` candidates, with chunk ids, each scored by its BM25
+    /// ratio to the query's ideal (`keyword`). FTS5 picks the [`MAX_CANDIDATES`] it ranks best,
+    /// whatever `count` is, so the side's order and scores never depend on `max_results`;
+    /// only when more chunks than that match can one that FTS5 ranked lower (its IDF is
+    /// clamped for common terms) be missed.
+    fn keyword_candidates(&self, query_terms: &[String], count: usize) -> Result<Vec<(i64, Candidate)>, MemoryError> {
+        let reader = lock(&self.reader);
+        let rows = reader.bm25(&match_expression(query_terms), MAX_CANDIDATES)?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let chunks_with = reader.chunks_with(query_terms)?;
+        drop(reader);
+        let chunks = self.chunks.load(Ordering::Relaxed) as u64;
+        let weights = QueryWeights::new(query_terms, &chunks_with, chunks, self.terms.load(Ordering::Relaxed));
+        let mut scored: Vec<(f64, f64, i64, ChunkKey)> = rows
+            .into_iter()
+            .map(|row| (weights.ratio(&row.terms), row.rank, row.id, row.key))
+            .collect();
+        // Ties (the same terms in the same length) keep FTS5's order, which weighs the context.
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.total_cmp(&a.1)));
+        scored.truncate(count);
+        Ok(scored
+            .into_iter()
+            .map(|(score, _, id, key)| (id, Candidate { key, score }))
+            .collect())
     }
 
     /// The mode `asked` resolves to, or why it cannot run.
@@ -172,15 +200,22 @@ fn fallback_warning(reason: &str, fts_enabled: bool) -> String {
     }
 }
 
-/// The FTS5 query of `query`: its distinct analysed terms, each quoted, joined by `OR`, so a
-/// chunk matching any term is a candidate and BM25 ranks those matching more (and rarer) ones
-/// first. An empty string when nothing is left (only stop words): no candidates.
-fn match_expression(query: &str) -> String {
+/// The distinct analysed terms of `query`, at most [`MAX_QUERY_TERMS`], in order; none when
+/// only stop words are left.
+fn distinct_terms(query: &str) -> Vec<String> {
     let mut seen = HashSet::new();
-    let quoted: Vec<String> = terms(query)
+    terms(query)
         .into_iter()
         .filter(|term| seen.insert(term.clone()))
         .take(MAX_QUERY_TERMS)
+        .collect()
+}
+
+/// The FTS5 query of `terms`: each quoted, joined by `OR`, so a chunk matching any term is a
+/// candidate.
+fn match_expression(terms: &[String]) -> String {
+    let quoted: Vec<String> = terms
+        .iter()
         .map(|term| format!("\"{}\"", term.replace('"', "\"\"")))
         .collect();
     quoted.join(" OR ")
@@ -200,12 +235,13 @@ mod tests {
 
     #[test]
     fn the_match_expression_quotes_distinct_terms() {
+        let expression = |query: &str| match_expression(&distinct_terms(query));
         assert_eq!(
-            match_expression("handleWebSocketReconnect disconnection reconnect"),
+            expression("handleWebSocketReconnect disconnection reconnect"),
             r#""handlewebsocketreconnect" OR "handl" OR "web" OR "socket" OR "reconnect" OR "disconnect""#
         );
-        assert_eq!(match_expression("the of and"), "");
-        assert_eq!(match_expression("记忆系统"), r#""记忆" OR "忆系" OR "系统""#);
+        assert_eq!(expression("the of and"), "");
+        assert_eq!(expression("记忆系统"), r#""记忆" OR "忆系" OR "系统""#);
     }
 
     #[test]

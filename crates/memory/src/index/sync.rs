@@ -143,9 +143,10 @@ impl MemoryIndex {
             report.chunks_added += applied.added_ids.len();
             report.chunks_removed += applied.removed_ids.len();
             self.apply_to_vectors(store, &applied)?;
-            let (files, chunks) = store.counts()?;
-            self.files.store(files, Ordering::Relaxed);
-            self.chunks.store(chunks, Ordering::Relaxed);
+            let counts = store.counts()?;
+            self.files.store(counts.files, Ordering::Relaxed);
+            self.chunks.store(counts.chunks, Ordering::Relaxed);
+            self.terms.store(counts.terms, Ordering::Relaxed);
         }
         let (embedded, warning) = self.embed_pending(store, usize::MAX)?;
         report.chunks_embedded += embedded;

@@ -43,14 +43,24 @@ pub(crate) struct VectorRow {
     pub vector: Vec<f32>,
 }
 
-/// A BM25 candidate, with its text for the snippet.
+/// A keyword candidate, with the terms it is scored by.
 #[derive(Debug, Clone)]
 pub(crate) struct Bm25Row {
     pub id: i64,
     pub key: ChunkKey,
-    /// Higher is better (FTS5's `bm25()` is negated).
-    pub score: f64,
-    pub text: String,
+    /// FTS5's `bm25()`, negated: higher is better. Only an order (see `index::keyword`).
+    pub rank: f64,
+    /// The chunk's analysed terms, joined by spaces.
+    pub terms: String,
+}
+
+/// What the index holds, refreshed after each change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub files: usize,
+    pub chunks: usize,
+    /// Terms of all chunks: with `chunks`, their average length for the keyword score.
+    pub terms: u64,
 }
 
 /// A distinct chunk (by hash) that has no vector of the model yet.
@@ -88,10 +98,10 @@ impl Store {
         rows.collect()
     }
 
-    /// BM25 candidates for an FTS5 `query`, best first.
+    /// Keyword candidates for an FTS5 `query`, best first by FTS5's `bm25()`.
     pub fn bm25(&self, query: &str, limit: usize) -> rusqlite::Result<Vec<Bm25Row>> {
         let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT c.id, c.path, c.start_line, c.end_line, bm25(chunks_fts, 1.0, {CONTEXT_TIE_BREAK}) AS rank, c.text
+            "SELECT c.id, c.path, c.start_line, c.end_line, bm25(chunks_fts, 1.0, {CONTEXT_TIE_BREAK}) AS rank, c.terms
              FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid
              WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT ?2"
         ))?;
@@ -99,11 +109,25 @@ impl Store {
             Ok(Bm25Row {
                 id: row.get(0)?,
                 key: key(row, 1)?,
-                score: -row.get::<_, f64>(4)?,
-                text: row.get(5)?,
+                rank: -row.get::<_, f64>(4)?,
+                terms: row.get(5)?,
             })
         })?;
         rows.collect()
+    }
+
+    /// In how many chunks each of `terms` is (0 for a term in none).
+    pub fn chunks_with(&self, terms: &[String]) -> rusqlite::Result<Vec<u64>> {
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT doc FROM chunks_vocab WHERE term = ?1")?;
+        terms
+            .iter()
+            .map(|term| {
+                let found: Option<i64> = statement.query_row([term], |row| row.get(0)).optional()?;
+                Ok(found.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
+            })
+            .collect()
     }
 
     /// The text of chunk `id`, if it still exists.
@@ -168,15 +192,20 @@ impl Store {
         rows.collect()
     }
 
-    /// Files and chunks in the index.
-    pub fn counts(&self) -> rusqlite::Result<(usize, usize)> {
-        let count = |table: &str| -> rusqlite::Result<usize> {
-            let n: i64 = self
-                .conn
-                .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))?;
-            Ok(usize::try_from(n).unwrap_or(0))
-        };
-        Ok((count("files")?, count("chunks")?))
+    /// Files and chunks in the index, and the terms of all chunks.
+    pub fn counts(&self) -> rusqlite::Result<Counts> {
+        let files: i64 = self.conn.query_row("SELECT count(*) FROM files", [], |r| r.get(0))?;
+        let (chunks, terms): (i64, i64) =
+            self.conn
+                .query_row("SELECT count(*), coalesce(sum(terms_len), 0) FROM chunks", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+        let count = |n: i64| usize::try_from(n).unwrap_or(0);
+        Ok(Counts {
+            files: count(files),
+            chunks: count(chunks),
+            terms: u64::try_from(terms).unwrap_or(0),
+        })
     }
 
     /// When a file was last read into the index, nanoseconds since the Unix epoch.

@@ -113,7 +113,8 @@ fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut
         stored.entry(old.hash).or_default().push_back(old);
     }
     let mut insert = conn.prepare_cached(
-        "INSERT INTO chunks (path, start_line, end_line, hash, text, context) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO chunks (path, start_line, end_line, hash, text, context, terms, terms_len)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     let mut insert_terms = conn.prepare_cached("INSERT INTO chunks_fts (rowid, terms, context) VALUES (?1, ?2, ?3)")?;
     let mut relocate = conn.prepare_cached("UPDATE chunks SET start_line = ?2, end_line = ?3 WHERE id = ?1")?;
@@ -125,21 +126,19 @@ fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut
                 applied.moved.push((old.id, chunk.start_line, chunk.end_line));
             }
             None => {
+                let (document, count) = document_terms(&chunk.text, &chunk.context);
                 insert.execute(params![
                     path,
                     chunk.start_line,
                     chunk.end_line,
                     to_sql_hash(chunk.hash),
                     chunk.text,
-                    chunk.context
+                    chunk.context,
+                    document,
+                    count
                 ])?;
                 let id = conn.last_insert_rowid();
-                // One document of the chunk's words and its context (date, headings, lead), as
-                // in the reference protocol; the context alone again as a tie-break column. The
-                // context only in its own column, weighed apart, ranked worse on LoCoMo (R@5
-                // 56.8 against 57.3) at any weight from 0.25 to 3.
-                let document = format!("{}\n{}", chunk.text, chunk.context);
-                insert_terms.execute(params![id, terms(&document).join(" "), terms(&chunk.context).join(" ")])?;
+                insert_terms.execute(params![id, document, terms(&chunk.context).join(" ")])?;
                 applied.added_ids.push(id);
             }
         }
@@ -149,6 +148,43 @@ fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut
         applied.removed_ids.push(old.id);
     }
     Ok(())
+}
+
+/// The terms a chunk is indexed and scored by, joined by spaces, and how many there are: one
+/// document of the chunk's words and its context (date, headings, lead), as in the reference
+/// protocol; `chunks_fts` has the context alone again as a tie-break column. The context only
+/// in its own column, weighed apart, ranked worse on LoCoMo (R@5 56.8 against 57.3) at any
+/// weight from 0.25 to 3.
+fn document_terms(text: &str, context: &str) -> (String, i64) {
+    let all = terms(&format!("{text}\n{context}"));
+    (all.join(" "), i64::try_from(all.len()).unwrap_or(i64::MAX))
+}
+
+/// Migrates an index of the version before `chunks.terms`: the columns and the vocabulary
+/// table are added and every chunk's terms computed, in one transaction; its vectors stay.
+pub(super) fn add_terms(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "BEGIN;
+         ALTER TABLE chunks ADD COLUMN terms TEXT NOT NULL DEFAULT '';
+         ALTER TABLE chunks ADD COLUMN terms_len INTEGER NOT NULL DEFAULT 0;
+         CREATE VIRTUAL TABLE chunks_vocab USING fts5vocab(chunks_fts, 'row');",
+    )?;
+    let migrated = (|| {
+        let chunks: Vec<(i64, String, String)> = conn
+            .prepare("SELECT id, text, context FROM chunks")?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut update = conn.prepare("UPDATE chunks SET terms = ?2, terms_len = ?3 WHERE id = ?1")?;
+        for (id, text, context) in chunks {
+            let (document, count) = document_terms(&text, &context);
+            update.execute(params![id, document, count])?;
+        }
+        conn.execute_batch(&format!("PRAGMA user_version = {}; COMMIT;", super::SCHEMA_VERSION))
+    })();
+    if migrated.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    migrated
 }
 
 fn delete_chunk(conn: &Connection, id: i64) -> rusqlite::Result<()> {
