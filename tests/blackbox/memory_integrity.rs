@@ -189,3 +189,63 @@ fn keyword_search_returns_partial_matches_ranked_with_scores_independent_of_max_
     }
     d.shutdown();
 }
+
+/// Issue 27 item 7: `memory/` holding links out of the workspace (a directory, a file, a
+/// symbolic `MEMORY.md`) and two cycle links. Search returns no outside text, at start-up or
+/// from the watcher, and each file once.
+#[test]
+fn links_in_memory_lead_nowhere_outside_and_cycles_index_each_file_once() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.md"), "- The outside password is hunter2.\n").unwrap();
+    std::fs::write(outside.path().join("MEMORY.md"), "- The outside vault code is 4242.\n").unwrap();
+    let memory = dir.path().join("memory");
+    std::fs::create_dir(&memory).unwrap();
+    std::fs::write(
+        memory.join("2026-11-27.md"),
+        "- The deploy host is called glimmerfen.\n",
+    )
+    .unwrap();
+    symlink(outside.path(), memory.join("out")).unwrap();
+    symlink(".", memory.join("loop")).unwrap();
+    symlink("..", memory.join("up")).unwrap();
+    symlink(outside.path().join("MEMORY.md"), dir.path().join("MEMORY.md")).unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let found = search_until(&mut d, "glimmerfen", |r| !snippets(r).is_empty());
+    assert_eq!(snippets(&found), ["- The deploy host is called glimmerfen."], "{found}");
+    assert_eq!(found["results"][0]["path"], "memory/2026-11-27.md");
+    for query in ["hunter2 password", "vault code 4242"] {
+        assert_eq!(
+            snippets(&search(&mut d, query, json!({"min_score": 0.0}))),
+            Vec::<String>::new(),
+            "{query}"
+        );
+    }
+    assert_eq!(d.call("memory.status", json!({}))["index"]["files"], 1);
+
+    // Links made while the daemon runs go through the watcher: a file written after them
+    // is found, and still nothing from outside.
+    symlink(outside.path().join("secret.md"), memory.join("secret.md")).unwrap();
+    std::fs::write(
+        outside.path().join("later.md"),
+        "- Another outside secret: swordfish.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        memory.join("2026-11-28.md"),
+        "- The backup host is called brindlewick.\n",
+    )
+    .unwrap();
+    search_until(&mut d, "brindlewick", |r| !snippets(r).is_empty());
+    for query in ["hunter2 password", "swordfish", "vault code 4242"] {
+        assert_eq!(
+            snippets(&search(&mut d, query, json!({"min_score": 0.0}))),
+            Vec::<String>::new(),
+            "{query}"
+        );
+    }
+    assert_eq!(snippets(&search(&mut d, "glimmerfen", json!({}))).len(), 1);
+    assert_eq!(d.call("memory.status", json!({}))["index"]["files"], 2);
+    d.shutdown();
+}

@@ -4,7 +4,8 @@
 //! # Layout
 //!
 //! - this file: the public types and [`MemoryIndex`]'s state, `open`, `stats`, `watch_roots`;
-//! - `paths`: which files are memory files, and their workspace-relative names;
+//! - `paths`: which files are memory files, and their workspace-relative names; `walk`: finding
+//!   them, symbolic links followed only inside the workspace, each directory and file once;
 //! - `sync`: files → store (`sync_all`, `sync_paths`) and the embedding of new chunks;
 //! - `search`: mode selection, BM25, vectors, fusion, snippets;
 //! - `keyword`: the keyword side's score, BM25 on an absolute 0..1 scale;
@@ -22,6 +23,7 @@ mod paths;
 mod search;
 mod sync;
 mod vectors;
+mod walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

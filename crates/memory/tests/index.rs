@@ -632,3 +632,94 @@ fn the_term_counts_follow_edits_and_deletions() {
     index.sync_all().unwrap();
     assert_eq!(chunks_with("caroline"), 1);
 }
+
+/// Issue 27 item 7: symbolic links in `memory/` lead nowhere out of the workspace, cycles end,
+/// and a file reachable by several names is indexed once, by its own.
+#[test]
+fn symbolic_links_stay_in_the_workspace_and_cycles_index_each_file_once() {
+    use std::os::unix::fs::symlink;
+    let ws = Workspace::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.md"), "- The outside password is hunter2.\n").unwrap();
+    let memory = ws.root().join("memory");
+    symlink(outside.path(), memory.join("out")).unwrap();
+    symlink(outside.path().join("secret.md"), memory.join("secret.md")).unwrap();
+    symlink(".", memory.join("loop")).unwrap();
+    symlink("..", memory.join("up")).unwrap();
+    std::fs::create_dir(ws.root().join("notes")).unwrap();
+    ws.write("notes/inside.md", "- The inside note mentions quokkas.\n");
+    symlink("../notes", memory.join("notes")).unwrap();
+    let index = ws.open(None);
+    let report = index.sync_all().unwrap();
+    assert!(
+        report
+            .warnings
+            .iter()
+            .filter(|w| w.contains("out of the workspace"))
+            .count()
+            == 2,
+        "{:?}",
+        report.warnings
+    );
+    let bm25 = |query: &str| {
+        let options = SearchOptions {
+            mode: SearchMode::Bm25,
+            min_score: 0.0,
+            max_results: 50,
+        };
+        locations(&index.search(query, &options).unwrap())
+    };
+    assert!(bm25("hunter2 password").is_empty());
+    // MEMORY.md, the two daily logs and the linked note: each once, by its own name where it
+    // has one.
+    assert_eq!(
+        index.stats().files,
+        4,
+        "{:?}",
+        bm25("user caroline handleWebSocketReconnect quokkas")
+    );
+    assert_eq!(bm25("Caroline LGBTQ"), [("memory/2026-11-21.md".into(), 4, 4)]);
+    assert_eq!(bm25("quokkas"), [("memory/notes/inside.md".into(), 1, 1)]);
+
+    // The same through sync_paths (the watcher's way): a path through a link out is ignored,
+    // and one through a cycle is not a second name.
+    std::fs::write(
+        outside.path().join("later.md"),
+        "- Another outside secret: swordfish.\n",
+    )
+    .unwrap();
+    index
+        .sync_paths(&[
+            memory.join("out/later.md"),
+            memory.join("loop/loop/2026-11-21.md"),
+            memory.join("up/MEMORY.md"),
+        ])
+        .unwrap();
+    assert!(bm25("swordfish").is_empty());
+    assert_eq!(bm25("Caroline LGBTQ").len(), 1);
+    assert_eq!(index.stats().files, 4);
+}
+
+/// A symbolic `MEMORY.md` follows the same rule.
+#[test]
+fn a_symlinked_memory_md_is_indexed_only_inside_the_workspace() {
+    use std::os::unix::fs::symlink;
+    let ws = Workspace::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("MEMORY.md"), "- The outside vault code is 4242.\n").unwrap();
+    std::fs::remove_file(ws.root().join("MEMORY.md")).unwrap();
+    symlink(outside.path().join("MEMORY.md"), ws.root().join("MEMORY.md")).unwrap();
+    let index = ws.open(None);
+    index.sync_all().unwrap();
+    index.sync_paths(&[PathBuf::from("MEMORY.md")]).unwrap();
+    assert!(search(&index, "vault code").hits.is_empty());
+
+    std::fs::remove_file(ws.root().join("MEMORY.md")).unwrap();
+    ws.write("memory/main.md", "- The inside vault code is 1717.\n");
+    symlink("memory/main.md", ws.root().join("MEMORY.md")).unwrap();
+    index.sync_all().unwrap();
+    assert_eq!(
+        locations(&search(&index, "vault code")),
+        [("memory/main.md".into(), 1, 1)]
+    );
+}

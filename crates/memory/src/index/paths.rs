@@ -4,14 +4,10 @@
 //! paths (files, or directories of `.md` files). A file inside the workspace is named by its
 //! workspace-relative path with `/`; an extra path outside it by its absolute path.
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::io;
 use std::path::{Component, Path, PathBuf};
 
-/// A directory tree deeper than this under a memory root is not walked further: it guards
-/// against symlink cycles, which the walk follows.
-const MAX_DEPTH: usize = 16;
+use super::walk::Walk;
 
 /// A memory file: its name in the index and where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,23 +58,47 @@ impl Roots {
         self.absolute(Path::new(rel))
     }
 
-    /// Every memory file that exists now, sorted by name. Directories that cannot be read
-    /// add a warning.
+    /// The workspace root, absolute (not canonical: the index names files under it).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Every memory file that exists now, sorted by name, each once, none through a symbolic
+    /// link out of the workspace (see `walk`). Directories that cannot be read and links that
+    /// lead out add a warning.
     pub fn discover(&self, warnings: &mut Vec<String>) -> Vec<Target> {
-        let mut found = BTreeMap::new();
-        let memory_md = self.root.join("MEMORY.md");
-        if memory_md.is_file() {
-            found.insert(self.rel(&memory_md), memory_md);
-        }
-        self.walk(&self.root.join("memory"), 0, &mut found, warnings);
+        let mut walk = Walk::new(self, warnings);
+        walk.file(&self.root.join("MEMORY.md"));
+        walk.tree(&self.root.join("memory"));
         for extra in &self.extra {
-            if extra.is_file() {
-                found.insert(self.rel(extra), extra.clone());
+            if fs::symlink_metadata(extra).is_ok_and(|m| m.is_file()) {
+                walk.file(extra);
             } else {
-                self.walk(extra, 0, &mut found, warnings);
+                walk.tree(extra);
             }
         }
-        found.into_iter().map(|(rel, abs)| Target { rel, abs }).collect()
+        walk.follow_links();
+        walk.found.into_iter().map(|(rel, abs)| Target { rel, abs }).collect()
+    }
+
+    /// Whether the existing `path` is reached without a symbolic link below the workspace
+    /// root (or below the extra path it is in): then it is a memory file by its name alone.
+    /// One reached through a link is a memory file only if [`Roots::discover`] finds it.
+    pub fn is_plain(&self, path: &Path) -> bool {
+        let base = if path.starts_with(&self.root) {
+            &self.root
+        } else {
+            match self.extra.iter().find(|extra| path.starts_with(extra)) {
+                Some(extra) => extra,
+                None => return false,
+            }
+        };
+        let (Ok(real), Ok(real_base), Ok(rest)) =
+            (fs::canonicalize(path), fs::canonicalize(base), path.strip_prefix(base))
+        else {
+            return false;
+        };
+        real == real_base.join(rest)
     }
 
     /// Whether the absolute `path` names a memory file (whether or not it exists).
@@ -91,42 +111,14 @@ impl Roots {
             || under(&self.root.join("memory"))
             || self.extra.iter().any(|extra| path == extra || under(extra))
     }
-
-    /// Adds the `.md` files under `dir` (following symlinks, skipping hidden entries).
-    fn walk(&self, dir: &Path, depth: usize, found: &mut BTreeMap<String, PathBuf>, warnings: &mut Vec<String>) {
-        let entries = match fs::read_dir(dir) {
-            Ok(entries) => entries,
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => return,
-            Err(e) => {
-                warnings.push(format!(
-                    "memory directory {}: {e}; its files are not indexed",
-                    dir.display()
-                ));
-                return;
-            }
-        };
-        for entry in entries.flatten() {
-            if is_hidden(&entry.file_name()) {
-                continue;
-            }
-            let path = entry.path();
-            match fs::metadata(&path) {
-                Ok(meta) if meta.is_dir() && depth < MAX_DEPTH => self.walk(&path, depth + 1, found, warnings),
-                Ok(meta) if meta.is_file() && is_markdown(&path) => {
-                    found.insert(self.rel(&path), path);
-                }
-                _ => {}
-            }
-        }
-    }
 }
 
-fn is_markdown(path: &Path) -> bool {
+pub(super) fn is_markdown(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("md"))
 }
 
 /// Dot files and directories (`.git`, an editor's `.notes.md.swp`) are not memory.
-fn is_hidden(name: &std::ffi::OsStr) -> bool {
+pub(super) fn is_hidden(name: &std::ffi::OsStr) -> bool {
     name.to_string_lossy().starts_with('.')
 }
 

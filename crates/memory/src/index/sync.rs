@@ -87,7 +87,14 @@ impl MemoryIndex {
                         .cloned(),
                 );
             } else if abs.exists() {
-                if self.roots.is_memory_file(&abs) {
+                // A file reached through a symbolic link is one only if the walk finds it by
+                // this name: not out of the workspace, not a second name of another file.
+                let reached = self.roots.is_plain(&abs)
+                    || discovered
+                        .get_or_insert_with(|| self.roots.discover(&mut report.warnings))
+                        .iter()
+                        .any(|t| t.abs == abs);
+                if self.roots.is_memory_file(&abs) && reached {
                     targets.push(Target {
                         rel: self.roots.rel(&abs),
                         abs,
