@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::Daemon;
+use crate::support::checks::error_code;
 
 /// How long a test waits for the background catch-up or the watcher (generous: shared machines).
 const SETTLE: Duration = Duration::from_secs(30);
@@ -247,5 +248,55 @@ fn links_in_memory_lead_nowhere_outside_and_cycles_index_each_file_once() {
     }
     assert_eq!(snippets(&search(&mut d, "glimmerfen", json!({}))).len(), 1);
     assert_eq!(d.call("memory.status", json!({}))["index"]["files"], 2);
+    d.shutdown();
+}
+
+/// The field an invalid-params error names.
+fn error_field(error: &Value) -> &str {
+    error["data"]["details"]["field"].as_str().unwrap_or_default()
+}
+
+/// Issue 27 item 18: a path the disk cannot hold is refused as the caller's error about
+/// `path` (-32602, not a "retry" -32004) before anything is created, and a name at the limit
+/// can be written as well as appended (its temp name fits).
+#[test]
+fn over_long_memory_paths_are_refused_before_the_disk_and_the_longest_name_can_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let nested = format!("memory/{}x.md", "a/".repeat(2027));
+    let long_name = format!("memory/{}.md", "n".repeat(253));
+    let long_path = format!("memory/{}x.md", format!("{}/", "d".repeat(200)).repeat(6));
+    let deep = format!("memory/{}x.md", "d/".repeat(17));
+    for path in [&nested, &long_name, &long_path, &deep] {
+        for (method, params) in [
+            ("memory.write", json!({"path": path, "content": "- x\n"})),
+            ("memory.append", json!({"path": path, "text": "- x\n"})),
+        ] {
+            let error = d.call_err(method, params);
+            assert_eq!(
+                (error_code(&error), error_field(&error)),
+                (-32602, "path"),
+                "{method}: {error}"
+            );
+        }
+    }
+    assert!(!dir.path().join("memory").exists(), "nothing was created");
+
+    let longest = format!("memory/{}.md", "n".repeat(252));
+    let written = d.call(
+        "memory.write",
+        json!({"path": longest, "content": "- The longest name holds zanthoxyl.\n"}),
+    );
+    assert_eq!(written["lines"], 1);
+    d.call("memory.append", json!({"path": longest, "text": "- And quillwort.\n"}));
+    d.call(
+        "memory.write",
+        json!({"path": format!("memory/{}x.md", "d/".repeat(16)), "content": "- deep\n"}),
+    );
+    assert_eq!(
+        read(&dir.path().join(&longest)),
+        "- The longest name holds zanthoxyl.\n- And quillwort.\n"
+    );
+    assert_eq!(snippets(&search(&mut d, "zanthoxyl", json!({}))).len(), 1);
     d.shutdown();
 }

@@ -25,7 +25,8 @@ impl Method for MemoryWrite {
 #[serde(deny_unknown_fields)]
 pub struct MemoryWriteParams {
     /// Workspace-relative: `MEMORY.md`, or a Markdown file under `memory/`
-    /// (`memory/2026-11-24.md`, `memory/projects/satchel.md`).
+    /// (`memory/2026-11-24.md`, `memory/projects/satchel.md`), at most 1,024 bytes, each name at
+    /// most 255, at most 16 directories under `memory/`.
     pub path: String,
     /// The whole new content.
     pub content: String,
@@ -46,7 +47,8 @@ impl Method for MemoryAppend {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryAppendParams {
-    /// Workspace-relative: `MEMORY.md`, or a Markdown file under `memory/`.
+    /// Workspace-relative: `MEMORY.md`, or a Markdown file under `memory/`, with the limits of
+    /// `memory.write`'s `path`.
     pub path: String,
     /// Appended as it is; a newline is added first when the file does not end with one.
     pub text: String,

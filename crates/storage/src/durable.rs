@@ -130,11 +130,23 @@ fn synced_temp_beside(path: &Path, bytes: &[u8], points: Option<(Point, Point)>)
 /// same directory (hidden, so a listing of memory files skips it, and unique, so two writers
 /// never share one). [`is_temp_name`] recognises exactly these names: change both together.
 fn temp_beside(path: &Path) -> PathBuf {
-    parent_of(path).join(format!(
-        ".{}.{}{TEMP_SUFFIX}",
+    parent_of(path).join(temp_name(
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        uuid::Uuid::new_v4().simple()
+        &uuid::Uuid::new_v4().simple().to_string(),
     ))
+}
+
+/// `.<name>.<unique>.tmp`, the name cut (on a character boundary) so the whole fits the 255
+/// bytes of a file name: a file whose name is near that limit could otherwise be appended to
+/// but never written.
+fn temp_name(name: &str, unique: &str) -> String {
+    const NAME_MAX: usize = 255;
+    let room = NAME_MAX.saturating_sub(".".len() + ".".len() + unique.len() + TEMP_SUFFIX.len());
+    let mut cut = name.len().min(room);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(".{}.{unique}{TEMP_SUFFIX}", &name[..cut])
 }
 
 /// The end of every name [`temp_beside`] makes.
@@ -452,6 +464,18 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     const FAULTS: [Fault; 3] = [Fault::Enospc, Fault::Eio, Fault::Torn];
+
+    #[test]
+    fn a_temp_name_fits_a_file_name_whatever_the_name() {
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        assert_eq!(temp_name("a.md", &unique), format!(".a.md.{unique}.tmp"));
+        for name in ["n".repeat(255), "é".repeat(127)] {
+            let temp = temp_name(&name, &unique);
+            assert!(temp.len() <= 255, "{}", temp.len());
+            assert!(temp.ends_with(&format!(".{unique}.tmp")), "{temp}");
+            assert!(is_temp_name(&temp), "start-up's sweep knows it: {temp}");
+        }
+    }
 
     fn mode(path: &Path) -> u32 {
         fs::metadata(path).unwrap().permissions().mode() & 0o7777

@@ -18,6 +18,18 @@ use crate::workspace::Workspace;
 /// The long-lived memory file, at the workspace root.
 pub const MEMORY_FILE: &str = "MEMORY.md";
 
+/// Bytes of a file or directory name: the file systems' `NAME_MAX`. An atomic write's temp
+/// name is cut to fit it too (see `durable`).
+const MAX_NAME_BYTES: usize = 255;
+
+/// Bytes of a memory path, relative to the workspace: with the workspace's own path it stays
+/// well under the 4,096 of `PATH_MAX`.
+const MAX_MEMORY_PATH_BYTES: usize = 1024;
+
+/// Directories under `memory/` a memory file may be in: the index walks no deeper
+/// (`satchel-memory`'s `walk::MAX_DEPTH`), so a deeper file could be written but never found.
+const MAX_MEMORY_DIRS: usize = 16;
+
 /// Size and line count of a memory file after a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryFileInfo {
@@ -62,13 +74,20 @@ impl MemoryFiles {
     }
 
     /// Whether `rel` names a memory file: `MEMORY.md`, or a `.md` file under `memory/` whose
-    /// path has no `..`, no hidden part and no empty part.
+    /// path has no `..`, no hidden part and no empty part, and fits the limits
+    /// ([`Self::path_problem`]).
     pub fn is_memory_path(rel: &str) -> bool {
+        Self::path_problem(rel).is_none()
+    }
+
+    /// Why `rel` cannot be a memory file, `None` when it can. Checked before anything touches
+    /// the disk, so a refused path leaves no directory behind.
+    pub fn path_problem(rel: &str) -> Option<String> {
         if rel == MEMORY_FILE {
-            return true;
+            return None;
         }
         let Some(rest) = rel.strip_prefix("memory/") else {
-            return false;
+            return Some("must be MEMORY.md or a Markdown file under memory/".into());
         };
         let parts_ok = rest
             .split('/')
@@ -76,13 +95,34 @@ impl MemoryFiles {
         let markdown = Path::new(rest)
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("md"));
-        parts_ok && markdown && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))
+        if !(parts_ok && markdown && Path::new(rel).components().all(|c| matches!(c, Component::Normal(_)))) {
+            return Some("must be MEMORY.md or a .md file under memory/, without empty, hidden or `..` parts".into());
+        }
+        if rel.len() > MAX_MEMORY_PATH_BYTES {
+            return Some(format!(
+                "is {} bytes; a memory path has at most {MAX_MEMORY_PATH_BYTES}",
+                rel.len()
+            ));
+        }
+        if let Some(long) = rest.split('/').find(|part| part.len() > MAX_NAME_BYTES) {
+            return Some(format!(
+                "has a part of {} bytes; a file or directory name has at most {MAX_NAME_BYTES}",
+                long.len()
+            ));
+        }
+        let dirs = rest.split('/').count() - 1;
+        if dirs > MAX_MEMORY_DIRS {
+            return Some(format!(
+                "is {dirs} directories deep under memory/; at most {MAX_MEMORY_DIRS}"
+            ));
+        }
+        None
     }
 
     /// The absolute path of the memory file `rel`, checked: a memory path ([`Self::is_memory_path`])
     /// whose existing directories are real ones inside the workspace (no symbolic link out).
     pub fn resolve(&self, rel: &str) -> Result<PathBuf, StorageError> {
-        if !Self::is_memory_path(rel) {
+        if Self::path_problem(rel).is_some() {
             return Err(StorageError::NotMemoryFile(rel.to_owned()));
         }
         let path = self.layout.root().join(rel);
@@ -264,6 +304,35 @@ mod tests {
         ] {
             assert!(!MemoryFiles::is_memory_path(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn memory_paths_fit_the_file_systems_limits() {
+        let name = |bytes: usize| format!("{}.md", "n".repeat(bytes - 3));
+        let deep = |dirs: usize| format!("memory/{}x.md", "d/".repeat(dirs));
+        assert_eq!(MemoryFiles::path_problem(&format!("memory/{}", name(255))), None);
+        assert_eq!(MemoryFiles::path_problem(&deep(16)), None);
+        let long_name = MemoryFiles::path_problem(&format!("memory/{}", name(256))).unwrap();
+        assert!(long_name.contains("256 bytes"), "{long_name}");
+        let too_deep = MemoryFiles::path_problem(&deep(17)).unwrap();
+        assert!(too_deep.contains("17 directories"), "{too_deep}");
+        let long_path = format!("memory/{}x.md", format!("{}/", "d".repeat(200)).repeat(6));
+        assert!(MemoryFiles::path_problem(&long_path).unwrap().contains("at most 1024"));
+    }
+
+    #[test]
+    fn a_name_of_the_longest_length_can_be_written_and_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = MemoryFiles::new(&Workspace::open(dir.path()).unwrap());
+        let rel = format!("memory/{}.md", "n".repeat(252));
+        memory.write(&rel, "- first\n").unwrap();
+        memory.append(&rel, "- second\n").unwrap();
+        assert_eq!(memory.get(&rel, None, None).unwrap().text, "- first\n- second\n");
+        let leftovers: Vec<_> = fs::read_dir(dir.path().join("memory"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "no temp file left: {leftovers:?}");
     }
 
     #[test]

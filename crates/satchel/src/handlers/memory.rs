@@ -21,6 +21,7 @@ use crate::transport::CallScope;
 impl Daemon {
     /// `memory.write`.
     pub fn memory_write(&self, params: MemoryWriteParams, scope: &CallScope) -> Result<MemoryFileChange, RpcError> {
+        checked_path(&params.path)?;
         let _turn = self.memory_turn(scope);
         let info = self
             .memory_files()
@@ -31,6 +32,7 @@ impl Daemon {
 
     /// `memory.append`.
     pub fn memory_append(&self, params: MemoryAppendParams, scope: &CallScope) -> Result<MemoryFileChange, RpcError> {
+        checked_path(&params.path)?;
         let _turn = self.memory_turn(scope);
         let info = self
             .memory_files()
@@ -118,6 +120,15 @@ impl Daemon {
     #[cfg(not(feature = "memory"))]
     fn reindex_memory_file(&self, _rel: &str) -> (usize, Vec<String>) {
         (0, Vec::new())
+    }
+}
+
+/// A path a memory file cannot have (not a memory file, or past the file systems' limits) as
+/// the caller's error about `path`, before anything touches the disk.
+fn checked_path(rel: &str) -> Result<(), RpcError> {
+    match MemoryFiles::path_problem(rel) {
+        Some(why) => Err(RpcError::invalid_params("path", why)),
+        None => Ok(()),
     }
 }
 
