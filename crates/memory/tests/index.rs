@@ -649,6 +649,7 @@ fn symbolic_links_stay_in_the_workspace_and_cycles_index_each_file_once() {
     std::fs::create_dir(ws.root().join("notes")).unwrap();
     ws.write("notes/inside.md", "- The inside note mentions quokkas.\n");
     symlink("../notes", memory.join("notes")).unwrap();
+    ws.write("README.md", "- The project readme mentions wombats.\n");
     let index = ws.open(None);
     let report = index.sync_all().unwrap();
     assert!(
@@ -670,6 +671,8 @@ fn symbolic_links_stay_in_the_workspace_and_cycles_index_each_file_once() {
         locations(&index.search(query, &options).unwrap())
     };
     assert!(bm25("hunter2 password").is_empty());
+    // `up -> ..` is a cycle, not a way to the rest of the workspace.
+    assert!(bm25("wombats").is_empty());
     // MEMORY.md, the two daily logs and the linked note: each once, by its own name where it
     // has one.
     assert_eq!(

@@ -2,10 +2,11 @@
 //!
 //! A link is followed only to a target inside the workspace (or inside the extra path it was
 //! found in, for an extra path outside the workspace): a link in `memory/` to `/etc` or to a
-//! home directory must not put an outside file's text into search results. Each directory is
-//! walked once, by its canonical path, so cycles (`loop -> .`, `up -> ..`) end, and each file
-//! is indexed once: under its own name when it has one without a link, since the plain tree
-//! is walked before any link is followed.
+//! home directory must not put an outside file's text into search results. A link to a
+//! directory that holds it (`loop -> .`, `up -> ..`) is a cycle and is not followed, each
+//! directory is walked once, by its canonical path, and each file is indexed once: under its
+//! own name when it has one without a link, since the plain tree is walked before any link is
+//! followed.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs;
@@ -102,11 +103,22 @@ impl<'a> Walk<'a> {
                 continue;
             }
             match fs::metadata(&real) {
+                // A link to a directory it is in (`loop -> .`, `up -> ..`) is a cycle: walking
+                // it would find nothing new in the memory tree, and from `..` the rest of the
+                // workspace, which is not memory.
+                Ok(meta) if meta.is_dir() && self.encloses(&real, &path) => {}
                 Ok(meta) if meta.is_dir() => self.dir(&path, &real, depth, &boundary),
                 Ok(meta) if meta.is_file() && is_markdown(&path) && is_markdown(&real) => self.add(&path, real),
                 _ => {}
             }
         }
+    }
+
+    /// Whether the directory `real` holds the link at `link`.
+    fn encloses(&self, real: &Path, link: &Path) -> bool {
+        link.parent()
+            .and_then(|parent| fs::canonicalize(parent).ok())
+            .is_some_and(|parent| parent.starts_with(real))
     }
 
     /// Walks `dir` (its canonical path `real`) unless it was walked already; links inside are
