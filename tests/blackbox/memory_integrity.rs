@@ -300,3 +300,53 @@ fn over_long_memory_paths_are_refused_before_the_disk_and_the_longest_name_can_b
     assert_eq!(snippets(&search(&mut d, "zanthoxyl", json!({}))).len(), 1);
     d.shutdown();
 }
+
+/// Issue 27 item 17: two merges in the same second each keep their own backup of `MEMORY.md`.
+#[test]
+fn two_merges_in_one_second_keep_both_backups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "# MEMORY\n\n- Chose SQLite.\n"}),
+    );
+    d.call(
+        "memory.write",
+        json!({"path": "memory/2026-11-23.md", "content": "### Decisions\n\n- Vectors stay brute force.\n"}),
+    );
+    let first = d.call("memory.merge", json!({"through": "2026-11-23"}));
+    d.call(
+        "memory.write",
+        json!({"path": "memory/2026-11-24.md", "content": "### Decisions\n\n- Answers in British English.\n"}),
+    );
+    let second = d.call("memory.merge", json!({"through": "2026-11-24"}));
+    let (first, second) = (first["backup"].as_str().unwrap(), second["backup"].as_str().unwrap());
+    assert_ne!(first, second);
+    assert_eq!(read(&dir.path().join(first)), "# MEMORY\n\n- Chose SQLite.\n");
+    let kept = read(&dir.path().join(second));
+    assert!(
+        kept.contains("Vectors stay brute force") && !kept.contains("British"),
+        "{kept}"
+    );
+    d.shutdown();
+}
+
+/// Issue 27 item 11 (the range): a `through` whose merge window starts before year 1 is the
+/// caller's error (it panicked the handler, which never answered); the daemon keeps serving.
+#[test]
+fn a_merge_through_a_date_out_of_range_is_refused_and_the_daemon_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    for through in ["-262143-01-01", "0001-01-03", "+262142-12-31", "10000-01-01"] {
+        let error = d.call_err("memory.merge", json!({"through": through}));
+        assert_eq!(
+            (error_code(&error), error_field(&error)),
+            (-32602, "through"),
+            "{through}: {error}"
+        );
+    }
+    let merged = d.call("memory.merge", json!({"through": "0001-01-07"}));
+    assert_eq!(merged["merged"], json!([]));
+    assert!(d.call("memory.status", json!({}))["index"].is_object());
+    d.shutdown();
+}

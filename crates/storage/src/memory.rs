@@ -207,16 +207,23 @@ impl MemoryFiles {
 
     /// Replaces `MEMORY.md` with `content`, first keeping its previous content (if any) as
     /// `memory/.backups/MEMORY-<stamp>.md` (hidden, so it is neither indexed nor a memory
-    /// file a client names); returns the backup's workspace-relative path.
+    /// file a client names; `MEMORY-<stamp>-2.md` and on when that name is taken, as by a
+    /// second merge in the same second); returns the backup's workspace-relative path.
     pub fn replace_memory_file(&self, content: &str, stamp: &str) -> Result<Option<String>, StorageError> {
         let previous = self.read_memory_file()?;
         let backup = if previous.is_empty() {
             None
         } else {
-            let rel = format!("memory/{BACKUP_DIR}/MEMORY-{stamp}.md");
-            let path = self.layout.root().join(&rel);
             create_private_dir_all(&self.layout.memory_dir().join(BACKUP_DIR))?;
-            write_atomic(&path, previous.as_bytes())?;
+            // Merges run one at a time (the memory lock, one daemon per workspace), so a name
+            // free now is still free when the backup is written.
+            let mut rel = format!("memory/{BACKUP_DIR}/MEMORY-{stamp}.md");
+            let mut n = 1;
+            while fs::symlink_metadata(self.layout.root().join(&rel)).is_ok() {
+                n += 1;
+                rel = format!("memory/{BACKUP_DIR}/MEMORY-{stamp}-{n}.md");
+            }
+            write_atomic(&self.layout.root().join(&rel), previous.as_bytes())?;
             Some(rel)
         };
         write_atomic(&self.resolve(MEMORY_FILE)?, content.as_bytes())?;
@@ -376,6 +383,31 @@ mod tests {
         assert!(!outside.path().join("a.md").exists());
         let error = memory.get("src/lib.rs", None, None).unwrap_err();
         assert!(matches!(error, StorageError::NotMemoryFile(_)), "{error}");
+    }
+
+    #[test]
+    fn two_replacements_with_the_same_stamp_keep_both_backups() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = MemoryFiles::new(&Workspace::open(dir.path()).unwrap());
+        memory.write(MEMORY_FILE, "one\n").unwrap();
+        let first = memory.replace_memory_file("two\n", "20261127T120000").unwrap().unwrap();
+        let second = memory
+            .replace_memory_file("three\n", "20261127T120000")
+            .unwrap()
+            .unwrap();
+        let third = memory
+            .replace_memory_file("four\n", "20261127T120000")
+            .unwrap()
+            .unwrap();
+        assert_eq!(first, "memory/.backups/MEMORY-20261127T120000.md");
+        assert_eq!(second, "memory/.backups/MEMORY-20261127T120000-2.md");
+        assert_eq!(third, "memory/.backups/MEMORY-20261127T120000-3.md");
+        let read = |rel: &str| fs::read_to_string(dir.path().join(rel)).unwrap();
+        assert_eq!(
+            (read(&first), read(&second), read(&third)),
+            ("one\n".into(), "two\n".into(), "three\n".into())
+        );
+        assert_eq!(read(MEMORY_FILE), "four\n");
     }
 
     #[test]

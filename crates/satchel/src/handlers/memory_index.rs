@@ -40,9 +40,20 @@ impl Daemon {
     pub fn memory_merge(&self, params: MemoryMergeParams, scope: &CallScope) -> Result<MemoryMergeResult, RpcError> {
         let through = match params.through.as_deref() {
             Some(day) => NaiveDate::parse_from_str(day, "%Y-%m-%d")
-                .map_err(|_| RpcError::invalid_params("through", "must be a date, YYYY-MM-DD"))?,
+                .ok()
+                .filter(|date| (1..=9999).contains(&date.year()))
+                .ok_or_else(|| {
+                    RpcError::invalid_params("through", "must be a date from 0001-01-01 to 9999-12-31, YYYY-MM-DD")
+                })?,
             None => Local::now().date_naive(),
         };
+        let days = self.engine().config().memory_merge_days;
+        if first_day(through, days).is_none_or(|first| first.year() < 1) {
+            return Err(RpcError::invalid_params(
+                "through",
+                format!("the merge reads the {days} days up to it, which must start on or after 0001-01-01"),
+            ));
+        }
         let memory = self.memory_service()?;
         let _turn = self.memory_turn(scope);
         let stamp = Local::now().format("%Y%m%dT%H%M%S").to_string();
@@ -85,7 +96,11 @@ impl Daemon {
         let days = self.engine().config().memory_merge_days;
         let mut logs = Vec::new();
         for back in (0..days).rev() {
-            let day = (through - Days::new(u64::from(back))).format("%Y-%m-%d").to_string();
+            // `memory.merge` checked the range; the scheduled merge's is today's.
+            let Some(day) = through.checked_sub_days(Days::new(u64::from(back))) else {
+                continue;
+            };
+            let day = day.format("%Y-%m-%d").to_string();
             if let Some(text) = files.read_daily(&day).map_err(super::memory::storage)? {
                 logs.push(DailyLog {
                     path: satchel_storage::Layout::memory_daily_rel(&day),
@@ -183,6 +198,12 @@ impl Daemon {
             RpcError::MemoryUnavailable("memory_index_enabled is false in this daemon's configuration".into())
         })
     }
+}
+
+/// The first day the merge of the `days` days up to `through` reads; `None` when it is before
+/// any date there is.
+fn first_day(through: NaiveDate, days: u32) -> Option<NaiveDate> {
+    through.checked_sub_days(Days::new(u64::from(days.saturating_sub(1))))
 }
 
 /// When the next daily merge after `now` runs, `None` when it is off (or there is no index).
