@@ -350,3 +350,70 @@ fn a_merge_through_a_date_out_of_range_is_refused_and_the_daemon_keeps_serving()
     assert!(d.call("memory.status", json!({}))["index"].is_object());
     d.shutdown();
 }
+
+/// Issue 27 item 20: the index path taken by a directory does not stop start-up (the index is
+/// derived: whatever is there is moved aside and the index made anew).
+#[test]
+fn an_index_path_that_is_a_directory_is_moved_aside_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index/memory.sqlite");
+    std::fs::create_dir_all(&index).unwrap();
+    std::fs::write(index.join("stray.txt"), "not an index").unwrap();
+    std::fs::create_dir_all(dir.path().join("memory")).unwrap();
+    std::fs::write(
+        dir.path().join("memory/2026-11-27.md"),
+        "- The build agent is called tessellan.\n",
+    )
+    .unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let found = search_until(&mut d, "tessellan", |r| !snippets(r).is_empty());
+    assert_eq!(snippets(&found), ["- The build agent is called tessellan."]);
+    assert!(index.is_file());
+    let status = d.call("memory.status", json!({}));
+    assert!(
+        status["index"]["open_warnings"]
+            .to_string()
+            .contains("not a regular file"),
+        "{status}"
+    );
+    d.shutdown();
+}
+
+/// Issue 27 item 20: an index damaged while the daemon runs (its file, write-ahead log and
+/// shared-memory index overwritten) is rebuilt by the first search that meets the damage; searches keep working.
+#[test]
+fn an_index_damaged_while_the_daemon_runs_is_rebuilt_and_searches_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "- The staging cluster is called vermillia.\n"}),
+    );
+    assert_eq!(snippets(&search(&mut d, "vermillia", json!({}))).len(), 1);
+    let index = dir.path().join("index/memory.sqlite");
+    let garbage = b"this is not a SQLite database, just garbage bytes \x00\x01\x02".repeat(200);
+    for file in [
+        index.clone(),
+        dir.path().join("index/memory.sqlite-wal"),
+        dir.path().join("index/memory.sqlite-shm"),
+    ] {
+        // The same inode the daemon has open, as a disk error or a stray writer would leave it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &garbage))
+            .unwrap();
+    }
+    let first = search(&mut d, "vermillia", json!({}));
+    assert!(first["warnings"].to_string().contains("rebuilt"), "{first}");
+    let found = search_until(&mut d, "vermillia", |r| !snippets(r).is_empty());
+    assert_eq!(snippets(&found), ["- The staging cluster is called vermillia."]);
+    assert!(dir.path().join("index/memory.sqlite.corrupt").exists());
+    // Writes are indexed on return again.
+    d.call(
+        "memory.append",
+        json!({"path": "MEMORY.md", "text": "- The canary host is called oxbrindle.\n"}),
+    );
+    assert_eq!(snippets(&search(&mut d, "oxbrindle", json!({}))).len(), 1);
+    d.shutdown();
+}

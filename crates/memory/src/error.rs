@@ -31,3 +31,17 @@ pub enum MemoryError {
     #[error("{0}")]
     ModeUnavailable(String),
 }
+
+impl MemoryError {
+    /// Whether SQLite found the index file damaged (or not a database at all): the index is
+    /// derived, so it is rebuilt from the memory files rather than failing every later call.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            MemoryError::Index(e) if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+            )
+        )
+    }
+}

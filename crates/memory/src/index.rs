@@ -217,6 +217,29 @@ impl MemoryIndex {
         Ok((index, warnings))
     }
 
+    /// Moves the index file aside as damaged (`reason`) and starts a new, empty one, keeping
+    /// this `MemoryIndex` (its callers hold it). The caller syncs it again: until then
+    /// searches find less. Returns the user's warnings.
+    pub fn rebuild(&self, reason: &str) -> Result<Vec<String>, MemoryError> {
+        // The writer before the reader, as nowhere else waits for both.
+        let mut writer = lock(&self.writer);
+        let mut reader = lock(&self.reader);
+        // Two calls that met the damage at once: the second finds the first's new index.
+        if writer.is_sound() {
+            return Ok(Vec::new());
+        }
+        writer.close()?;
+        reader.close()?;
+        let (fresh, warnings) = Store::rebuild(&self.index_file, reason)?;
+        *reader = Store::open_reader(&self.index_file)?;
+        *writer = fresh;
+        *self.vectors.write().unwrap_or_else(PoisonError::into_inner) = VectorMatrix::default();
+        self.files.store(0, Ordering::Relaxed);
+        self.chunks.store(0, Ordering::Relaxed);
+        self.terms.store(0, Ordering::Relaxed);
+        Ok(warnings)
+    }
+
     /// The index's state now.
     pub fn stats(&self) -> IndexStats {
         let chunks = self.chunks.load(Ordering::Relaxed);

@@ -108,11 +108,44 @@ impl Store {
                 .create(dir)
                 .map_err(|source| file_error(dir, source))?;
         }
+        // A directory, a link or a device where the index should be is no index: SQLite
+        // could not open it, and start-up must not stop for derived data.
+        if fs::symlink_metadata(path).is_ok_and(|meta| !meta.is_file()) {
+            return Store::rebuild(path, "not a regular file");
+        }
         let unusable = match Store::try_open(path)? {
             Ok(store) => return Ok((store, Vec::new())),
             Err(unusable) => unusable,
         };
         let warnings = replace(path, unusable)?;
+        Store::reopen(path, warnings)
+    }
+
+    /// Moves the index at `path` aside as damaged (`reason`) and makes a new one; returns it
+    /// and the user's warning. For an index found damaged after it was opened: close every
+    /// connection to it first (see [`Store::close`]).
+    pub fn rebuild(path: &Path, reason: &str) -> Result<(Store, Vec<String>), MemoryError> {
+        let warnings = replace(path, Unusable::Corrupt(reason.to_owned()))?;
+        Store::reopen(path, warnings)
+    }
+
+    /// Closes the connection (a sync's last writes are in the file or its WAL, as after any
+    /// commit): the file can then be moved aside without a connection still writing its WAL
+    /// under a path that a new index will use. The store answers nothing useful until it is
+    /// replaced.
+    pub fn close(&mut self) -> Result<(), MemoryError> {
+        let closed = std::mem::replace(&mut self.conn, Connection::open_in_memory()?);
+        closed.close().map_err(|(_, e)| MemoryError::Index(e))
+    }
+
+    /// Whether the file passes SQLite's `quick_check` and has this schema: a damaged index
+    /// found sound again was rebuilt by someone else meanwhile.
+    pub fn is_sound(&self) -> bool {
+        check(&self.conn).is_ok_and(|version| version == SCHEMA_VERSION)
+    }
+
+    /// Opens the index just made at `path`, with the `warnings` of its making.
+    fn reopen(path: &Path, warnings: Vec<String>) -> Result<(Store, Vec<String>), MemoryError> {
         match Store::try_open(path)? {
             Ok(store) => Ok((store, warnings)),
             Err(_) => Err(file_error(
@@ -214,7 +247,12 @@ fn replace(path: &Path, unusable: Unusable) -> Result<Vec<String>, MemoryError> 
         Unusable::Corrupt(reason) => {
             let aside = sibling(path, ".corrupt");
             tracing::warn!(path = %path.display(), %reason, "the memory index is corrupt; rebuilding it");
-            fs::rename(path, &aside).map_err(|source| file_error(path, source))?;
+            remove_any(&aside)?;
+            match fs::rename(path, &aside) {
+                // Gone already (deleted by hand while the daemon ran): nothing to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                moved => moved.map_err(|source| file_error(path, source))?,
+            }
             warnings.push(format!(
                 "the memory index {} was corrupt ({reason}); it was moved to {} and is rebuilt from the memory files",
                 path.display(),
@@ -242,13 +280,23 @@ fn create_private(path: &Path) -> io::Result<()> {
 /// not meet the old one's journal.
 fn remove_journal(path: &Path) -> Result<(), MemoryError> {
     for suffix in ["-wal", "-shm"] {
-        let journal = sibling(path, suffix);
-        match fs::remove_file(&journal) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(file_error(&journal, e)),
-            _ => {}
-        }
+        remove_any(&sibling(path, suffix))?;
     }
     Ok(())
+}
+
+/// Removes whatever is at `path` (a file, or a directory with its content: only the index's own
+/// names are given here), if anything is.
+fn remove_any(path: &Path) -> Result<(), MemoryError> {
+    let removed = match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(file_error(path, e)),
+        _ => Ok(()),
+    }
 }
 
 /// `path` with `suffix` appended to its file name (`index.sqlite` → `index.sqlite-wal`).

@@ -126,7 +126,7 @@ impl MemoryService {
                 ),
                 Err(e) => {
                     tracing::warn!("memory index: the start-up sync failed ({e}); retrying in the background");
-                    behind.add(syncing.watch_roots());
+                    behind.failed(syncing.watch_roots(), &e);
                 }
             })?;
         Ok(Arc::new(MemoryService {
@@ -153,13 +153,11 @@ impl MemoryService {
             Ok(report) => (report.chunks_added, report.warnings),
             Err(e) => {
                 tracing::warn!("memory index: {rel} is written but not indexed ({e}); retrying in the background");
-                self.catch_up.add([path]);
-                (
-                    0,
-                    vec![format!(
-                        "{rel} is written, but the memory index could not take the change ({e}): searches miss it until the index catches up, which is retried in the background"
-                    )],
-                )
+                let mut warnings = vec![format!(
+                    "{rel} is written, but the memory index could not take the change ({e}): searches miss it until the index catches up, which is retried in the background"
+                )];
+                warnings.extend(self.catch_up.failed(vec![path], &e));
+                (0, warnings)
             }
         }
     }
@@ -182,10 +180,20 @@ impl MemoryService {
             min_score,
             mode: params.mode.unwrap_or_default(),
         };
-        let outcome = self
-            .index
-            .search(&params.query, &options)
-            .map_err(|e| search_error(e, params.mode))?;
+        let outcome = match self.index.search(&params.query, &options) {
+            // A damaged index is rebuilt, and this search runs on the new one (with what the
+            // rebuild has reached) rather than fail like every one after it.
+            Err(e) if e.is_damage() => {
+                let rebuilt = self.catch_up.rebuild_if_damaged(&e);
+                let mut outcome = self
+                    .index
+                    .search(&params.query, &options)
+                    .map_err(|e| search_error(e, params.mode))?;
+                outcome.warnings.extend(rebuilt);
+                outcome
+            }
+            other => other.map_err(|e| search_error(e, params.mode))?,
+        };
         Ok(MemorySearchResult {
             results: outcome.hits,
             mode: outcome.mode,
@@ -240,6 +248,7 @@ impl MemoryService {
             Ok(outcome) => outcome.hits,
             Err(e) => {
                 tracing::warn!("memory recall failed: {e}");
+                self.catch_up.rebuild_if_damaged(&e);
                 Vec::new()
             }
         };
@@ -300,7 +309,7 @@ fn sync_logged(index: &MemoryIndex, catch_up: &Arc<CatchUp>, paths: Vec<PathBuf>
                 "memory index: re-indexing {} changed files failed ({e}); retrying in the background",
                 paths.len()
             );
-            catch_up.add(paths);
+            catch_up.failed(paths, &e);
         }
     }
 }

@@ -4,13 +4,15 @@
 //! succeeds even when the index cannot take it (its SQLite file locked by another process, a
 //! full disk): the reply warns that the index is behind, and the paths wait here to be synced
 //! again in the background, with a growing pause, until the index takes them. A failed
-//! start-up or watcher sync waits here the same way.
+//! start-up or watcher sync waits here the same way. An index that SQLite finds damaged is
+//! moved aside and made anew at once, and all the memory files wait here for it.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use satchel_memory::MemoryError;
 use satchel_memory::index::MemoryIndex;
 
 /// The first retry's pause: a lock held by another process for a moment is past by then.
@@ -41,6 +43,36 @@ impl CatchUp {
         })
     }
 
+    /// After `error` syncing `paths`: rebuilds a damaged index (then every memory file waits),
+    /// and queues `paths` for the retries. Returns the rebuild's warnings.
+    pub fn failed(self: &Arc<Self>, paths: Vec<PathBuf>, error: &MemoryError) -> Vec<String> {
+        let rebuilt = self.rebuild_if_damaged(error);
+        self.add(paths);
+        rebuilt
+    }
+
+    /// Rebuilds the index if `error` says it is damaged, queueing every memory file; returns
+    /// the warnings (none when it was not damaged).
+    pub fn rebuild_if_damaged(self: &Arc<Self>, error: &MemoryError) -> Vec<String> {
+        if !error.is_damage() {
+            return Vec::new();
+        }
+        match self.index.rebuild(&error.to_string()) {
+            Ok(mut warnings) => {
+                warnings.push(
+                    "the memory index is being rebuilt from the memory files in the background; searches find less until it is done"
+                        .to_owned(),
+                );
+                self.add(self.index.watch_roots());
+                warnings
+            }
+            Err(e) => {
+                tracing::error!("memory index: damaged ({error}), and rebuilding it failed: {e}");
+                vec![format!("the memory index is damaged and could not be rebuilt ({e})")]
+            }
+        }
+    }
+
     /// Queues `paths` for the retries, starting the thread if it is not running.
     pub fn add(self: &Arc<Self>, paths: impl IntoIterator<Item = PathBuf>) {
         let mut state = self.state();
@@ -60,7 +92,7 @@ impl CatchUp {
     }
 
     /// Syncs the pending paths until none is left, pausing longer after each failure.
-    fn run(&self) {
+    fn run(self: Arc<Self>) {
         let mut pause = FIRST_RETRY;
         loop {
             std::thread::sleep(pause);
@@ -81,6 +113,7 @@ impl CatchUp {
                     pause = FIRST_RETRY;
                 }
                 Err(e) => {
+                    self.rebuild_if_damaged(&e);
                     pause = (pause * 2).min(LAST_RETRY);
                     tracing::warn!(
                         "memory index: still behind the files ({e}); retrying in {} s",
