@@ -417,3 +417,36 @@ fn an_index_damaged_while_the_daemon_runs_is_rebuilt_and_searches_recover() {
     assert_eq!(snippets(&search(&mut d, "oxbrindle", json!({}))).len(), 1);
     d.shutdown();
 }
+
+/// Issue 27 item 26: `memory.append` to a long daily log chunks the appended tail, not the
+/// whole file again (`memory.status` counts the lines the chunker read).
+#[test]
+fn an_append_to_a_long_log_chunks_only_its_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(dir.path(), &[]);
+    let log: String = (0..3000).map(|i| format!("- Note {i} about topic{i}.\n")).collect();
+    d.call("memory.write", json!({"path": "memory/2026-11-27.md", "content": log}));
+    let lines_chunked = |d: &mut Daemon| {
+        d.call("memory.status", json!({}))["index"]["lines_chunked"]
+            .as_u64()
+            .unwrap()
+    };
+    for round in 0..5 {
+        let before = lines_chunked(&mut d);
+        let appended = d.call(
+            "memory.append",
+            json!({"path": "memory/2026-11-27.md", "text": format!("- Appended note {round} names fernwhistle{round}.\n")}),
+        );
+        assert_eq!(appended["chunks_indexed"], 1, "{appended}");
+        let read = lines_chunked(&mut d) - before;
+        assert!(
+            read <= 2,
+            "round {round}: the chunker read {read} lines for a one-line append"
+        );
+        assert_eq!(
+            snippets(&search(&mut d, &format!("fernwhistle{round}"), json!({}))).len(),
+            1
+        );
+    }
+    d.shutdown();
+}

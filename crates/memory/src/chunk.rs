@@ -49,14 +49,77 @@ pub struct Chunk {
 /// The chunks of the Markdown `text` of the file at `rel_path` (workspace-relative; only its
 /// name is used, for a daily log's date), in line order.
 pub fn chunk_markdown(rel_path: &str, text: &str) -> Vec<Chunk> {
-    let lines = blocks::lines(text);
+    chunk_resumable(rel_path, text).0
+}
+
+/// Where chunking can go on when text is appended to a file: at its last block, which the
+/// new text may continue (a paragraph, a list item, an open code fence, the lead under a
+/// heading), with the headings in force before it. Every block before it ends where it ends
+/// whatever follows: the parser looks past a block only to a line that starts the next one.
+/// The default is the start of a file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resume {
+    /// The last block's first line, 0-based.
+    line: usize,
+    /// Where that line starts in the file's text, in bytes.
+    byte: usize,
+    /// The headings in force before that block.
+    stack: Vec<Section>,
+    /// Whether the block before it is a heading (a paragraph there is the section's lead).
+    after_heading: bool,
+}
+
+impl Resume {
+    /// The first line (1-based) whose chunks a resumed chunking replaces.
+    pub fn first_line(&self) -> u32 {
+        line_number(self.line)
+    }
+
+    /// Where that line starts in the file's text, in bytes.
+    pub fn tail_start(&self) -> usize {
+        self.byte
+    }
+}
+
+/// [`chunk_markdown`], and where chunking can resume after an append.
+pub fn chunk_resumable(rel_path: &str, text: &str) -> (Vec<Chunk>, Resume) {
+    chunk_appended(rel_path, text, &Resume::default())
+}
+
+/// The chunks of `text` from `resume`'s line on, `text` being the file's whole new content
+/// and `resume` what chunking its earlier content returned (that content must be a prefix
+/// of `text`). The chunks before that line are those of the earlier content. Only the lines
+/// from there are read: an append costs its own size, not the file's.
+pub fn chunk_appended(rel_path: &str, text: &str, resume: &Resume) -> (Vec<Chunk>, Resume) {
+    let tail = &text[resume.byte..];
+    let lines = blocks::lines(tail);
     let blocks = blocks::blocks(&lines);
     let mut out = Vec::new();
     let mut sections = Sections {
         date: daily_date(rel_path),
-        stack: Vec::new(),
+        stack: resume.stack.clone(),
+    };
+    let mut next = Resume {
+        line: resume.line,
+        byte: resume.byte,
+        stack: sections.stack.clone(),
+        after_heading: resume.after_heading,
     };
     for (at, block) in blocks.iter().enumerate() {
+        let follows_heading = if at == 0 {
+            resume.after_heading
+        } else {
+            matches!(blocks[at - 1].kind, Kind::Heading { .. })
+        };
+        if at + 1 == blocks.len() {
+            next = Resume {
+                line: resume.line + block.start,
+                byte: resume.byte + (lines[block.start].text.as_ptr() as usize - tail.as_ptr() as usize),
+                stack: sections.stack.clone(),
+                after_heading: follows_heading,
+            };
+        }
+        let chunk = |start: usize, end: usize, context: String| chunk(&lines, resume.line, start, end, context);
         match &block.kind {
             Kind::Heading { level, title } => {
                 sections.stack.retain(|s| s.level < *level);
@@ -65,7 +128,7 @@ pub fn chunk_markdown(rel_path: &str, text: &str) -> Vec<Chunk> {
                     _ => true,
                 });
                 if !has_body {
-                    out.push(chunk(&lines, block.start, block.end, sections.context()));
+                    out.push(chunk(block.start, block.end, sections.context()));
                 }
                 sections.stack.push(Section {
                     level: *level,
@@ -74,23 +137,23 @@ pub fn chunk_markdown(rel_path: &str, text: &str) -> Vec<Chunk> {
                 });
             }
             Kind::Break => {}
-            Kind::Code => out.push(chunk(&lines, block.start, block.end, sections.context())),
+            Kind::Code => out.push(chunk(block.start, block.end, sections.context())),
             Kind::Paragraph | Kind::ListItem => {
                 let context = sections.context();
                 for (start, end) in pieces(&lines, block) {
-                    out.push(chunk(&lines, start, end, context.clone()));
+                    out.push(chunk(start, end, context.clone()));
                 }
-                let follows_heading = at > 0 && matches!(blocks[at - 1].kind, Kind::Heading { .. });
                 if block.kind == Kind::Paragraph && follows_heading {
                     sections.set_lead(&lines[block.start..=block.end]);
                 }
             }
         }
     }
-    out
+    (out, next)
 }
 
 /// A heading in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Section {
     level: usize,
     title: String,
@@ -200,8 +263,9 @@ fn pieces(lines: &[Line<'_>], block: &Block) -> Vec<(usize, usize)> {
     out
 }
 
-/// The chunk of lines `start..=end` (0-based).
-fn chunk(lines: &[Line<'_>], start: usize, end: usize, context: String) -> Chunk {
+/// The chunk of lines `start..=end` (0-based in `lines`, which start at the file's line
+/// `first`).
+fn chunk(lines: &[Line<'_>], first: usize, start: usize, end: usize, context: String) -> Chunk {
     let text = lines[start..=end].iter().map(|l| l.text).collect::<Vec<_>>().join("\n");
     let mut hasher = Xxh3::new();
     // The length prefix keeps (text, context) pairs apart whatever bytes they contain.
@@ -209,8 +273,8 @@ fn chunk(lines: &[Line<'_>], start: usize, end: usize, context: String) -> Chunk
     hasher.update(text.as_bytes());
     hasher.update(context.as_bytes());
     Chunk {
-        start_line: line_number(start),
-        end_line: line_number(end),
+        start_line: line_number(first + start),
+        end_line: line_number(first + end),
         text,
         context,
         hash: hasher.digest(),
@@ -419,6 +483,26 @@ mod tests {
             }
             let chunks = chunk_markdown("memory/2026-11-22.md", &markdown);
             assert_invariants(&markdown, &chunks);
+        }
+
+        /// Chunking resumed after an append gives the chunks of the whole new content: those
+        /// before the resume line are the earlier content's, the rest are the resumed ones.
+        #[test]
+        fn a_resumed_chunking_equals_a_whole_one(
+            before in proptest::collection::vec(markdown_line(), 0..40),
+            appends in proptest::collection::vec(proptest::collection::vec(markdown_line(), 1..8), 1..4),
+        ) {
+            let path = "memory/2026-11-22.md";
+            let mut text = before.iter().map(|l| format!("{l}\n")).collect::<String>();
+            let (mut chunks, mut resume) = chunk_resumable(path, &text);
+            for append in appends {
+                text.extend(append.iter().map(|l| format!("{l}\n")));
+                let (tail, next) = chunk_appended(path, &text, &resume);
+                chunks.retain(|c| c.start_line < resume.first_line());
+                chunks.extend(tail);
+                resume = next;
+                prop_assert_eq!(&chunks, &chunk_markdown(path, &text));
+            }
         }
     }
 }

@@ -6,7 +6,8 @@
 //! - this file: the public types and [`MemoryIndex`]'s state, `open`, `stats`, `watch_roots`;
 //! - `paths`: which files are memory files, and their workspace-relative names; `walk`: finding
 //!   them, symbolic links followed only inside the workspace, each directory and file once;
-//! - `sync`: files → store (`sync_all`, `sync_paths`) and the embedding of new chunks;
+//! - `sync`: files → store (`sync_all`, `sync_paths`) and the embedding of new chunks; `tails`:
+//!   a file that only grew chunked from its last block;
 //! - `search`: mode selection, BM25, vectors, fusion, snippets;
 //! - `keyword`: the keyword side's score, BM25 on an absolute 0..1 scale;
 //! - `vectors`: the in-memory matrix of the current chunks' vectors, searched by brute force.
@@ -22,6 +23,7 @@ mod keyword;
 mod paths;
 mod search;
 mod sync;
+mod tails;
 mod vectors;
 mod walk;
 
@@ -145,6 +147,9 @@ pub struct IndexStats {
     pub last_embedding_error: Option<String>,
     /// Whether BM25 search is enabled.
     pub fts_enabled: bool,
+    /// Lines of changed files read by the chunker since the index was opened: a file that
+    /// only grew is chunked from its last block, so an append adds about its own lines.
+    pub lines_chunked: u64,
 }
 
 /// The memory index of one workspace. `Send + Sync`: searches run while a sync writes.
@@ -171,6 +176,8 @@ pub struct MemoryIndex {
     chunks: AtomicUsize,
     /// Terms of all chunks, for the keyword score's average chunk length.
     terms: AtomicU64,
+    /// Where the chunking of the files synced lately can resume after an append.
+    tails: tails::Tails,
     /// Unix milliseconds of the last sync (0: none yet).
     last_indexed_ms: AtomicU64,
     embedding_failures: AtomicU64,
@@ -210,6 +217,7 @@ impl MemoryIndex {
             files: AtomicUsize::new(counts.files),
             chunks: AtomicUsize::new(counts.chunks),
             terms: AtomicU64::new(counts.terms),
+            tails: tails::Tails::default(),
             last_indexed_ms: AtomicU64::new(last_read_ms.unwrap_or(0)),
             embedding_failures: AtomicU64::new(0),
             last_embedding_error: Mutex::new(None),
@@ -262,6 +270,7 @@ impl MemoryIndex {
             embedding_failures: self.embedding_failures.load(Ordering::Relaxed),
             last_embedding_error: lock(&self.last_embedding_error).clone(),
             fts_enabled: self.options.fts_enabled,
+            lines_chunked: self.tails.lines_chunked(),
         }
     }
 

@@ -726,3 +726,54 @@ fn a_symlinked_memory_md_is_indexed_only_inside_the_workspace() {
         [("memory/main.md".into(), 1, 1)]
     );
 }
+
+/// Issue 27 item 26: an append is chunked from the file's last block and only the chunks from
+/// there are compared and stored, not the whole file again; the result is the index a full
+/// chunking makes.
+#[test]
+fn an_append_is_chunked_from_the_files_last_block_only() {
+    use std::io::Write as _;
+    let ws = Workspace::new();
+    let log: String = (0..2000).map(|i| format!("- Note {i} about topic{i}.\n")).collect();
+    ws.write("memory/2026-11-25.md", &format!("# Log\n\n{log}"));
+    let index = ws.open(None);
+    index.sync_all().unwrap();
+    let append = |text: &str| {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(ws.root().join("memory/2026-11-25.md"))
+            .unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        let before = index.stats().lines_chunked;
+        let report = index.sync_paths(&[PathBuf::from("memory/2026-11-25.md")]).unwrap();
+        (report, index.stats().lines_chunked - before)
+    };
+    let (report, lines) = append("- The appended note names zyxwort.\n");
+    assert_eq!((report.chunks_added, report.chunks_removed), (1, 0), "{report:?}");
+    assert!(lines <= 2, "the last block and the new line, not 2,002 lines: {lines}");
+    assert_eq!(
+        locations(&search(&index, "zyxwort")),
+        [("memory/2026-11-25.md".into(), 2003, 2003)]
+    );
+    // Text that continues the last block (a lazy continuation line) and a new section.
+    let (report, lines) =
+        append("  continued with quillbeck.\n\n## Later\n\nLead of the later part.\n\n- A later note.\n");
+    assert_eq!((report.chunks_added, report.chunks_removed), (3, 1), "{report:?}");
+    assert!(lines <= 8, "{lines}");
+
+    // The same files indexed from scratch give the same chunks.
+    let fresh_file = ws.root().join("index/fresh.sqlite");
+    let (fresh, _) = MemoryIndex::open(ws.root(), &fresh_file, None, IndexOptions::default()).unwrap();
+    fresh.sync_all().unwrap();
+    assert_eq!(fresh.stats().chunks, index.stats().chunks);
+    for query in ["zyxwort quillbeck", "later note", "topic1999", "lead later part"] {
+        let options = SearchOptions {
+            max_results: 20,
+            min_score: 0.0,
+            mode: SearchMode::Bm25,
+        };
+        let mine = index.search(query, &options).unwrap();
+        let theirs = fresh.search(query, &options).unwrap();
+        assert_eq!(mine.hits, theirs.hits, "{query}");
+    }
+}

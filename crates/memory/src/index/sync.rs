@@ -17,9 +17,9 @@ use std::time::UNIX_EPOCH;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::paths::Target;
+use super::tails::Tails;
 use super::{MemoryIndex, SyncReport, lock, now_ns};
 use crate::MemoryError;
-use crate::chunk::chunk_markdown;
 use crate::store::{Applied, FileChange, FileRecord, Store, Which};
 
 /// Chunks sent to the embedding backend per call: one HTTP request of a reasonable size.
@@ -125,7 +125,7 @@ impl MemoryIndex {
         let now = now_ns();
         let mut changes = Vec::new();
         for target in targets {
-            match read_change(target, known.get(&target.rel), now) {
+            match read_change(target, known.get(&target.rel), now, &self.tails) {
                 Ok(Some(change)) => {
                     report.files_indexed += usize::from(change.chunks.is_some());
                     changes.push(change);
@@ -292,8 +292,14 @@ fn checked(vectors: Vec<Vec<f32>>, texts: &[String], dims: usize) -> Result<Vec<
 /// The change to apply for `target`, or `None` when it is unchanged. A file whose size and
 /// mtime match its record is not read (unless the record is racy, see [`MTIME_SLACK_NS`]); a
 /// file read with the same content only has its record refreshed, and only if that makes
-/// the record trustworthy or its size or mtime changed.
-fn read_change(target: &Target, record: Option<&FileRecord>, now: i64) -> io::Result<Option<FileChange>> {
+/// the record trustworthy or its size or mtime changed. A file that only grew is chunked from
+/// its last block (`tails`).
+fn read_change(
+    target: &Target,
+    record: Option<&FileRecord>,
+    now: i64,
+    tails: &Tails,
+) -> io::Result<Option<FileChange>> {
     let meta = fs::metadata(&target.abs)?;
     let mtime_ns = meta
         .modified()
@@ -317,13 +323,15 @@ fn read_change(target: &Target, record: Option<&FileRecord>, now: i64) -> io::Re
             path: target.rel.clone(),
             record: new_record,
             chunks: None,
+            from_line: 1,
         }));
     }
-    let text = String::from_utf8_lossy(&bytes);
+    let chunked = tails.chunk(&target.rel, record, &bytes, new_record.content_hash);
     Ok(Some(FileChange {
         path: target.rel.clone(),
         record: new_record,
-        chunks: Some(chunk_markdown(&target.rel, &text)),
+        chunks: Some(chunked.chunks),
+        from_line: chunked.from_line,
     }))
 }
 

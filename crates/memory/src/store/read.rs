@@ -215,11 +215,12 @@ impl Store {
     }
 }
 
-/// The chunks of `path`, in line order.
-pub(super) fn chunks_of(conn: &Connection, path: &str) -> rusqlite::Result<Vec<StoredChunk>> {
-    let mut statement =
-        conn.prepare_cached("SELECT id, hash, start_line, end_line FROM chunks WHERE path = ?1 ORDER BY start_line")?;
-    let rows = statement.query_map([path], |row| {
+/// The chunks of `path` from line `from_line` (1-based) on, in line order.
+pub(super) fn chunks_of(conn: &Connection, path: &str, from_line: u32) -> rusqlite::Result<Vec<StoredChunk>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT id, hash, start_line, end_line FROM chunks WHERE path = ?1 AND start_line >= ?2 ORDER BY start_line",
+    )?;
+    let rows = statement.query_map(params![path, from_line], |row| {
         Ok(StoredChunk {
             id: row.get(0)?,
             hash: from_sql_hash(row.get(1)?),

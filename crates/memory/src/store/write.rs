@@ -17,8 +17,12 @@ pub(crate) struct FileChange {
     pub path: String,
     /// Its new record.
     pub record: FileRecord,
-    /// Its chunks, when its content changed; `None` when only the record did (a touched file).
+    /// Its chunks from line `from_line` on, when its content changed; `None` when only the
+    /// record did (a touched file).
     pub chunks: Option<Vec<Chunk>>,
+    /// The first line (1-based) `chunks` cover: 1, or after an append the line chunking
+    /// resumed at (the stored chunks before it stay as they are).
+    pub from_line: u32,
 }
 
 /// What [`Store::apply`] did, for the report and for the in-memory vectors.
@@ -43,7 +47,7 @@ impl Store {
         let tx = self.conn.transaction()?;
         let mut applied = Applied::default();
         for path in removals {
-            for old in chunks_of(&tx, path)? {
+            for old in chunks_of(&tx, path, 1)? {
                 delete_chunk(&tx, old.id)?;
                 applied.removed_ids.push(old.id);
             }
@@ -52,7 +56,7 @@ impl Store {
         }
         for change in changes {
             if let Some(chunks) = &change.chunks {
-                replace_chunks(&tx, &change.path, chunks, &mut applied)?;
+                replace_chunks(&tx, &change.path, change.from_line, chunks, &mut applied)?;
             }
             let record = change.record;
             tx.prepare_cached(
@@ -104,12 +108,18 @@ impl Store {
 /// churn its cache.
 const ORPHAN_VECTOR_SLACK: i64 = 1000;
 
-/// Brings the stored chunks of `path` to `chunks`.
-fn replace_chunks(conn: &Connection, path: &str, chunks: &[Chunk], applied: &mut Applied) -> rusqlite::Result<()> {
+/// Brings the stored chunks of `path` from line `from_line` on to `chunks`.
+fn replace_chunks(
+    conn: &Connection,
+    path: &str,
+    from_line: u32,
+    chunks: &[Chunk],
+    applied: &mut Applied,
+) -> rusqlite::Result<()> {
     // Stored chunks by hash, in line order: identical chunks (two `- done` items) are matched
     // first to first.
     let mut stored: HashMap<u64, VecDeque<StoredChunk>> = HashMap::new();
-    for old in chunks_of(conn, path)? {
+    for old in chunks_of(conn, path, from_line)? {
         stored.entry(old.hash).or_default().push_back(old);
     }
     let mut insert = conn.prepare_cached(
