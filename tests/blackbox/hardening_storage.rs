@@ -537,8 +537,8 @@ fn random_faults_at_every_durable_step_lose_nothing_acknowledged() {
 // ---------------------------------------------------------------------------------------------
 
 /// A tmpfs mounted for one test, unmounted when dropped.
-struct Tmpfs {
-    dir: PathBuf,
+pub(crate) struct Tmpfs {
+    pub(crate) dir: PathBuf,
 }
 
 impl Tmpfs {
@@ -575,7 +575,7 @@ impl Drop for Tmpfs {
 }
 
 /// Mounts a 4 MiB tmpfs in `dir`, or prints why the test is skipped.
-fn small_disk(dir: &Path, test: &str) -> Option<Tmpfs> {
+pub(crate) fn small_disk(dir: &Path, test: &str) -> Option<Tmpfs> {
     let mount_point = dir.join("disk");
     std::fs::create_dir(&mount_point).unwrap();
     match Tmpfs::mount(&mount_point, "4m") {
@@ -588,7 +588,7 @@ fn small_disk(dir: &Path, test: &str) -> Option<Tmpfs> {
 }
 
 /// Fills the file system of `dir` with the file `filler` until it refuses another byte.
-fn fill(filler: &Path) {
+pub(crate) fn fill(filler: &Path) {
     let mut file = std::fs::File::create(filler).unwrap();
     for chunk in [64 << 10, 4 << 10, 256, 1] {
         let bytes = vec![b'x'; chunk];

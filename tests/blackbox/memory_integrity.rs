@@ -450,3 +450,51 @@ fn an_append_to_a_long_log_chunks_only_its_tail() {
     }
     d.shutdown();
 }
+
+/// Issue 27 item 4 on a real full disk (a 4 MiB tmpfs): every `memory.append` either fails and
+/// leaves the file as it was, or succeeds and its text is in the file once; none does both.
+/// Once space is freed, the index catches up with every acknowledged append.
+#[test]
+fn appends_on_a_full_disk_fail_whole_or_succeed_once_and_the_index_catches_up() {
+    use crate::hardening_storage::{fill, small_disk};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = small_disk(dir.path(), "appends_on_a_full_disk_fail_whole_or_succeed_once") else {
+        return;
+    };
+    let ws = disk.dir.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let mut d = Daemon::start(&ws, &[]);
+    d.call(
+        "memory.write",
+        json!({"path": "MEMORY.md", "content": "# Facts\n\n- Deploys go through make ship.\n"}),
+    );
+    let log = ws.join("MEMORY.md");
+    let filler = disk.dir.join("filler");
+    fill(&filler);
+    let mut acknowledged = Vec::new();
+    for i in 0..30 {
+        let before = read(&log);
+        let text = format!("- Full-disk note {i} names kestrelwort{i}.\n");
+        let reply = d.call_raw("memory.append", json!({"path": "MEMORY.md", "text": text}));
+        match reply.get("error").cloned().ok_or(()) {
+            Err(()) => {
+                assert_eq!(read(&log), format!("{before}{text}"), "append {i}");
+                acknowledged.push(i);
+            }
+            Ok(error) => {
+                assert_eq!(read(&log), before, "append {i} failed ({error}) but changed the file");
+                assert_eq!(error_code(&error), -32004, "{error}");
+            }
+        }
+    }
+    std::fs::remove_file(&filler).unwrap();
+    for i in &acknowledged {
+        let query = format!("kestrelwort{i}");
+        let found = search_until(&mut d, &query, |r| !snippets(r).is_empty());
+        assert_eq!(snippets(&found).len(), 1, "{query}: {found}");
+    }
+    for i in 0..30 {
+        assert!(read(&log).matches(&format!("kestrelwort{i}.")).count() <= 1);
+    }
+    d.shutdown();
+}

@@ -9,6 +9,10 @@
 //! - `sync_all_unchanged`: a sync that finds nothing changed (one `stat` per file against
 //!   the stored size and mtime), what every watcher tick without a real change costs. Target:
 //!   ≤ 100 ms.
+//! - `append_to_long_log`: one line appended to a daily log of 10,000 list items, then that
+//!   file synced (what `memory.append` costs the index): the file is read and hashed, and
+//!   chunked and compared from its last block only. `edit_long_log_head` changes its first
+//!   line instead, which re-chunks and compares the whole file: the cost an append had before.
 //! - `local_model::hybrid` (feature `local-embeddings`): `memory.search`'s hybrid search end to
 //!   end with all-MiniLM-L6-v2, the query embedded by the model on every call (what a query
 //!   the daemon's embedding cache has not seen costs) over the same 10,000 chunks embedded by
@@ -109,6 +113,58 @@ fn sync_all_unchanged(bencher: Bencher<'_, '_>) {
     bencher.bench(|| {
         let report = index.sync_all().unwrap();
         assert_eq!(report.files_indexed, 0);
+    });
+}
+
+/// Items of the long daily log of the append benchmarks.
+const LOG_ITEMS: usize = 10_000;
+
+/// A workspace whose only memory file is a daily log of [`LOG_ITEMS`] items, indexed; the
+/// workspace is kept alive with the index.
+fn long_log() -> (tempfile::TempDir, MemoryIndex) {
+    let workspace = tempfile::tempdir().unwrap();
+    let memory = workspace.path().join("memory");
+    fs::create_dir_all(&memory).unwrap();
+    let log: String = (0..LOG_ITEMS)
+        .map(|i| format!("- Item {i}: {}\n", sentence(i as u64, 12)))
+        .collect();
+    fs::write(memory.join("2026-11-27.md"), format!("# Log\n\n{log}")).unwrap();
+    let file = workspace.path().join(".satchel/log.sqlite");
+    let (index, _) = MemoryIndex::open(workspace.path(), &file, None, IndexOptions::default()).unwrap();
+    index.sync_all().unwrap();
+    (workspace, index)
+}
+
+#[divan::bench(sample_count = 30)]
+fn append_to_long_log(bencher: Bencher<'_, '_>) {
+    use std::io::Write as _;
+    let (workspace, index) = long_log();
+    let rel = Path::new("memory/2026-11-27.md");
+    let mut round = 0u64;
+    bencher.bench_local(|| {
+        round += 1;
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(workspace.path().join(rel))
+            .unwrap();
+        writeln!(file, "- Appended {round}: {}", sentence(round, 12)).unwrap();
+        let report = index.sync_paths(&[rel.to_owned()]).unwrap();
+        assert_eq!(report.chunks_added, 1);
+    });
+}
+
+#[divan::bench(sample_count = 30)]
+fn edit_long_log_head(bencher: Bencher<'_, '_>) {
+    let (workspace, index) = long_log();
+    let rel = Path::new("memory/2026-11-27.md");
+    let path = workspace.path().join(rel);
+    let mut round = 0u64;
+    bencher.bench_local(|| {
+        round += 1;
+        let text = fs::read_to_string(&path).unwrap();
+        let body = text.split_once('\n').map_or("", |(_, rest)| rest);
+        fs::write(&path, format!("# Log {round}\n{body}")).unwrap();
+        index.sync_paths(&[rel.to_owned()]).unwrap();
     });
 }
 
@@ -247,6 +303,16 @@ fn vocabulary() -> Vec<String> {
             (0..syllables).map(|_| SYLLABLES[rng.below(SYLLABLES.len())]).collect()
         })
         .collect()
+}
+
+/// `length` words of the synthetic vocabulary, drawn from `seed`.
+fn sentence(seed: u64, length: usize) -> String {
+    static WORDS: LazyLock<Vec<String>> = LazyLock::new(vocabulary);
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..length)
+        .map(|_| WORDS[rng.skewed(VOCABULARY)].as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn write_workspace(root: &Path) {
