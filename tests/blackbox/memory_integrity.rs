@@ -423,7 +423,8 @@ fn an_index_damaged_while_the_daemon_runs_is_rebuilt_and_searches_recover() {
 #[test]
 fn an_append_to_a_long_log_chunks_only_its_tail() {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(dir.path(), &[]);
+    // Without the watcher, which could index an append before the call does (and count it).
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_MEMORY_WATCH_ENABLED", "false")]);
     let log: String = (0..3000).map(|i| format!("- Note {i} about topic{i}.\n")).collect();
     d.call("memory.write", json!({"path": "memory/2026-11-27.md", "content": log}));
     let lines_chunked = |d: &mut Daemon| {
