@@ -13,7 +13,7 @@ use super::keyword::QueryWeights;
 use super::{Hit, MemoryIndex, SearchMode, SearchOptions, SearchOutcome, lock};
 use crate::MemoryError;
 use crate::analyze::terms;
-use crate::fusion::{Candidate, ChunkKey, FusionParams, MAX_CANDIDATES, candidate_count, fuse};
+use crate::fusion::{Candidate, ChunkKey, FusionParams, MAX_CANDIDATES, SPREAD_DEPTH, candidate_count, fuse};
 
 /// A snippet is cut after this many characters: enough for a paragraph, short enough that
 /// five hits fit in an agent's tool result comfortably.
@@ -42,7 +42,8 @@ impl MemoryIndex {
         let mut found: HashMap<ChunkKey, i64> = HashMap::new();
         let mut vector = Vec::new();
         if matches!(mode, SearchMode::Vector | SearchMode::Hybrid) {
-            match self.vector_candidates(query, count, &mut warnings)? {
+            // At least down to the spread's depth, whatever `max_results` is (see `fusion`).
+            match self.vector_candidates(query, count.max(SPREAD_DEPTH), &mut warnings)? {
                 Some(candidates) => {
                     for (id, candidate) in candidates {
                         found.insert(candidate.key.clone(), id);
@@ -57,7 +58,7 @@ impl MemoryIndex {
         let query_terms = distinct_terms(query);
         // Only stop words left: no lexical candidates (FTS5 rejects an empty query).
         if matches!(mode, SearchMode::Bm25 | SearchMode::Hybrid) && !query_terms.is_empty() {
-            for (id, candidate) in self.keyword_candidates(&query_terms, count)? {
+            for (id, candidate) in self.keyword_candidates(&query_terms)? {
                 found.insert(candidate.key.clone(), id);
                 bm25.push(candidate);
             }
@@ -70,6 +71,7 @@ impl MemoryIndex {
             },
             min_score: options.min_score,
             max_results: options.max_results,
+            per_side: count,
         };
         let mut hits = Vec::new();
         let reader = lock(&self.reader);
@@ -93,12 +95,12 @@ impl MemoryIndex {
         outcome(hits, mode, warnings)
     }
 
-    /// The keyword side's best `count` candidates, with chunk ids, each scored by its BM25
-    /// ratio to the query's ideal (`keyword`). FTS5 picks the [`MAX_CANDIDATES`] it ranks best,
-    /// whatever `count` is, so the side's order and scores never depend on `max_results`;
+    /// The keyword side's candidates, with chunk ids, best first, each scored by its BM25
+    /// ratio to the query's ideal score (`keyword`). FTS5 picks the [`MAX_CANDIDATES`] it ranks
+    /// best, whatever `max_results` is, so the side's order and scores never depend on it;
     /// only when more chunks than that match can one that FTS5 ranked lower (its IDF is
     /// clamped for common terms) be missed.
-    fn keyword_candidates(&self, query_terms: &[String], count: usize) -> Result<Vec<(i64, Candidate)>, MemoryError> {
+    fn keyword_candidates(&self, query_terms: &[String]) -> Result<Vec<(i64, Candidate)>, MemoryError> {
         let reader = lock(&self.reader);
         let rows = reader.bm25(&match_expression(query_terms), MAX_CANDIDATES)?;
         if rows.is_empty() {
@@ -114,7 +116,6 @@ impl MemoryIndex {
             .collect();
         // Ties (the same terms in the same length) keep FTS5's order, which weighs the context.
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.total_cmp(&a.1)));
-        scored.truncate(count);
         Ok(scored
             .into_iter()
             .map(|(score, _, id, key)| (id, Candidate { key, score }))
