@@ -11,8 +11,9 @@
 //!   ≤ 100 ms.
 //! - `append_to_long_log`: one line appended to a daily log of 10,000 list items, then that
 //!   file synced (what `memory.append` costs the index): the file is read and hashed, and
-//!   chunked and compared from its last block only. `edit_long_log_head` changes its first
-//!   line instead, which re-chunks and compares the whole file: the cost an append had before.
+//!   chunked and compared from its last block only. `edit_long_log_first_item` changes its
+//!   first item instead (one chunk), which chunks and compares the whole file: what every
+//!   append cost before.
 //! - `local_model::hybrid` (feature `local-embeddings`): `memory.search`'s hybrid search end to
 //!   end with all-MiniLM-L6-v2, the query embedded by the model on every call (what a query
 //!   the daemon's embedding cache has not seen costs) over the same 10,000 chunks embedded by
@@ -154,7 +155,7 @@ fn append_to_long_log(bencher: Bencher<'_, '_>) {
 }
 
 #[divan::bench(sample_count = 30)]
-fn edit_long_log_head(bencher: Bencher<'_, '_>) {
+fn edit_long_log_first_item(bencher: Bencher<'_, '_>) {
     let (workspace, index) = long_log();
     let rel = Path::new("memory/2026-11-27.md");
     let path = workspace.path().join(rel);
@@ -162,9 +163,11 @@ fn edit_long_log_head(bencher: Bencher<'_, '_>) {
     bencher.bench_local(|| {
         round += 1;
         let text = fs::read_to_string(&path).unwrap();
-        let body = text.split_once('\n').map_or("", |(_, rest)| rest);
-        fs::write(&path, format!("# Log {round}\n{body}")).unwrap();
-        index.sync_paths(&[rel.to_owned()]).unwrap();
+        let (head, rest) = text.split_once("- Item 0").unwrap();
+        let rest = rest.split_once(':').map_or(rest, |(_, after)| after);
+        fs::write(&path, format!("{head}- Item 0 ({round}):{rest}")).unwrap();
+        let report = index.sync_paths(&[rel.to_owned()]).unwrap();
+        assert_eq!(report.chunks_added, 1);
     });
 }
 

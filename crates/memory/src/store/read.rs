@@ -100,10 +100,13 @@ impl Store {
 
     /// Keyword candidates for an FTS5 `query`, best first by FTS5's `bm25()`.
     pub fn bm25(&self, query: &str, limit: usize) -> rusqlite::Result<Vec<Bm25Row>> {
+        // The best `limit` first, then their rows: a join in the ranked query would read the
+        // row of every match (a common term matches thousands) before the sort keeps `limit`.
         let mut statement = self.conn.prepare_cached(&format!(
-            "SELECT c.id, c.path, c.start_line, c.end_line, bm25(chunks_fts, 1.0, {CONTEXT_TIE_BREAK}) AS rank, c.terms
-             FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid
-             WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT ?2"
+            "SELECT c.id, c.path, c.start_line, c.end_line, m.rank, c.terms
+             FROM (SELECT rowid AS id, bm25(chunks_fts, 1.0, {CONTEXT_TIE_BREAK}) AS rank FROM chunks_fts
+                   WHERE chunks_fts MATCH ?1 ORDER BY rank LIMIT ?2) m
+             JOIN chunks c ON c.id = m.id ORDER BY m.rank"
         ))?;
         let rows = statement.query_map(params![query, limit as i64], |row| {
             Ok(Bm25Row {
