@@ -271,6 +271,7 @@ fn over_long_memory_paths_are_refused_before_the_disk_and_the_longest_name_can_b
         for (method, params) in [
             ("memory.write", json!({"path": path, "content": "- x\n"})),
             ("memory.append", json!({"path": path, "text": "- x\n"})),
+            ("memory.get", json!({"path": path})),
         ] {
             let error = d.call_err(method, params);
             assert_eq!(

@@ -51,6 +51,7 @@ impl Daemon {
             let text = self.engine().workspace().read_text(&params.path).map_err(storage)?;
             satchel_storage::memory_lines(&text, params.start_line, params.end_line)
         } else {
+            checked_path(&params.path)?;
             self.memory_files()
                 .get(&params.path, params.start_line, params.end_line)
                 .map_err(storage)?
