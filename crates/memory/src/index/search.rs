@@ -6,7 +6,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::PoisonError;
-
 use std::sync::atomic::Ordering;
 
 use super::keyword::QueryWeights;
