@@ -500,3 +500,84 @@ fn appends_on_a_full_disk_fail_whole_or_succeed_once_and_the_index_catches_up() 
     }
     d.shutdown();
 }
+
+/// The exit status of a daemon a `crash` failpoint stopped.
+const CRASH_EXIT_STATUS: i32 = 86;
+
+/// Issue 27: a crash in the middle of `memory.append` (half the bytes written, then the
+/// process gone) leaves the file as it was before that append: the restarted daemon's next
+/// append is not glued to a fragment, and neither `memory.get` nor `memory.search` ever serve
+/// the half line.
+#[test]
+fn a_crash_in_the_middle_of_a_memory_append_leaves_no_fragment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory/a.md");
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_FAILPOINTS", "memory:crash@2")]);
+    d.call(
+        "memory.append",
+        json!({"path": "memory/a.md", "text": "- first line of text here\n"}),
+    );
+    d.request(
+        "memory.append",
+        json!({"path": "memory/a.md", "text": "- second line names wombatine here\n"}),
+    );
+    let status = d.wait_exit(SETTLE);
+    assert_eq!(status.code(), Some(CRASH_EXIT_STATUS), "the failpoint did not fire");
+    assert_eq!(read(&file), "- first line of text here\n", "the crash left a fragment");
+
+    let mut d = Daemon::start(dir.path(), &[]);
+    d.call(
+        "memory.append",
+        json!({"path": "memory/a.md", "text": "- third line\n"}),
+    );
+    let whole = d.call("memory.get", json!({"path": "memory/a.md"}));
+    assert_eq!(whole["text"], "- first line of text here\n- third line\n", "{whole}");
+    let found = search_until(&mut d, "third", |r| !snippets(r).is_empty());
+    assert!(!snippets(&found).is_empty(), "{found}");
+    let fragment = search(&mut d, "second", json!({"min_score": 0.0}));
+    assert!(snippets(&fragment).is_empty(), "the fragment is indexed: {fragment}");
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("memory"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["a.md"], "nothing but the file is left in memory/");
+    d.shutdown();
+}
+
+/// Issue 27: a `memory.append` that fails half-written while undoing it fails too answers
+/// -32004, and the file is as it was for every use that follows: `memory.get`, the index and
+/// the next append (no fragment, no stray blank line).
+#[test]
+fn a_failed_memory_append_whose_undo_fails_is_never_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory/a.md");
+    let mut d = Daemon::start(dir.path(), &[("SATCHEL_FAILPOINTS", "memory:torn@1,undo:eio@1")]);
+    d.call(
+        "memory.write",
+        json!({"path": "memory/a.md", "content": "- kept line\n"}),
+    );
+    let error = d.call_err(
+        "memory.append",
+        json!({"path": "memory/a.md", "text": "- quokkaberry quokkaberry quokkaberry and words after the tear\n"}),
+    );
+    assert_eq!(error_code(&error), -32004, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("append ")
+            && message.contains("memory/a.md: ")
+            && message.ends_with("the file is unchanged"),
+        "{error}"
+    );
+    let got = d.call("memory.get", json!({"path": "memory/a.md"}));
+    assert_eq!(got["text"], "- kept line\n", "{got}");
+    assert_eq!(read(&file), "- kept line\n");
+
+    d.call("memory.append", json!({"path": "memory/a.md", "text": "- next line\n"}));
+    let got = d.call("memory.get", json!({"path": "memory/a.md"}));
+    assert_eq!(got["text"], "- kept line\n- next line\n", "{got}");
+    let found = search_until(&mut d, "next", |r| !snippets(r).is_empty());
+    assert!(!snippets(&found).is_empty(), "{found}");
+    let torn = search(&mut d, "quokkaberry", json!({"min_score": 0.0}));
+    assert!(snippets(&torn).is_empty(), "the torn half line is indexed: {torn}");
+    d.shutdown();
+}

@@ -6,7 +6,8 @@
 //! the file's good length is remembered and the torn tail is cut off before anything else
 //! reads or writes that file in this process ([`settle`]); a torn tail left by a crash is cut
 //! by the first reader of the file after a restart (session logs when they load, the archive
-//! when it counts its lines). So an append is never glued to a fragment.
+//! when it counts its lines). So an append is never glued to a fragment. Memory files are
+//! not appended to in place: see `memory`.
 //!
 //! Every step is a [`failpoints`](crate::failpoints) point, inert unless armed.
 
@@ -38,11 +39,6 @@ impl Steps {
         write: Some(Point::ArchiveWrite),
         sync: Some(Point::ArchiveSync),
     };
-    /// A memory log.
-    pub(crate) const MEMORY: Steps = Steps {
-        write: Some(Point::MemoryWrite),
-        sync: Some(Point::MemorySync),
-    };
     /// Any other file: no failpoint.
     const OTHER: Steps = Steps {
         write: None,
@@ -73,7 +69,13 @@ pub(crate) fn sync_checked(
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the new content:
 /// write a temp file (0600) in the same directory, fsync it, rename over, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let tmp = synced_temp_beside(path, bytes, Some((Point::AtomicWrite, Point::AtomicSync)))?;
+    write_atomic_at(path, bytes, (Point::AtomicWrite, Point::AtomicSync))
+}
+
+/// [`write_atomic`] whose temp file's write and fsync are the failpoints `points`: a memory
+/// file's append is such a write, and fails where an append does.
+pub(crate) fn write_atomic_at(path: &Path, bytes: &[u8], points: (Point, Point)) -> Result<(), StorageError> {
+    let tmp = synced_temp_beside(path, bytes, Some(points))?;
     let result = fs::rename(&tmp, path)
         .map_err(io("rename", path))
         .and_then(|()| sync_dir(parent_of(path)));
@@ -514,8 +516,8 @@ mod tests {
     fn a_failed_first_append_leaves_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("log.jsonl");
-        let _armed = arm(Point::MemorySync, Fault::Eio, Hits::ALWAYS, Some(dir.path()));
-        let error = append_durable_at(&p, b"a\n", Steps::MEMORY).unwrap_err();
+        let _armed = arm(Point::SessionSync, Fault::Eio, Hits::ALWAYS, Some(dir.path()));
+        let error = append_durable_at(&p, b"a\n", Steps::SESSION).unwrap_err();
         assert!(error.to_string().contains("the file it created is removed"), "{error}");
         assert!(!p.exists());
     }

@@ -3,14 +3,16 @@
 //!
 //! Compaction appends what it learned to the day's log; clients write, append and read
 //! through `memory.write`, `memory.append` and `memory.get`, which may name only these files.
-//! Writes replace the file atomically and appends are fsync'd like every other write, so a
-//! reply means the text is on disk.
+//! Writes and appends both replace the file atomically (fsync'd like every other write), so a
+//! reply means the text is on disk and a failure or a crash leaves the file as it was.
 
 use std::fs;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
-use crate::durable::{Steps, append_durable_at, write_atomic};
+use crate::durable::{write_atomic, write_atomic_at};
 use crate::error::{StorageError, io};
+use crate::failpoints::Point;
 use crate::layout::Layout;
 use crate::perms::create_private_dir_all;
 use crate::workspace::Workspace;
@@ -69,7 +71,7 @@ impl MemoryFiles {
     /// Appends `text` to the daily log of `date` (`YYYY-MM-DD`); returns its workspace-relative path.
     pub fn append_daily(&self, date: &str, text: &str) -> Result<String, StorageError> {
         create_private_dir_all(&self.layout.memory_dir())?;
-        append_durable_at(&self.layout.memory_daily(date), text.as_bytes(), Steps::MEMORY)?;
+        append_whole(&self.layout.memory_daily(date), text)?;
         Ok(Layout::memory_daily_rel(date))
     }
 
@@ -150,31 +152,19 @@ impl MemoryFiles {
         if let Some(dir) = path.parent() {
             create_private_dir_all(dir)?;
         }
+        let _turn = changes();
         write_atomic(&path, content.as_bytes())?;
-        Ok(info_of(content))
+        Ok(info_of(content.as_bytes()))
     }
 
-    /// Appends `text` to the memory file `rel` (created if missing), durably; a newline goes
-    /// first when the file does not end with one, so the text starts on its own line.
+    /// Appends `text` to the memory file `rel` (created if missing), durably and all or
+    /// nothing ([`append_whole`]).
     pub fn append(&self, rel: &str, text: &str) -> Result<MemoryFileInfo, StorageError> {
         let path = self.resolve(rel)?;
         if let Some(dir) = path.parent() {
             create_private_dir_all(dir)?;
         }
-        let before = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io("read", &path)(e)),
-        };
-        let mut added = String::with_capacity(text.len() + 1);
-        if before.last().is_some_and(|b| *b != b'\n') {
-            added.push('\n');
-        }
-        added.push_str(text);
-        append_durable_at(&path, added.as_bytes(), Steps::MEMORY)?;
-        let mut whole = String::from_utf8_lossy(&before).into_owned();
-        whole.push_str(&added);
-        Ok(info_of(&whole))
+        append_whole(&path, text)
     }
 
     /// Lines `start_line..=end_line` (1-based; defaults the whole file) of the memory file `rel`.
@@ -210,6 +200,7 @@ impl MemoryFiles {
     /// file a client names; `MEMORY-<stamp>-2.md` and on when that name is taken, as by a
     /// second merge in the same second); returns the backup's workspace-relative path.
     pub fn replace_memory_file(&self, content: &str, stamp: &str) -> Result<Option<String>, StorageError> {
+        let _turn = changes();
         let previous = self.read_memory_file()?;
         let backup = if previous.is_empty() {
             None
@@ -231,6 +222,47 @@ impl MemoryFiles {
     }
 }
 
+/// Appends `text` to the memory file at `path` (created if missing) by replacing the file
+/// with its content and `text`, atomically; a newline goes first when the file does not end
+/// with one, so the text starts on its own line.
+///
+/// Why not an append in place, like session logs: a memory file is the user's Markdown, which
+/// may end without a newline by hand, so a tail torn by a crash mid-append could not be told
+/// from a last line the user wrote; it would stay, and the next append would start after it.
+/// A replace leaves the old content or the new, never a fragment, after a crash, a failed
+/// write or a failed clean-up alike (its temp file is hidden, and removed at the next start).
+/// Its cost, the file written again, is of the order of what an append costs anyway: the
+/// file is read to count its lines, and the index reads and hashes it whole.
+fn append_whole(path: &Path, text: &str) -> Result<MemoryFileInfo, StorageError> {
+    let _turn = changes();
+    let mut bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io("read", path)(e)),
+    };
+    if bytes.last().is_some_and(|b| *b != b'\n') {
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(text.as_bytes());
+    write_atomic_at(path, &bytes, (Point::MemoryWrite, Point::MemorySync)).map_err(|e| match e {
+        // Named after the file and the call, not the temp file the step failed on.
+        StorageError::Io { source, .. } => io("append", path)(std::io::Error::new(
+            source.kind(),
+            format!("{source}; the file is unchanged"),
+        )),
+        other => other,
+    })?;
+    Ok(info_of(&bytes))
+}
+
+/// This process's turn to change a memory file. An append reads the file and then replaces
+/// it, so a change made between the two would be lost: compaction appends to the day's log
+/// while a client may append to or write it.
+fn changes() -> MutexGuard<'static, ()> {
+    static CHANGES: Mutex<()> = Mutex::new(());
+    CHANGES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Where the daily merge keeps the copies of `MEMORY.md` it replaced, under `memory/`.
 const BACKUP_DIR: &str = ".backups";
 
@@ -244,10 +276,10 @@ fn read_optional(path: &Path, rel: &str) -> Result<String, StorageError> {
 }
 
 /// Size and lines of `content`.
-fn info_of(content: &str) -> MemoryFileInfo {
+fn info_of(content: &[u8]) -> MemoryFileInfo {
     MemoryFileInfo {
         bytes: content.len() as u64,
-        lines: content.split_inclusive('\n').count() as u32,
+        lines: content.split_inclusive(|b| *b == b'\n').count() as u32,
     }
 }
 
