@@ -359,11 +359,26 @@ fn an_openai_system_message_is_assembled_and_reported_like_system() {
                "sections": [{"key": "rules", "content": "Use tabs.", "priority": 80}]}),
     );
     assert_eq!(result["system"], json!("Use tabs."));
+
     let sections: Vec<&Value> = result["prompt"]["sections"].as_array().unwrap().iter().collect();
     assert_eq!(
         (&sections[0]["key"], &sections[1]["key"]),
         (&json!("system"), &json!("rules"))
     );
+    // A client that names a section `system` itself keeps it: the message is then not the base.
+    let result = d.call(
+        "context.prepare",
+        json!({"session_id": "openai", "messages": messages,
+               "sections": [{"key": "system", "content": "My own system section.", "priority": 80}]}),
+    );
+    assert_eq!(result["system"], json!("My own system section."));
+    // satchel's own keys are refused, before the call changes anything.
+    let refused = d.call_err(
+        "context.prepare",
+        json!({"session_id": "openai", "messages": messages,
+               "sections": [{"key": "task-focus", "content": "x", "priority": 80}]}),
+    );
+    assert!(refused["message"].as_str().unwrap().contains("task-focus"), "{refused}");
     d.shutdown();
 }
 

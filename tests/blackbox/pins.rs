@@ -236,6 +236,12 @@ fn pinning_and_purging_the_same_result_is_refused_not_silent() {
     daemon.call("context.purge", json!({"session_id": SESSION, "result_id": "r3"}));
     let refused = daemon.call_err("context.pin", json!({"session_id": SESSION, "result_id": "r3"}));
     assert!(refused["message"].as_str().unwrap().contains("purged"), "{refused}");
+    // Nor its message, which would be sent whole but for the stub.
+    let refused = daemon.call_err("context.pin", json!({"session_id": SESSION, "message_index": 3}));
+    assert!(
+        refused["message"].as_str().unwrap().contains("r3 was purged"),
+        "{refused}"
+    );
     let inspected = daemon.call("context.inspect", json!({"session_id": SESSION}));
     let pins = inspected["pins"].as_array().map_or(0, Vec::len);
     assert_eq!(pins, 0, "no pin listed for a stub: {inspected}");

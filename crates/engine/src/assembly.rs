@@ -5,16 +5,18 @@
 //! what it was made from (the sections' JSON texts, `system`, the query, the budget) and
 //! reused while that hash holds: a steady step hashes its sections and parses nothing.
 
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
+use satchel_core::budget_note::BUDGET_SECTION_KEY;
 use satchel_core::calibration::corrected;
 use satchel_core::candidates::SECTION_KEY_PREFIX;
 use satchel_core::hash::{MessageHash, text_hash};
+use satchel_core::prompt::focus::TASK_FOCUS_KEY;
 use satchel_core::prompt::{
-    BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, newest_query, validate_input,
+    BuiltPrompt, PromptError, PromptInput, SystemPromptBudget, build, is_system_key, newest_query, validate_input,
 };
 use satchel_core::tokens::TokenCounter;
-use satchel_protocol::config::Tokenizer;
 use satchel_protocol::{Config, PromptAssembly, PromptSection, SectionDetail};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -32,8 +34,9 @@ pub struct PromptState {
     system: Option<Value>,
     /// The client's leading system message, its base prompt when it sent no `system`.
     base_message: Option<String>,
-    /// Its token count and the tokenizer it was counted with (counted once, for the report).
-    base_message_tokens: Mutex<Option<(Tokenizer, u64)>>,
+    /// Its token count and the hash of the counter it was counted with (counted once, for the
+    /// report, and handed on to the next prompt with the same base).
+    base_message_tokens: Mutex<Option<(u128, u64)>>,
     /// The client's sections.
     sections: Vec<PromptSection>,
     /// The budget it was cut to.
@@ -70,16 +73,32 @@ pub(crate) struct PromptRequest<'a> {
 /// Refuses prompt inputs that [`assemble`] would refuse, before the call changes the session
 /// (so a refused call changes nothing). Inputs equal to the last ones checked passed then: a
 /// steady step hashes them and parses nothing.
-pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>) -> Result<(), EngineError> {
+pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>, config: &Config) -> Result<(), EngineError> {
     if request.system.is_none() && request.sections.is_none() {
         return Ok(());
     }
-    let key = inputs_key(request);
+    // The keys satchel's own sections take depend on these switches: a change of them is a
+    // change of what must be checked.
+    let switches = [
+        request.system.is_some(),
+        config.task_focus_section_enabled,
+        config.budget_section_enabled,
+        config.candidates_enabled,
+    ];
+    let key = switches
+        .iter()
+        .fold(inputs_key(request), |key, &on| key.rotate_left(1) ^ u128::from(on));
     if session.requests.checked_prompt_inputs == Some(key) {
         return Ok(());
     }
     let sections = parse_sections(request.sections.unwrap_or_default())?;
-    validate_input(request.system, &sections).map_err(invalid)?;
+    let taken = |section_key: &str| {
+        (request.system.is_some() && is_system_key(section_key))
+            || (config.task_focus_section_enabled && section_key == TASK_FOCUS_KEY)
+            || (config.budget_section_enabled && section_key == BUDGET_SECTION_KEY)
+            || (config.candidates_enabled && section_key.starts_with(SECTION_KEY_PREFIX))
+    };
+    validate_input(request.system, &sections, taken).map_err(invalid)?;
     session.requests.checked_prompt_inputs = Some(key);
     Ok(())
 }
@@ -110,7 +129,11 @@ pub(crate) fn assemble(
     }
     let sections = parse_sections(request.sections.unwrap_or_default())?;
     let system = request.system.cloned();
-    let base_message = base_message.map(str::to_owned);
+    // A client that names a section `system` itself keeps it: its leading message is then
+    // sent as it is, without being assembled as the base prompt.
+    let base_message = base_message
+        .filter(|_| !sections.iter().any(|s| is_system_key(&s.key)))
+        .map(str::to_owned);
     let inputs = Inputs {
         system: system.as_ref(),
         base_message: base_message.as_deref(),
@@ -119,11 +142,18 @@ pub(crate) fn assemble(
     let built = build_owned(inputs, query.as_deref(), budget, task_focus_section)?;
     let system_hash = built.system.as_ref().map(MessageHash::of_value);
     let system_raw = built.system.as_ref().map(to_raw);
+    // A new user turn makes a new prompt; the base it was made from is counted already.
+    let base_message_tokens = session
+        .requests
+        .last_prompt
+        .as_ref()
+        .filter(|last| last.base_message == base_message)
+        .and_then(|last| *last.base_message_tokens.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(Some(Arc::new(PromptState {
         key,
         system,
         base_message,
-        base_message_tokens: Mutex::new(None),
+        base_message_tokens: Mutex::new(base_message_tokens),
         sections,
         budget,
         task_focus_section,
@@ -243,12 +273,17 @@ impl PromptState {
         let Some(text) = &self.base_message else {
             return 0;
         };
+        let counted_with = {
+            let mut hasher = Xxh3::new();
+            counter.hash(&mut hasher);
+            hasher.digest128()
+        };
         let mut cached = self.base_message_tokens.lock().unwrap_or_else(|p| p.into_inner());
         match *cached {
-            Some((tokenizer, tokens)) if tokenizer == counter.tokenizer() => tokens,
+            Some((key, tokens)) if key == counted_with => tokens,
             _ => {
                 let tokens = counter.count_text(text);
-                *cached = Some((counter.tokenizer(), tokens));
+                *cached = Some((counted_with, tokens));
                 tokens
             }
         }

@@ -186,8 +186,9 @@ impl Engine {
         Ok(lines)
     }
 
-    /// The pending expansion of a session's log, rendered again (on load).
-    pub(crate) fn restore_expansion(&self, expansion: Expansion) -> Option<ExpandedSpan> {
+    /// The pending expansion of a session's log, rendered again (on load) under the session's
+    /// `config`.
+    pub(crate) fn restore_expansion(&self, expansion: Expansion, config: &Config) -> Option<ExpandedSpan> {
         let mut lines = Vec::new();
         for run in expansion.runs() {
             match self.archive.read_range(&expansion.file, run.start_line, run.end_line) {
@@ -198,8 +199,8 @@ impl Engine {
                 }
             }
         }
-        let counter = TokenCounter::new(self.config.tokenizer, self.config.token_count_estimate_divisor);
-        let messages: Vec<Value> = render_lines(&lines, &self.config, self.offloads.workspace_root())
+        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let messages: Vec<Value> = render_lines(&lines, config, self.offloads.workspace_root())
             .into_iter()
             .map(|(m, _)| m)
             .collect();

@@ -57,7 +57,13 @@ impl Slot {
     /// The session, for `sessions`: only when no call is running on it (a listing never
     /// waits behind a compaction).
     pub(crate) fn peek(&self) -> Option<MutexGuard<'_, Option<Session>>> {
-        self.session.try_lock().ok()
+        match self.session.try_lock() {
+            Ok(guard) => Some(guard),
+            // A call that panicked left it poisoned, and its transaction dropped the session:
+            // it is not busy.
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 

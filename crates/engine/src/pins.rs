@@ -457,16 +457,30 @@ fn live_bytes(session: &Session, index: usize, k: Option<usize>) -> usize {
 /// Refuses a pin of a message or result the session never had, or of a purged result.
 fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError> {
     let known = session.original_hashes.len();
-    if let PinTarget::Result { index, k } = *target {
-        let id = result_id(index, k);
-        if session.pins.purged.contains(&id) {
-            return Err(EngineError::invalid_params(
-                "result_id",
-                format!(
-                    "{id} was purged: later requests send its stub, and a purge is final (its file and the archive keep it; `context.read` it)"
-                ),
-            ));
-        }
+    // A pin sends whole what a purge sends as a stub: a purged result cannot be pinned, alone
+    // or with its message.
+    let purged = match *target {
+        PinTarget::Result { index, k } => Some(result_id(index, k)).filter(|id| session.pins.purged.contains(id)),
+        PinTarget::Message { index } => session
+            .pins
+            .purged
+            .iter()
+            .find(|id| parse_result_id(id).is_some_and(|(i, _)| i == index))
+            .cloned(),
+        PinTarget::Text { .. } => None,
+    };
+    if let Some(id) = purged {
+        let field = if matches!(target, PinTarget::Message { .. }) {
+            "message_index"
+        } else {
+            "result_id"
+        };
+        return Err(EngineError::invalid_params(
+            field,
+            format!(
+                "{id} was purged: later requests send its stub, and a purge is final (its file and the archive keep it; `context.read` it)"
+            ),
+        ));
     }
     match *target {
         PinTarget::Message { index } if index >= known => Err(EngineError::invalid_params(

@@ -94,7 +94,7 @@ impl Engine {
                 system: extras.system.as_ref(),
                 sections: extras.sections.as_deref(),
             };
-            assembly::check(session, &prompt_inputs)?;
+            assembly::check(session, &prompt_inputs, config)?;
             let reports = Reports {
                 input_tokens: reported_usage.map(|u| u.input_tokens),
                 overrides: params.config.as_ref(),
@@ -378,7 +378,6 @@ struct SentRequest {
     prompt: Option<Arc<PromptState>>,
 }
 
-/// What the automatic compaction step of `prepare` did.
 /// What a `prepare` reports besides its messages, recorded once its messages are ingested.
 struct Reports<'a> {
     /// The provider's input tokens for the previous request (`usage`).
@@ -387,6 +386,7 @@ struct Reports<'a> {
     overrides: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
 
+/// What the automatic compaction step of `prepare` did.
 struct AutoCompaction {
     /// The request's usage afterwards.
     usage: TokenUsage,

@@ -68,7 +68,9 @@ impl Engine {
             session.compactions.push(CompactionInfo::archived(begun, ranges));
         }
         session.set_summary(summary);
-        session.expansion = log.expansion.and_then(|e| self.restore_expansion(e));
+        // Rendered and counted as `context.expand` did: under the session's configuration.
+        let config = self.session_config(&session);
+        session.expansion = log.expansion.and_then(|e| self.restore_expansion(e, &config));
         session.pins.made = log.pins_made;
         session.pins.purged = log.purged;
         session.pins.pins = log

@@ -126,11 +126,15 @@ impl fmt::Display for PromptError {
             PromptError::InvalidSection { field, reason } => write!(f, "{field}: {reason}"),
             PromptError::DuplicateKey(key) => {
                 write!(f, "sections: key {key:?} is used more than once")?;
-                let own = key == SYSTEM_KEY || key.starts_with("system:") || key == focus::TASK_FOCUS_KEY;
+                let own = is_system_key(key)
+                    || key == focus::TASK_FOCUS_KEY
+                    || key.starts_with("satchel:")
+                    || key.starts_with("candidate:");
                 if own {
                     write!(
                         f,
-                        " (satchel names the client's system prompt `system` or `system:N`, and adds `task-focus`)"
+                        " (satchel names the client's system prompt `system` or `system:N`, and adds `task-focus`, \
+                         `satchel:budget` and `candidate:<id>` sections of its own)"
                     )?;
                 }
                 Ok(())
@@ -198,13 +202,27 @@ fn section<'a>(
     }
 }
 
+/// Whether `key` names a section of the client's `system` (`system`, `system:N`).
+pub fn is_system_key(key: &str) -> bool {
+    key == SYSTEM_KEY || key.starts_with("system:")
+}
+
 /// Refuses a client's `system` and `sections` that [`build`] would refuse, whatever the
 /// query and the budget: the engine checks a request with it before the request changes
-/// its session, so a refused request changes nothing.
-pub fn validate_input(system: Option<&Value>, sections: &[PromptSection]) -> Result<(), PromptError> {
+/// its session, so a refused request changes nothing. `taken` says which keys satchel's own
+/// sections of this request use (the client's `system`, `task-focus`, learned candidates…): a
+/// client section may not share one.
+pub fn validate_input(
+    system: Option<&Value>,
+    sections: &[PromptSection],
+    taken: impl Fn(&str) -> bool,
+) -> Result<(), PromptError> {
     let mut first_with_key = std::collections::HashMap::with_capacity(sections.len());
     for (i, s) in sections.iter().enumerate() {
         validate(i, s)?;
+        if taken(&s.key) {
+            return Err(PromptError::DuplicateKey(s.key.clone()));
+        }
         if let Some(first) = first_with_key.insert(s.key.as_str(), i) {
             return Err(PromptError::InvalidSection {
                 field: format!("sections[{i}].key"),
@@ -217,7 +235,11 @@ pub fn validate_input(system: Option<&Value>, sections: &[PromptSection]) -> Res
 
 /// Assembles the system prompt of a request; see the module documentation.
 pub fn build(input: PromptInput<'_>) -> Result<BuiltPrompt<'_>, PromptError> {
-    validate_input(input.system, input.sections)?;
+    let system_given = input.system.is_some_and(|s| !s.is_null()) || input.base_message.is_some();
+    let focus_section = !input.sections.is_empty() && input.task_focus_section;
+    validate_input(input.system, input.sections, |key| {
+        (system_given && is_system_key(key)) || (focus_section && key == focus::TASK_FOCUS_KEY)
+    })?;
     let parts = SystemParts::split(input.system)?;
     let focus = input.query.map(request_focus).unwrap_or_default();
     let matcher = FocusMatcher::new(&focus);

@@ -28,10 +28,11 @@ enum Refused {
     WrongFormat,
     BadSectionWithNewMessages,
     BadSystemWithNewMessages,
+    OwnSectionKeyWithNewMessages,
     ZeroUsage,
 }
 
-const ALL: [Refused; 16] = [
+const ALL: [Refused; 17] = [
     Refused::InspectUnknownSection,
     Refused::PinMessageOutOfRange,
     Refused::PinUnknownResult,
@@ -47,6 +48,7 @@ const ALL: [Refused; 16] = [
     Refused::WrongFormat,
     Refused::BadSectionWithNewMessages,
     Refused::BadSystemWithNewMessages,
+    Refused::OwnSectionKeyWithNewMessages,
     Refused::ZeroUsage,
 ];
 
@@ -166,6 +168,14 @@ impl Harness {
             Refused::BadSystemWithNewMessages => {
                 let mut p = params(None, Some(&next));
                 p.system = Some(json!(42));
+                self.call(p, &CallContext::detached()).map(drop)
+            }
+            Refused::OwnSectionKeyWithNewMessages => {
+                // `task-focus` is the key of satchel's own section of this request.
+                let mut p = params(None, Some(&next));
+                p.sections = Some(vec![raw(
+                    &json!({"key": "task-focus", "content": "mine", "priority": 50}),
+                )]);
                 self.call(p, &CallContext::detached()).map(drop)
             }
             Refused::ZeroUsage => {
