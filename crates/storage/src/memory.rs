@@ -145,6 +145,28 @@ impl MemoryFiles {
         Ok(path)
     }
 
+    /// The absolute path of the memory file `rel` to read it. Unlike a write, a read may go
+    /// through symbolic links that stay inside the workspace and end at a Markdown file: the
+    /// index follows the same links, so every search hit can be read. A link out of the
+    /// workspace, or to anything else, is refused as a write's would be.
+    fn resolve_for_read(&self, rel: &str) -> Result<PathBuf, StorageError> {
+        if Self::path_problem(rel).is_some() {
+            return Err(StorageError::NotMemoryFile(rel.to_owned()));
+        }
+        let path = self.layout.root().join(rel);
+        let (Ok(real), Ok(root)) = (fs::canonicalize(&path), fs::canonicalize(self.layout.root())) else {
+            // Missing (or unreadable): the strict check decides what to answer.
+            return self.resolve(rel);
+        };
+        let markdown = real
+            .extension()
+            .is_some_and(|e| ["md", "mdx", "markdown"].iter().any(|m| e.eq_ignore_ascii_case(m)));
+        if !real.starts_with(&root) || !markdown || !real.is_file() {
+            return Err(StorageError::OutsideWorkspace(rel.to_owned()));
+        }
+        Ok(real)
+    }
+
     /// Replaces the memory file `rel` with `content` atomically (created 0600, its directories
     /// 0700).
     pub fn write(&self, rel: &str, content: &str) -> Result<MemoryFileInfo, StorageError> {
@@ -169,7 +191,7 @@ impl MemoryFiles {
 
     /// Lines `start_line..=end_line` (1-based; defaults the whole file) of the memory file `rel`.
     pub fn get(&self, rel: &str, start_line: Option<u32>, end_line: Option<u32>) -> Result<MemoryLines, StorageError> {
-        let path = self.resolve(rel)?;
+        let path = self.resolve_for_read(rel)?;
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(StorageError::NotFound(rel.to_owned())),
@@ -415,6 +437,44 @@ mod tests {
         assert!(!outside.path().join("a.md").exists());
         let error = memory.get("src/lib.rs", None, None).unwrap_err();
         assert!(matches!(error, StorageError::NotMemoryFile(_)), "{error}");
+    }
+
+    /// What the index finds through a link that stays in the workspace can be read; a link out
+    /// of it, or to a file that is not Markdown (the signing key), cannot.
+    #[test]
+    fn a_read_follows_links_inside_the_workspace_to_markdown_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let workspace = Workspace::open(dir.path()).unwrap();
+        let memory = MemoryFiles::new(&workspace);
+        std::fs::create_dir_all(dir.path().join("docs")).unwrap();
+        std::fs::create_dir_all(dir.path().join("memory")).unwrap();
+        std::fs::write(dir.path().join("docs/notes.md"), "- a note\n").unwrap();
+        std::fs::write(outside.path().join("secret.md"), "outside\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("keys")).unwrap();
+        std::fs::write(dir.path().join("keys/candidates.key"), "k").unwrap();
+        let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, dir.path().join(name)).unwrap();
+        link(&dir.path().join("docs/notes.md"), "memory/notes.md");
+        link(&outside.path().join("secret.md"), "memory/out.md");
+        link(&dir.path().join("keys/candidates.key"), "memory/key.md");
+        link(&dir.path().join("docs"), "memory/docs");
+
+        assert_eq!(memory.get("memory/notes.md", None, None).unwrap().text, "- a note\n");
+        assert_eq!(
+            memory.get("memory/docs/notes.md", None, None).unwrap().text,
+            "- a note\n"
+        );
+        for refused in ["memory/out.md", "memory/key.md"] {
+            let error = memory.get(refused, None, None).unwrap_err();
+            assert!(matches!(error, StorageError::OutsideWorkspace(_)), "{refused}: {error}");
+        }
+        // A write never goes through a link.
+        let error = memory.write("memory/notes.md", "x").unwrap_err();
+        assert!(matches!(error, StorageError::OutsideWorkspace(_)), "{error}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("docs/notes.md")).unwrap(),
+            "- a note\n"
+        );
     }
 
     #[test]
