@@ -107,11 +107,13 @@ impl Redirector {
     }
 }
 
-fn redirect(stream: TcpStream, requests: &Mutex<Vec<BTreeMap<String, String>>>, target: &str) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+/// Reads one HTTP request from `reader`: its path and headers (names lowercase), the body
+/// read and dropped. `None` for a connection closed before a request line.
+fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<(String, BTreeMap<String, String>)>> {
     let mut line = String::new();
-    reader.read_line(&mut line)?;
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_owned();
     let mut headers = BTreeMap::new();
     loop {
@@ -126,6 +128,15 @@ fn redirect(stream: TcpStream, requests: &Mutex<Vec<BTreeMap<String, String>>>, 
     let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
+    Ok(Some((path, headers)))
+}
+
+fn redirect(stream: TcpStream, requests: &Mutex<Vec<BTreeMap<String, String>>>, target: &str) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let Some((path, headers)) = read_request(&mut reader)? else {
+        return Ok(());
+    };
     requests.lock().unwrap().push(headers);
     // To the same path on the target (`/v1/chat/completions`, `/v1/embeddings`).
     let location = format!("{}{}", target.trim_end_matches("/v1"), path);
@@ -148,23 +159,10 @@ impl Drop for EchoServer {
 fn echo(stream: TcpStream, requests: &Mutex<Vec<BTreeMap<String, String>>>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Ok(()); // The wake-up connection of `Drop`.
-    }
-    let mut headers = BTreeMap::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.trim_end().split_once(':') {
-            headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
-        }
-    }
-    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
+    // `None`: the wake-up connection of `Drop`.
+    let Some((_, headers)) = read_request(&mut reader)? else {
+        return Ok(());
+    };
     let number = {
         let mut requests = requests.lock().unwrap();
         requests.push(headers.clone());
