@@ -70,7 +70,7 @@ fn log_text(result: &Value, format: Format) -> &str {
 
 fn same_call_same_bytes(format: Format) {
     let dir = tempfile::tempdir().unwrap();
-    let mut extensions = Config::default().markdown_file_extensions;
+    let mut extensions = Config::default().render.markdown_file_extensions;
     extensions.push(".log".into());
     let markdown_logs = json!({"markdown_file_extensions": extensions});
 

@@ -215,7 +215,7 @@ fn bytes(messages: &[Value]) -> usize {
 
 fn counter(tokenizer: &str) -> TokenCounter {
     let tokenizer: Tokenizer = serde_json::from_value(Value::from(tokenizer)).expect("a tokenizer name");
-    let counter = TokenCounter::new(tokenizer, Config::default().token_count_estimate_divisor);
+    let counter = TokenCounter::new(tokenizer, Config::default().tokens.token_count_estimate_divisor.get());
     counter.count_text("warm up the singleton");
     counter
 }
@@ -226,7 +226,7 @@ fn summarize(previous: Option<&CompactSummary>, messages: &[Value], counter: &To
         ..SummaryInput::new(
             messages,
             MessageFormat::Openai,
-            Config::default().summary_max_tokens,
+            Config::default().summary.summary_max_tokens,
             counter,
         )
     };

@@ -107,7 +107,7 @@ fn ingest<const N: usize>(bencher: Bencher, shape: Shape) {
     let call = bash_call();
     bencher.counter(BytesCount::of_str(&text)).bench(|| {
         let text = divan::black_box(text.as_str());
-        let kind = offload::classify(Some(&call), &config.render_config());
+        let kind = offload::classify(Some(&call), &config.render);
         (offload::must_offload(text.len(), kind, &config), TextStats::of(text))
     });
 }
@@ -122,7 +122,7 @@ fn bench_render(bencher: Bencher, shape: Shape, size: usize, phase: Phase) {
                 divan::black_box(&message),
                 &offloaded,
                 phase,
-                &config.render_config(),
+                &config.render,
                 "/home/user/workspace",
                 Some(12),
                 &[],
@@ -146,9 +146,9 @@ fn bench_excerpt(bencher: Bencher, shape: Shape, size: usize, phase: Phase) {
     let text = output(shape, size);
     let stats = TextStats::of(&text);
     let config = Config::default();
-    let render_config = config.render_config();
-    let kind = offload::classify(Some(&bash_call()), &render_config);
-    let limits = offload::excerpt_limits(kind, phase, &render_config).expect("plain results have limits");
+    let render_config = &config.render;
+    let kind = offload::classify(Some(&bash_call()), render_config);
+    let limits = offload::excerpt_limits(kind, phase, render_config).expect("plain results have limits");
     let file = FileRef {
         path: "tool_result/0f8fad5b-d9cb-469f-a165-70867728950e.txt",
         root: Some("/home/user/workspace"),

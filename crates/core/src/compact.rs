@@ -30,7 +30,7 @@ impl TailBudget {
     pub fn of(config: &Config) -> Self {
         TailBudget {
             tokens: config.reserve_tokens(),
-            min_messages: config.compact_keep_recent_messages,
+            min_messages: config.compaction.compact_keep_recent_messages,
         }
     }
 }
@@ -152,6 +152,7 @@ mod tests {
     use super::*;
     use crate::format::check_pairs;
     use proptest::prelude::*;
+    use satchel_protocol::config::CompactionConfig;
     use serde_json::json;
 
     fn user(t: &str) -> Value {
@@ -277,7 +278,10 @@ mod tests {
         check_keep_recent(&m, &t, 30, 9, None);
         // The config's budget is its reserve and its minimum.
         let config = Config {
-            compact_keep_recent_messages: 3,
+            compaction: CompactionConfig {
+                compact_keep_recent_messages: 3,
+                ..CompactionConfig::default()
+            },
             ..Config::default()
         };
         assert_eq!(

@@ -29,13 +29,13 @@ pub enum ResultKind {
 }
 
 /// Classifies a result by the call that produced it (unknown call → plain).
-pub fn classify(call: Option<&ToolCall>, config: &RenderConfig<'_>) -> ResultKind {
+pub fn classify(call: Option<&ToolCall>, config: &RenderConfig) -> ResultKind {
     let Some(call) = call else { return ResultKind::Plain };
     let markdown = config
         .markdown_tool_names
         .iter()
         .any(|n| n.eq_ignore_ascii_case(&call.name))
-        || names_markdown_file(&call.arguments, config.markdown_file_extensions);
+        || names_markdown_file(&call.arguments, &config.markdown_file_extensions);
     if config
         .read_file_tool_names
         .iter()
@@ -71,7 +71,7 @@ fn any_string(value: &Value, pred: &dyn Fn(&str) -> bool) -> bool {
 }
 
 /// Byte limit of a result of `kind` in `phase`; `None` means "never truncated".
-pub fn max_bytes(kind: ResultKind, phase: Phase, config: &RenderConfig<'_>) -> Option<usize> {
+pub fn max_bytes(kind: ResultKind, phase: Phase, config: &RenderConfig) -> Option<usize> {
     let markdown = matches!(kind, ResultKind::Markdown | ResultKind::ReadFile { markdown: true });
     match (kind, phase) {
         (ResultKind::ReadFile { .. }, Phase::Recent) => None,
@@ -83,14 +83,14 @@ pub fn max_bytes(kind: ResultKind, phase: Phase, config: &RenderConfig<'_>) -> O
 }
 
 /// The excerpt limits of a result in a phase, or `None` when it stays whole.
-pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &RenderConfig<'_>) -> Option<ExcerptLimits> {
+pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &RenderConfig) -> Option<ExcerptLimits> {
     if !config.pruning_enabled {
         return None;
     }
     max_bytes(kind, phase, config).map(|max_bytes| ExcerptLimits {
         max_bytes,
         slack_bytes: config.pruning_slack_bytes,
-        tail_ratio: config.pruning_tail_ratio,
+        tail_ratio: config.pruning_tail_ratio.get(),
     })
 }
 
@@ -103,14 +103,14 @@ pub fn excerpt_limits(kind: ResultKind, phase: Phase, config: &RenderConfig<'_>)
 /// full text can be read from. It reads more of the configuration than rendering does: the
 /// decision is made once, when the text enters.
 pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> bool {
-    let prunable = config.context_mode == ContextMode::Aceclaw && text_bytes > 2 * config.prune_stub_chars;
-    let render = config.render_config();
-    config.pruning_enabled
+    let prunable = config.window.context_mode == ContextMode::Aceclaw && text_bytes > 2 * config.prune.prune_stub_chars;
+    let render = &config.render;
+    render.pruning_enabled
         && (prunable
             || [Phase::Recent, Phase::Old]
                 .into_iter()
-                .filter_map(|p| max_bytes(kind, p, &render))
-                .any(|limit| text_bytes > limit + config.pruning_slack_bytes))
+                .filter_map(|p| max_bytes(kind, p, render))
+                .any(|limit| text_bytes > limit + render.pruning_slack_bytes))
 }
 
 /// Index of the first message of the recent window: the last `recent_n` messages, widened to
@@ -176,7 +176,7 @@ pub fn select_offloads<'a, E>(new: &'a [Value], earlier: E, format: MessageForma
 where
     E: DoubleEndedIterator<Item = &'a Value> + Clone,
 {
-    let render = config.render_config();
+    let render = &config.render;
     let mut selected = Vec::new();
     for (position, message) in new.iter().enumerate() {
         let newest_first = || new[..position].iter().rev().chain(earlier.clone().rev());
@@ -188,7 +188,7 @@ where
                 .call_id
                 .as_deref()
                 .and_then(|cid| find_call(newest_first(), cid, format));
-            if must_offload(full.len(), classify(call.as_ref(), &render), config) {
+            if must_offload(full.len(), classify(call.as_ref(), render), config) {
                 selected.push(SelectedText {
                     position,
                     pointer: text.pointer,
@@ -203,6 +203,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use satchel_protocol::config::WindowConfig;
     use serde_json::json;
 
     fn call(name: &str, args: &str) -> ToolCall {
@@ -216,51 +217,57 @@ mod tests {
     #[test]
     fn classifies_by_tool_and_path() {
         let config = Config::default();
-        let c = config.render_config();
+        let c = &config.render;
         assert_eq!(
-            classify(Some(&call("bash", r#"{"command":"ls"}"#)), &c),
+            classify(Some(&call("bash", r#"{"command":"ls"}"#)), c),
             ResultKind::Plain
         );
         assert_eq!(
-            classify(Some(&call("cat", r#"{"path":"docs/SKILL.md"}"#)), &c),
+            classify(Some(&call("cat", r#"{"path":"docs/SKILL.md"}"#)), c),
             ResultKind::Markdown
         );
         assert_eq!(
-            classify(Some(&call("read_file", r#"{"path":"src/a.rs"}"#)), &c),
+            classify(Some(&call("read_file", r#"{"path":"src/a.rs"}"#)), c),
             ResultKind::ReadFile { markdown: false }
         );
         assert_eq!(
-            classify(Some(&call("Read", r#"{"file_path":"R.MD"}"#)), &c),
+            classify(Some(&call("Read", r#"{"file_path":"R.MD"}"#)), c),
             ResultKind::ReadFile { markdown: true }
         );
-        assert_eq!(classify(Some(&call("load_skill", "{}")), &c), ResultKind::Markdown);
-        assert_eq!(classify(None, &c), ResultKind::Plain);
+        assert_eq!(classify(Some(&call("load_skill", "{}")), c), ResultKind::Markdown);
+        assert_eq!(classify(None, c), ResultKind::Plain);
     }
 
     #[test]
     fn limits_follow_kind_and_phase() {
         let c = Config::default();
-        let r = c.render_config();
-        assert_eq!(max_bytes(ResultKind::Plain, Phase::Recent, &r), Some(50_000));
-        assert_eq!(max_bytes(ResultKind::Plain, Phase::Old, &r), Some(3_000));
-        assert_eq!(max_bytes(ResultKind::Markdown, Phase::Old, &r), Some(50_000));
+        let r = &c.render;
+        assert_eq!(max_bytes(ResultKind::Plain, Phase::Recent, r), Some(50_000));
+        assert_eq!(max_bytes(ResultKind::Plain, Phase::Old, r), Some(3_000));
+        assert_eq!(max_bytes(ResultKind::Markdown, Phase::Old, r), Some(50_000));
         assert_eq!(
-            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, &r),
+            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Recent, r),
             None
         );
         assert_eq!(
-            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, &r),
+            max_bytes(ResultKind::ReadFile { markdown: false }, Phase::Old, r),
             Some(3_000)
         );
         assert!(!must_offload(3_100, ResultKind::Plain, &c), "within the slack");
         assert!(must_offload(3_101, ResultKind::Plain, &c));
         let off = Config {
-            pruning_enabled: false,
+            render: RenderConfig {
+                pruning_enabled: false,
+                ..RenderConfig::default()
+            },
             ..Config::default()
         };
         assert!(!must_offload(1_000_000, ResultKind::Plain, &off));
         let aceclaw = Config {
-            context_mode: ContextMode::Aceclaw,
+            window: WindowConfig {
+                context_mode: ContextMode::Aceclaw,
+                ..WindowConfig::default()
+            },
             ..Config::default()
         };
         assert!(
@@ -271,7 +278,7 @@ mod tests {
             must_offload(401, ResultKind::Plain, &aceclaw),
             "a stub must name its file"
         );
-        assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off.render_config()).is_none());
+        assert!(excerpt_limits(ResultKind::Plain, Phase::Old, &off.render).is_none());
     }
 
     #[test]
@@ -407,7 +414,7 @@ mod tests {
             .collect();
         assert_eq!(got, expect);
         for s in &selected {
-            assert!(s.full(new).len() > config.pruning_old_msg_max_bytes);
+            assert!(s.full(new).len() > config.render.pruning_old_msg_max_bytes);
         }
     }
 
@@ -422,7 +429,10 @@ mod tests {
         ];
         check_selection(&new, &[], MessageFormat::Openai, &c, &[(1, "/content", Some("bash"))]);
         let off = Config {
-            pruning_enabled: false,
+            render: RenderConfig {
+                pruning_enabled: false,
+                ..RenderConfig::default()
+            },
             ..Config::default()
         };
         check_selection(&new, &[], MessageFormat::Openai, &off, &[]);

@@ -19,7 +19,8 @@
 #[cfg(test)]
 mod tests;
 
-use satchel_protocol::{Config, MessageFormat, PruneReport};
+use satchel_protocol::config::PruneConfig;
+use satchel_protocol::{MessageFormat, PruneReport};
 use serde_json::Value;
 
 use crate::format::{has_tool_result, result_texts};
@@ -45,8 +46,8 @@ pub struct PrunePlan {
 }
 
 impl PrunePlan {
-    /// The plan of `config` (`prune_protected_turns`, `prune_stub_chars`).
-    pub fn of(config: &Config) -> Self {
+    /// The plan of the pruning keys (`prune_protected_turns`, `prune_stub_chars`).
+    pub fn of(config: &PruneConfig) -> Self {
         PrunePlan {
             protected_turns: config.prune_protected_turns,
             stub_chars: config.prune_stub_chars,

@@ -45,7 +45,7 @@ pub struct RenderedText {
 }
 
 /// Classifies an offloaded text under `config`.
-pub fn kind_of(text: &OffloadedText, config: &RenderConfig<'_>) -> ResultKind {
+pub fn kind_of(text: &OffloadedText, config: &RenderConfig) -> ResultKind {
     offload::classify(text.call.as_ref(), config)
 }
 
@@ -101,7 +101,7 @@ pub fn render_message(
     original: &Value,
     offloaded: &[OffloadedText],
     phase: Phase,
-    config: &RenderConfig<'_>,
+    config: &RenderConfig,
     workspace_root: &str,
     message_index: Option<usize>,
     controls: &[ResultControl],
@@ -160,7 +160,7 @@ pub fn render_message(
 }
 
 /// The root a notice joins with the offload file's path for `read_file`, under `config`.
-pub fn notice_root<'a>(config: &RenderConfig<'_>, workspace_root: &'a str) -> Option<&'a str> {
+pub fn notice_root<'a>(config: &RenderConfig, workspace_root: &'a str) -> Option<&'a str> {
     match config.offload_notice_path {
         OffloadNoticePath::Absolute => Some(workspace_root),
         OffloadNoticePath::Relative => None,
@@ -199,6 +199,7 @@ mod tests {
     use crate::format::{self, MessageFormat, check_pairs, result_texts};
     use proptest::prelude::*;
     use satchel_protocol::Config;
+    use satchel_protocol::config::RecentConfig;
     use serde_json::json;
 
     /// A random conversation: user turns, assistant turns with 0-3 parallel calls (some to
@@ -260,7 +261,7 @@ mod tests {
                             .call_id
                             .as_deref()
                             .and_then(|id| format::find_call(messages[..index].iter().rev(), id, format));
-                        let kind = offload::classify(call.as_ref(), &config.render_config());
+                        let kind = offload::classify(call.as_ref(), &config.render);
                         offload::must_offload(full.len(), kind, config).then(|| OffloadedText {
                             file: format!("tool_result/{index}{}.txt", t.pointer.replace('/', "_")),
                             stats: TextStats::of(full),
@@ -275,14 +276,20 @@ mod tests {
 
     fn check(messages: Vec<Value>, format: MessageFormat, recent_n: usize) -> Result<(), TestCaseError> {
         let config = Config {
-            pruning_recent_n: recent_n,
-            pruning_recent_msg_max_bytes: 6_000,
-            pruning_old_msg_max_bytes: 1_000,
-            markdown_recent_msg_max_bytes: 9_000,
-            markdown_old_msg_max_bytes: 4_000,
+            recent: RecentConfig {
+                pruning_recent_n: recent_n,
+                ..RecentConfig::default()
+            },
+            render: RenderConfig {
+                pruning_recent_msg_max_bytes: 6_000,
+                pruning_old_msg_max_bytes: 1_000,
+                markdown_recent_msg_max_bytes: 9_000,
+                markdown_old_msg_max_bytes: 4_000,
+                ..RenderConfig::default()
+            },
             ..Config::default()
         };
-        let render_config = config.render_config();
+        let render_config = &config.render;
         prop_assert_eq!(check_pairs(&messages, format), Ok(()));
         let offloaded = offload_all(&messages, format, &config);
         let recent_start = offload::recent_start(&messages, format, recent_n);
@@ -296,7 +303,7 @@ mod tests {
                         m,
                         o,
                         if i >= recent_start { Phase::Recent } else { Phase::Old },
-                        &render_config,
+                        render_config,
                         "/ws",
                         None,
                         &[],
@@ -328,8 +335,8 @@ mod tests {
                 } else {
                     Phase::Old
                 };
-                let kind = offload::classify(o.call.as_ref(), &render_config);
-                let limit = offload::max_bytes(kind, phase, &render_config);
+                let kind = offload::classify(o.call.as_ref(), render_config);
+                let limit = offload::max_bytes(kind, phase, render_config);
                 match t.kept_bytes {
                     None => prop_assert_eq!(seen, full, "an untruncated text is the original"),
                     Some(kept) => {
@@ -339,10 +346,10 @@ mod tests {
                         let head = excerpt_of(
                             full,
                             &o.stats,
-                            &offload::excerpt_limits(kind, phase, &render_config).unwrap(),
+                            &offload::excerpt_limits(kind, phase, render_config).unwrap(),
                             &FileRef {
                                 path: &o.file,
-                                root: notice_root(&render_config, "/ws"),
+                                root: notice_root(render_config, "/ws"),
                                 id: None,
                             },
                         )
@@ -384,20 +391,12 @@ mod tests {
                 stats: TextStats::of(&full),
                 call: Some(call.clone()),
             }];
-            let (shown, texts) = render_message(
-                &message,
-                &offloaded,
-                Phase::Old,
-                &config.render_config(),
-                "/ws",
-                None,
-                &[],
-            );
+            let (shown, texts) = render_message(&message, &offloaded, Phase::Old, &config.render, "/ws", None, &[]);
             let shown = shown["content"].as_str().unwrap();
             assert_eq!(texts[0].kept_bytes.is_some(), cut, "{size}: cut? shown {}", shown.len());
             if cut {
                 assert!(
-                    shown.len() + config.pruning_slack_bytes < full.len(),
+                    shown.len() + config.render.pruning_slack_bytes < full.len(),
                     "{size}: {}",
                     shown.len()
                 );
@@ -426,12 +425,12 @@ mod tests {
         let (full, message, offloaded) = offloaded_output();
         let config = Config::default();
         let shown = |control| {
-            let render_config = config.render_config();
+            let render_config = &config.render;
             let (shown, texts) = render_message(
                 &message,
                 &offloaded,
                 Phase::Old,
-                &render_config,
+                render_config,
                 "/ws",
                 Some(12),
                 &[control],
@@ -461,17 +460,23 @@ mod tests {
         let (_, message, offloaded) = offloaded_output();
         let shown = |notice_path| {
             let config = Config {
-                offload_notice_path: notice_path,
+                render: RenderConfig {
+                    offload_notice_path: notice_path,
+                    ..RenderConfig::default()
+                },
                 ..Config::default()
             };
-            let render_config = config.render_config();
-            let (shown, _) = render_message(&message, &offloaded, Phase::Old, &render_config, "/srv/ws", None, &[]);
+            let render_config = &config.render;
+            let (shown, _) = render_message(&message, &offloaded, Phase::Old, render_config, "/srv/ws", None, &[]);
             shown["content"].as_str().unwrap().to_owned()
         };
         let context_read = "`context.read` with {\"path\": \"tool_result/x.txt\", \"start_line\": ";
 
         let absolute = shown(OffloadNoticePath::Absolute);
-        assert_eq!(Config::default().offload_notice_path, OffloadNoticePath::Absolute);
+        assert_eq!(
+            Config::default().render.offload_notice_path,
+            OffloadNoticePath::Absolute
+        );
         assert!(absolute.contains("`read_file` with file_path=\"/srv/ws/tool_result/x.txt\" start_line="));
         assert!(absolute.contains(context_read));
 

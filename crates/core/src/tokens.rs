@@ -7,9 +7,7 @@
 //! (`benches/tokens.rs` measures the per-message cost). The encoders are process-wide singletons because building one
 //! takes 70–250 ms.
 
-use std::hash::{Hash, Hasher};
-
-use satchel_protocol::config::Tokenizer;
+use satchel_protocol::config::{Float, TokenConfig, Tokenizer};
 use serde_json::Value;
 
 /// Fixed cost of one message (role, separators), as OpenAI's cookbook counts it.
@@ -23,36 +21,39 @@ pub const TOOL_RESULT_OVERHEAD_TOKENS: u64 = 10;
 pub const TOOL_DEF_OVERHEAD_TOKENS: u64 = 10;
 
 /// Counts tokens of texts and messages with one tokenizer.
-#[derive(Debug, Clone, Copy)]
+///
+/// It holds the whole [`TokenConfig`] and hashes as it does (derived): two counters hash
+/// alike when they count alike, and a cache of counts keys on the hash, so a key added to the
+/// group is part of the cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenCounter {
-    tokenizer: Tokenizer,
-    divisor: f64,
-}
-
-/// Two counters hash alike when they count alike: a cache of counts keys on the hash.
-impl Hash for TokenCounter {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // No `..`: a new field must be hashed here, or this does not compile.
-        let TokenCounter { tokenizer, divisor } = self;
-        tokenizer.hash(state);
-        divisor.to_bits().hash(state);
-    }
+    config: TokenConfig,
 }
 
 impl TokenCounter {
     /// A counter for `tokenizer`; `divisor` is used by [`Tokenizer::Estimate`] and by [`Self::estimate`].
     pub fn new(tokenizer: Tokenizer, divisor: f64) -> Self {
-        TokenCounter { tokenizer, divisor }
+        TokenCounter {
+            config: TokenConfig {
+                tokenizer,
+                token_count_estimate_divisor: Float(divisor),
+            },
+        }
+    }
+
+    /// The counter a configuration's token keys describe.
+    pub fn of(config: &TokenConfig) -> Self {
+        TokenCounter { config: *config }
     }
 
     /// The tokenizer this counter uses.
     pub fn tokenizer(&self) -> Tokenizer {
-        self.tokenizer
+        self.config.tokenizer
     }
 
     /// Tokens of a text.
     pub fn count_text(&self, text: &str) -> u64 {
-        match self.tokenizer {
+        match self.config.tokenizer {
             Tokenizer::O200kBase => tiktoken_rs::o200k_base_singleton().count_ordinary(text) as u64,
             Tokenizer::Cl100kBase => tiktoken_rs::cl100k_base_singleton().count_ordinary(text) as u64,
             Tokenizer::Estimate => self.estimate(text),
@@ -61,7 +62,7 @@ impl TokenCounter {
 
     /// The spec's instant estimate: `round(bytes / divisor)`.
     pub fn estimate(&self, text: &str) -> u64 {
-        (text.len() as f64 / self.divisor).round() as u64
+        (text.len() as f64 / self.config.token_count_estimate_divisor.get()).round() as u64
     }
 
     /// Tokens of a message or any JSON value: every string in it (contents, tool arguments,
@@ -75,7 +76,7 @@ impl TokenCounter {
     pub fn count_message(&self, message: &Value) -> u64 {
         let mut joined = String::new();
         collect_strings(message, &mut joined);
-        let framing = match self.tokenizer {
+        let framing = match self.config.tokenizer {
             Tokenizer::Estimate => tool_framing(message),
             Tokenizer::O200kBase | Tokenizer::Cl100kBase => 0,
         };
@@ -85,7 +86,7 @@ impl TokenCounter {
     /// Tokens of one tool definition: as a message in exact modes (what the daemon always
     /// counted), its strings plus [`TOOL_DEF_OVERHEAD_TOKENS`] in estimate mode.
     pub fn count_tool_definition(&self, definition: &Value) -> u64 {
-        match self.tokenizer {
+        match self.config.tokenizer {
             Tokenizer::Estimate => {
                 let mut joined = String::new();
                 collect_strings(definition, &mut joined);

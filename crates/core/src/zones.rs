@@ -72,7 +72,7 @@ pub fn zone_usage(messages: &[MessageTokens], extras: RequestTokens, config: &Co
         total: system + extras.tools + extras.summary + extras.expanded + extras.pinned + messages_total,
         limit: config.effective_window(),
         threshold: config.compact_threshold_tokens(),
-        tokenizer: config.tokenizer,
+        tokenizer: config.tokens.tokenizer,
     }
 }
 
@@ -105,7 +105,7 @@ pub enum CompactionDue {
 /// earlier compaction turned out futile (it is tried again once a summary's worth of new
 /// messages has accrued, so a small window does not thrash).
 pub fn compaction_due(usage: &TokenUsage, futile_at: Option<u64>, config: &Config) -> CompactionDue {
-    let over_threshold = config.compact_enabled && usage.total >= config.compact_threshold_tokens();
+    let over_threshold = config.compaction.compact_enabled && usage.total >= config.compact_threshold_tokens();
     let retry = futile_at.is_none_or(|at| usage.compactable >= at + config.summary_budget_tokens());
     match (over_threshold, retry) {
         (false, _) => CompactionDue::No,

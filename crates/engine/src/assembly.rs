@@ -81,9 +81,9 @@ pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>, config: 
     // change of what must be checked.
     let switches = [
         request.system.is_some(),
-        config.task_focus_section_enabled,
-        config.budget_section_enabled,
-        config.candidates_enabled,
+        config.sections.task_focus_section_enabled,
+        config.sections.budget_section_enabled,
+        config.candidates.candidates_enabled,
     ];
     let key = switches
         .iter()
@@ -94,9 +94,9 @@ pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>, config: 
     let sections = parse_sections(request.sections.unwrap_or_default())?;
     let taken = |section_key: &str| {
         (request.system.is_some() && is_system_key(section_key))
-            || (config.task_focus_section_enabled && section_key == TASK_FOCUS_KEY)
-            || (config.budget_section_enabled && section_key == BUDGET_SECTION_KEY)
-            || (config.candidates_enabled && section_key.starts_with(SECTION_KEY_PREFIX))
+            || (config.sections.task_focus_section_enabled && section_key == TASK_FOCUS_KEY)
+            || (config.sections.budget_section_enabled && section_key == BUDGET_SECTION_KEY)
+            || (config.candidates.candidates_enabled && section_key.starts_with(SECTION_KEY_PREFIX))
     };
     validate_input(request.system, &sections, taken).map_err(invalid)?;
     session.requests.checked_prompt_inputs = Some(key);
@@ -117,7 +117,7 @@ pub(crate) fn assemble(
     }
     let query = newest_user_text(session);
     let budget = SystemPromptBudget::of_config(config);
-    let task_focus_section = config.task_focus_section_enabled;
+    let task_focus_section = config.sections.task_focus_section_enabled;
     let mut key = input_key(&request, query.as_deref(), budget, task_focus_section);
     if let Some(text) = base_message {
         key ^= text_hash(text).rotate_left(1);

@@ -194,7 +194,7 @@ impl Engine {
     /// candidates are off or the workspace has no store (a schedule never creates one, nor its
     /// signing key).
     pub fn candidates_evaluate_scheduled(&self) -> Result<Option<EvaluateResult>, EngineError> {
-        if !self.config().candidates_enabled || !self.has_candidate_store() {
+        if !self.config().candidates.candidates_enabled || !self.has_candidate_store() {
             return Ok(None);
         }
         let result = self.candidates_evaluate(EvaluateParams {})?;

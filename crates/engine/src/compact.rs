@@ -101,7 +101,7 @@ impl Engine {
                     &*session_config
                 }
             };
-            let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+            let counter = TokenCounter::of(&config.tokens);
             // A manual compaction counts the request as the last `context.prepare` sent it.
             let extras = RequestExtras {
                 system: session.last_system.clone(),
@@ -246,10 +246,10 @@ impl Engine {
         summary: Option<&CompactSummary>,
         phase0: Option<&Phase0>,
     ) {
-        if config.memory_enabled {
+        if config.summary.memory_enabled {
             self.remember(id, begun, previous, summary, phase0);
         }
-        if config.candidates_enabled && config.candidates_from_compaction {
+        if config.candidates.candidates_enabled && config.candidates.candidates_from_compaction {
             let new = |now: &[String], before: Option<&Vec<String>>| -> Vec<String> {
                 now.iter()
                     .filter(|x| before.is_none_or(|b| !b.contains(x)))
@@ -297,7 +297,7 @@ impl Engine {
             indices: &indices,
             format,
             instruction: how.instruction,
-            demonstration_prefixes: Some(&config.demonstration_prefixes),
+            demonstration_prefixes: Some(&config.summary.demonstration_prefixes),
             max_tokens: summary_budget(config, counter),
             counter,
         };
@@ -316,7 +316,8 @@ impl Engine {
             let beside = scope.spawn(|| {
                 let lines = dialog_lines(id, &compaction_id, &archived_at, &removed, &span, &HashSet::new());
                 let encoded = self.archive.encode(&archive_file, &lines);
-                let identifiers = SpanIdentifiers::read(&span, &indices, format, Some(&config.demonstration_prefixes));
+                let identifiers =
+                    SpanIdentifiers::read(&span, &indices, format, Some(&config.summary.demonstration_prefixes));
                 (encoded, identifiers)
             });
             let summarized = summarize(config, &input, how.call);
@@ -327,8 +328,11 @@ impl Engine {
         let encoded = encoded?;
         summary.archive = session.summary().map(|s| s.archive.clone()).unwrap_or_default();
         let compacted_tokens: u64 = plan.compact.iter().map(|&p| tokens[p]).sum();
-        let phase0 = (config.context_mode == ContextMode::Aceclaw).then(|| phase0::extract(&span, format));
-        let dropped = identifiers.dropped(&summary_message_text_for(&summary, config.context_mode), DROPPED_LISTED);
+        let phase0 = (config.window.context_mode == ContextMode::Aceclaw).then(|| phase0::extract(&span, format));
+        let dropped = identifiers.dropped(
+            &summary_message_text_for(&summary, config.window.context_mode),
+            DROPPED_LISTED,
+        );
         Ok(Some(Drafted {
             begun: CompactionBegun {
                 id: compaction_id,
@@ -432,22 +436,22 @@ fn summarize(
             .map(|s| (s, backend.to_owned()))
             .map_err(|e| CompactError::Summarize(e.to_string()))
     };
-    if config.summarizer == SummarizerKind::Extractive {
+    if config.summary.summarizer == SummarizerKind::Extractive {
         return extractive("extractive");
     }
-    let completer = match call.models.completer(config.summarizer, config) {
+    let completer = match call.models.completer(config.summary.summarizer, config) {
         Ok(completer) => completer,
         Err(why) => return extractive(&format!("extractive (fallback: {why})")),
     };
-    let language = match config.summary_language {
+    let language = match config.summary.summary_language {
         SummaryLanguage::En => Language::En,
         SummaryLanguage::Zh => Language::Zh,
     };
     let progress = call.progress.clone();
     let summary = LlmSummarizer::new(completer)
         .with_language(language)
-        .with_input_budget(config.llm_input_budget_tokens)
-        .with_max_output(config.llm_max_output_tokens)
+        .with_input_budget(config.summary.llm_input_budget_tokens)
+        .with_max_output(config.summary.llm_max_output_tokens)
         .with_progress(move |stage, stages| progress(stage, stages))
         .summarize_reporting(input);
     Ok(summary)

@@ -62,7 +62,7 @@ impl Engine {
         Ok(Engine {
             offloads: OffloadStore::new(&workspace),
             sessions: SessionStore::new(&workspace),
-            archive: DialogArchive::new(&workspace, &config.dialog_path)?,
+            archive: DialogArchive::new(&workspace, &config.daemon.sessions.dialog_path)?,
             memory: MemoryFiles::new(&workspace),
             workspace,
             config,
@@ -175,15 +175,15 @@ impl Engine {
     pub fn evict_idle(&self) {
         let now = self.clock.now().timestamp_millis();
         let due = now >= self.next_idle_sweep_ms.load(Ordering::Relaxed);
-        if !due && self.live.len() <= self.config.max_live_sessions {
+        if !due && self.live.len() <= self.config.daemon.sessions.max_live_sessions {
             return;
         }
         if due {
             self.next_idle_sweep_ms.store(now + IDLE_SWEEP_MS, Ordering::Relaxed);
         }
         let limits = LiveLimits {
-            max_sessions: self.config.max_live_sessions,
-            idle_ms: (self.config.session_idle_secs * 1000.0) as i64,
+            max_sessions: self.config.daemon.sessions.max_live_sessions,
+            idle_ms: (self.config.daemon.sessions.session_idle_secs * 1000.0) as i64,
         };
         let dropped = self.live.evict(now, limits);
         if dropped > 0 {
@@ -197,6 +197,7 @@ mod tests {
     use super::*;
     use crate::call::CallContext;
     use crate::clock::{ManualClock, SequentialIds};
+    use satchel_protocol::config::{DaemonConfig, SessionsConfig};
     use satchel_protocol::{FormatHint, PrepareParams};
     use serde_json::json;
 
@@ -225,7 +226,13 @@ mod tests {
             chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000),
         ));
         let config = Config {
-            session_idle_secs: 600.0,
+            daemon: DaemonConfig {
+                sessions: SessionsConfig {
+                    session_idle_secs: 600.0,
+                    ..SessionsConfig::default()
+                },
+                ..DaemonConfig::default()
+            },
             ..Config::default()
         };
         let engine = Engine::with_clock(

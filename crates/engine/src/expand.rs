@@ -61,7 +61,7 @@ impl Engine {
             };
             let config = &*self.session_config(session);
             let format = format_or_default(session.format);
-            let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+            let counter = TokenCounter::of(&config.tokens);
             let rendered = render_lines(&lines, config, self.offloads.workspace_root());
             let tokens: Vec<u64> = rendered.iter().map(|(m, _)| counter.count_message(m)).collect();
             let room = config
@@ -199,7 +199,7 @@ impl Engine {
                 }
             }
         }
-        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let counter = TokenCounter::of(&config.tokens);
         let messages: Vec<Value> = render_lines(&lines, config, self.offloads.workspace_root())
             .into_iter()
             .map(|(m, _)| m)
@@ -255,7 +255,7 @@ fn render_lines(lines: &[(usize, DialogLine)], config: &Config, workspace_root: 
                 &line.message,
                 &offloaded,
                 Phase::Recent,
-                &config.render_config(),
+                &config.render,
                 workspace_root,
                 Some(line.index),
                 &[],

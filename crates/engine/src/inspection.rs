@@ -89,7 +89,7 @@ fn role_of(message: &Value, format: MessageFormat) -> Role {
 /// zone was counted from, so the split is exact unless pruning (`aceclaw` mode) or the
 /// squeeze changed the request as sent; the proportions then stand for it.
 pub(crate) fn role_tokens(session: &mut Session, config: &Config, messages_zone: u64) -> MessageRoleTokens {
-    let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+    let counter = TokenCounter::of(&config.tokens);
     // The factor `messages_zone` was counted with: a usage reported since changes the next
     // request's counts, not how the last one splits.
     let factor = session
@@ -165,7 +165,11 @@ pub(crate) fn offloaded(session: &mut Session, config: Option<&Config>) -> Vec<O
         return results.into_iter().map(|(_, r)| r).collect();
     };
     let messages: Vec<&Value> = session.entries.iter().map(|e| &e.message).collect();
-    let recent = recent_start(&messages, format_or_default(session.format), config.pruning_recent_n);
+    let recent = recent_start(
+        &messages,
+        format_or_default(session.format),
+        config.recent.pruning_recent_n,
+    );
     // The renderings are cached from the last request: this reads no offload file.
     let rendered = session.rendered_entries(config, false);
     for (position, result) in &mut results {

@@ -151,7 +151,7 @@ impl Engine {
         }
         let request = Request {
             config,
-            counter: TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor),
+            counter: TokenCounter::of(&config.tokens),
             extras,
         };
         let counted_usage = request.usage(session, false);
@@ -212,7 +212,7 @@ impl Engine {
     /// Adds the sections the daemon itself contributes to the client's: learned candidates
     /// (`candidates_enabled`) and the budget section (`budget_section_enabled`).
     fn add_generated_sections(&self, id: &str, session: &Session, extras: &mut RequestExtras, config: &Config) {
-        if config.candidates_enabled {
+        if config.candidates.candidates_enabled {
             match self.candidate_sections() {
                 Ok(sections) if !sections.is_empty() => extras.sections.get_or_insert_with(Vec::new).extend(sections),
                 Ok(_) => {}
@@ -220,7 +220,7 @@ impl Engine {
                 Err(e) => tracing::warn!(session = %id, "learning candidates left out of the prompt: {e}"),
             }
         }
-        if config.budget_section_enabled {
+        if config.sections.budget_section_enabled {
             extras
                 .sections
                 .get_or_insert_with(Vec::new)

@@ -84,7 +84,7 @@ pub(crate) fn prune_rendered(
         tokens: &tokens,
         total: uncorrected(usage.total, factor),
         target: uncorrected(config.prune_target_tokens(), factor),
-        plan: PrunePlan::of(config),
+        plan: PrunePlan::of(&config.prune),
     };
     let pruned = prune_for_request(&request, |message| counter.count_message(message));
     let saved = corrected(pruned.report.tokens_before - pruned.report.tokens_after, factor);

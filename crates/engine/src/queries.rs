@@ -35,7 +35,7 @@ impl Engine {
             let tokens = session.last_usage.clone().unwrap_or_else(|| TokenUsage {
                 limit: session_config.effective_window(),
                 threshold: session_config.compact_threshold_tokens(),
-                tokenizer: session_config.tokenizer,
+                tokenizer: session_config.tokens.tokenizer,
                 ..TokenUsage::default()
             });
             let loaded = session.last_usage.is_some();
@@ -94,7 +94,7 @@ impl Engine {
                 None => Ok((None, None)),
             };
         };
-        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let counter = TokenCounter::of(&config.tokens);
         let hinted = params.query_hint.as_deref().map(|q| state.with_query(q)).transpose()?;
         let built = hinted.as_ref().unwrap_or(&state.built);
         let tokens =
@@ -167,7 +167,7 @@ impl Engine {
     pub fn sweep(&self, now: SystemTime) -> Result<SweepReport, StorageError> {
         let _gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let referenced = self.sessions.referenced_files()?;
-        let retention = Duration::from_secs_f64(self.config.offload_retention_days * 86_400.0);
+        let retention = Duration::from_secs_f64(self.config.retention.offload_retention_days * 86_400.0);
         self.offloads.sweep(now, retention, &referenced)
     }
 }

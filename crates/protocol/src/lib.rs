@@ -19,7 +19,6 @@ pub mod memory_config;
 pub mod methods;
 pub mod openrpc;
 pub mod pins;
-pub mod render_config;
 pub mod summary;
 pub mod watch;
 
@@ -34,7 +33,7 @@ pub use candidates::{
     MAX_OBSERVE_LIST_ITEMS, MAX_OBSERVE_TEXT_CHARS, ObserveEvidence, ObserveParams, ObserveResult, RejectedEntry,
     RemoveParams, RemoveResult, StateChange,
 };
-pub use config::{Config, ContextMode, OffloadNoticePath};
+pub use config::{Config, ConfigError, ContextMode, DaemonConfig, OffloadNoticePath, RenderConfig, TokenConfig};
 pub use errors::ErrorCode;
 pub use expand::{ContextExpand, ExpandParams, ExpandRange, ExpandResult};
 pub use methods::*;
@@ -42,7 +41,7 @@ pub use pins::{
     ContextPin, ContextPurge, ContextUnpin, MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinInfo, PinKind,
     PinParams, PinsResult, PurgeParams, PurgeResult, UnpinParams,
 };
-pub use render_config::RenderConfig;
+
 pub use summary::{
     ArchiveLine, ArchiveRange, CompactSummary, CriticalContext, DroppedIdentifier, DroppedKind, IdentifierList,
     ItemGroup, OmittedItems, UserRequest,

@@ -1,7 +1,7 @@
-//! The memory keys of [`Config`]: their checks, and what they resolve to (the embedding
+//! The memory keys of [`Config`](crate::Config) ([`MemoryIndexConfig`], [`EmbeddingConfig`]): their checks, and what they resolve to (the embedding
 //! backend to build, the time of the daily merge).
 
-use crate::Config;
+use crate::config::{ConfigError, DaemonConfig, EmbeddingConfig, MemoryIndexConfig};
 
 /// The embedding backend a configuration asks for, once `auto` is resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,87 +20,102 @@ pub const EMBEDDING_BACKENDS: &[&str] = &["auto", "openai", "local", "none"];
 /// The values `memory_store_backend` takes; all are satchel's one SQLite file.
 pub const STORE_BACKENDS: &[&str] = &["auto", "sqlite", "local"];
 
-impl Config {
-    /// Checks the memory keys (called by [`Config::validate`]).
-    pub(crate) fn validate_memory(&self) -> Result<(), (&'static str, String)> {
-        let backend = self.memory_store_backend.as_str();
+impl DaemonConfig {
+    /// Checks the memory keys (called by [`Config::validate`](crate::Config::validate)).
+    pub(crate) fn validate_memory(&self) -> Result<(), ConfigError> {
+        let (index, embedding) = (&self.memory_index, &self.embedding);
+        let backend = index.memory_store_backend.as_str();
         if backend == "chroma" {
-            return Err((
+            return Err(ConfigError::new(
                 "memory_store_backend",
-                "chroma is not supported: satchel keeps its memory index (BM25 and vectors) in one SQLite file; use auto, sqlite or local".into(),
+                "chroma is not supported: satchel keeps its memory index (BM25 and vectors) in one SQLite file; use auto, sqlite or local",
             ));
         }
         if !STORE_BACKENDS.contains(&backend) {
-            return Err(("memory_store_backend", "must be one of auto, sqlite, local".into()));
+            return Err(ConfigError::new(
+                "memory_store_backend",
+                "must be one of auto, sqlite, local",
+            ));
         }
-        if !EMBEDDING_BACKENDS.contains(&self.embedding_backend.as_str()) {
-            return Err(("embedding_backend", "must be one of auto, openai, local, none".into()));
+        if !EMBEDDING_BACKENDS.contains(&embedding.embedding_backend.as_str()) {
+            return Err(ConfigError::new(
+                "embedding_backend",
+                "must be one of auto, openai, local, none",
+            ));
         }
-        if self.embedding_backend == "local" && self.embedding_model_path.is_empty() {
-            return Err((
+        if embedding.embedding_backend == "local" && embedding.embedding_model_path.is_empty() {
+            return Err(ConfigError::new(
                 "embedding_model_path",
-                "must name the model directory when embedding_backend is local".into(),
+                "must name the model directory when embedding_backend is local",
             ));
         }
-        if !(1..=100).contains(&self.memory_max_results) {
-            return Err(("memory_max_results", "must be in [1, 100]".into()));
+        if !(1..=100).contains(&index.memory_max_results) {
+            return Err(ConfigError::new("memory_max_results", "must be in [1, 100]"));
         }
-        if !(0.0..=1.0).contains(&self.memory_min_score) {
-            return Err(("memory_min_score", "must be in [0, 1]".into()));
+        if !(0.0..=1.0).contains(&index.memory_min_score) {
+            return Err(ConfigError::new("memory_min_score", "must be in [0, 1]"));
         }
-        if !(0.0..=1.0).contains(&self.memory_vector_weight) {
-            return Err(("memory_vector_weight", "must be in [0, 1]".into()));
+        if !(0.0..=1.0).contains(&index.memory_vector_weight) {
+            return Err(ConfigError::new("memory_vector_weight", "must be in [0, 1]"));
         }
-        if !(1.0..=50.0).contains(&self.memory_candidate_multiplier) {
-            return Err(("memory_candidate_multiplier", "must be in [1, 50]".into()));
+        if !(1.0..=50.0).contains(&index.memory_candidate_multiplier) {
+            return Err(ConfigError::new("memory_candidate_multiplier", "must be in [1, 50]"));
         }
-        if !(10..=10_000).contains(&self.memory_watch_debounce_ms) {
-            return Err(("memory_watch_debounce_ms", "must be in [10, 10000]".into()));
+        if !(10..=10_000).contains(&index.memory_watch_debounce_ms) {
+            return Err(ConfigError::new("memory_watch_debounce_ms", "must be in [10, 10000]"));
         }
-        if self.memory_watch_poll_ms != 0 && !(100..=600_000).contains(&self.memory_watch_poll_ms) {
-            return Err(("memory_watch_poll_ms", "must be 0 (off) or in [100, 600000]".into()));
+        if index.memory_watch_poll_ms != 0 && !(100..=600_000).contains(&index.memory_watch_poll_ms) {
+            return Err(ConfigError::new(
+                "memory_watch_poll_ms",
+                "must be 0 (off) or in [100, 600000]",
+            ));
         }
-        if self.merge_time().is_none() {
-            return Err(("memory_merge_time", "must be HH:MM (24-hour, local time)".into()));
+        if index.merge_time().is_none() {
+            return Err(ConfigError::new(
+                "memory_merge_time",
+                "must be HH:MM (24-hour, local time)",
+            ));
         }
-        if !(1..=366).contains(&self.memory_merge_days) {
-            return Err(("memory_merge_days", "must be in [1, 366]".into()));
+        if !(1..=366).contains(&index.memory_merge_days) {
+            return Err(ConfigError::new("memory_merge_days", "must be in [1, 366]"));
         }
-        if !(1..=100_000).contains(&self.embedding_dimensions) {
-            return Err(("embedding_dimensions", "must be in [1, 100000]".into()));
+        if !(1..=100_000).contains(&embedding.embedding_dimensions) {
+            return Err(ConfigError::new("embedding_dimensions", "must be in [1, 100000]"));
         }
-        if !(1..=2048).contains(&self.embedding_max_batch_size) {
-            return Err(("embedding_max_batch_size", "must be in [1, 2048]".into()));
+        if !(1..=2048).contains(&embedding.embedding_max_batch_size) {
+            return Err(ConfigError::new("embedding_max_batch_size", "must be in [1, 2048]"));
         }
-        if self.embedding_max_input_length < 16 {
-            return Err(("embedding_max_input_length", "must be at least 16".into()));
+        if embedding.embedding_max_input_length < 16 {
+            return Err(ConfigError::new("embedding_max_input_length", "must be at least 16"));
         }
-        if self.embedding_cache_enabled && self.embedding_max_cache_size == 0 {
-            return Err((
+        if embedding.embedding_cache_enabled && embedding.embedding_max_cache_size == 0 {
+            return Err(ConfigError::new(
                 "embedding_max_cache_size",
-                "must be at least 1 while embedding_cache_enabled".into(),
+                "must be at least 1 while embedding_cache_enabled",
             ));
         }
-        if self.embedding_timeout_secs.is_nan()
-            || self.embedding_timeout_secs <= 0.0
-            || self.embedding_timeout_secs > 600.0
+        if embedding.embedding_timeout_secs.is_nan()
+            || embedding.embedding_timeout_secs <= 0.0
+            || embedding.embedding_timeout_secs > 600.0
         {
-            return Err(("embedding_timeout_secs", "must be in (0, 600]".into()));
+            return Err(ConfigError::new("embedding_timeout_secs", "must be in (0, 600]"));
         }
         // `auto` may still find its key in the daemon's environment, which the daemon checks
         // when it builds the backend; `none` is certain here.
-        if !self.fts_enabled && self.embedding_backend == "none" && self.memory_index_enabled {
-            return Err((
+        if !index.fts_enabled && embedding.embedding_backend == "none" && index.memory_index_enabled {
+            return Err(ConfigError::new(
                 "fts_enabled",
-                "at least one search mode must be on: keep fts_enabled, or configure an embedding backend".into(),
+                "at least one search mode must be on: keep fts_enabled, or configure an embedding backend",
             ));
         }
         Ok(())
     }
+}
 
+impl EmbeddingConfig {
     /// The embedding backend to build; `api_key_set` says whether `embedding_api_key_env`
     /// names a variable that is set (for `auto`).
-    pub fn embedding_choice(&self, api_key_set: bool) -> EmbeddingChoice {
+    pub fn choice(&self, api_key_set: bool) -> EmbeddingChoice {
         match self.embedding_backend.as_str() {
             "openai" => EmbeddingChoice::OpenAi,
             "local" => EmbeddingChoice::Local,
@@ -110,7 +125,9 @@ impl Config {
             _ => EmbeddingChoice::None,
         }
     }
+}
 
+impl MemoryIndexConfig {
     /// `memory_merge_time` as (hour, minute), `None` when it is not `HH:MM`.
     pub fn merge_time(&self) -> Option<(u32, u32)> {
         let (hour, minute) = self.memory_merge_time.split_once(':')?;
@@ -123,8 +140,9 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Config;
 
-    fn with(edit: impl FnOnce(&mut Config)) -> Result<(), (&'static str, String)> {
+    fn with(edit: impl FnOnce(&mut Config)) -> Result<(), ConfigError> {
         let mut config = Config::default();
         edit(&mut config);
         config.validate()
@@ -132,26 +150,27 @@ mod tests {
 
     #[test]
     fn chroma_is_refused_with_a_reason_and_the_other_backends_are_the_sqlite_store() {
-        let (key, why) = with(|c| c.memory_store_backend = "chroma".into()).unwrap_err();
+        let ConfigError { key, reason: why } =
+            with(|c| c.daemon.memory_index.memory_store_backend = "chroma".into()).unwrap_err();
         assert_eq!(key, "memory_store_backend");
         assert!(why.contains("chroma is not supported"), "{why}");
         for backend in STORE_BACKENDS {
-            with(|c| c.memory_store_backend = (*backend).into()).unwrap();
+            with(|c| c.daemon.memory_index.memory_store_backend = (*backend).into()).unwrap();
         }
     }
 
     #[test]
     fn at_least_one_search_mode_must_be_on() {
-        let (key, why) = with(|c| {
-            c.fts_enabled = false;
-            c.embedding_backend = "none".into();
+        let ConfigError { key, reason: why } = with(|c| {
+            c.daemon.memory_index.fts_enabled = false;
+            c.daemon.embedding.embedding_backend = "none".into();
         })
         .unwrap_err();
         assert_eq!(key, "fts_enabled");
         assert!(why.contains("at least one search mode"), "{why}");
         with(|c| {
-            c.fts_enabled = false;
-            c.embedding_backend = "openai".into();
+            c.daemon.memory_index.fts_enabled = false;
+            c.daemon.embedding.embedding_backend = "openai".into();
         })
         .unwrap();
     }
@@ -159,12 +178,12 @@ mod tests {
     #[test]
     fn auto_prefers_a_local_model_then_a_key() {
         let mut c = Config::default();
-        assert_eq!(c.embedding_choice(false), EmbeddingChoice::None);
-        assert_eq!(c.embedding_choice(true), EmbeddingChoice::OpenAi);
-        c.embedding_model_path = "models/minilm".into();
-        assert_eq!(c.embedding_choice(true), EmbeddingChoice::Local);
-        c.embedding_backend = "none".into();
-        assert_eq!(c.embedding_choice(true), EmbeddingChoice::None);
+        assert_eq!(c.daemon.embedding.choice(false), EmbeddingChoice::None);
+        assert_eq!(c.daemon.embedding.choice(true), EmbeddingChoice::OpenAi);
+        c.daemon.embedding.embedding_model_path = "models/minilm".into();
+        assert_eq!(c.daemon.embedding.choice(true), EmbeddingChoice::Local);
+        c.daemon.embedding.embedding_backend = "none".into();
+        assert_eq!(c.daemon.embedding.choice(true), EmbeddingChoice::None);
     }
 
     #[test]
@@ -176,11 +195,11 @@ mod tests {
             ("7:30", None),
             ("noon", None),
         ] {
-            let c = Config {
+            let index = MemoryIndexConfig {
                 memory_merge_time: text.into(),
-                ..Config::default()
+                ..MemoryIndexConfig::default()
             };
-            assert_eq!(c.merge_time(), parsed, "{text}");
+            assert_eq!(index.merge_time(), parsed, "{text}");
         }
     }
 }

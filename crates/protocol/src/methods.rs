@@ -318,8 +318,8 @@ pub struct CompactParams {
     #[serde(default, rename = "workDoneToken", skip_serializing_if = "Option::is_none")]
     pub work_done_token: Option<ProgressToken>,
     /// Per-request overrides of any [`Config`] key but the daemon-only ones
-    /// ([`Config::DAEMON_ONLY_KEYS`]: model endpoint, key, headers; archive path; live-session
-    /// limits), which are refused.
+    /// ([`DaemonConfig`](crate::DaemonConfig): model endpoint, key, headers; archive path;
+    /// live-session limits; the memory index), which are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
 }
@@ -416,8 +416,8 @@ pub struct PrepareParams<M = Value> {
     #[serde(default, rename = "workDoneToken", skip_serializing_if = "Option::is_none")]
     pub work_done_token: Option<ProgressToken>,
     /// Per-request overrides of any [`Config`] key but the daemon-only ones
-    /// ([`Config::DAEMON_ONLY_KEYS`]: model endpoint, key, headers; archive path; live-session
-    /// limits), which are refused.
+    /// ([`DaemonConfig`](crate::DaemonConfig): model endpoint, key, headers; archive path;
+    /// live-session limits; the memory index), which are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Map<String, Value>>,
 }

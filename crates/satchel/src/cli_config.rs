@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use satchel_protocol::Config;
+use satchel_protocol::{Config, DaemonConfig};
 use satchel_storage::Layout;
 use serde_json::{Map, Value, json};
 
@@ -41,8 +41,7 @@ struct Row {
 /// Runs `satchel config` for `workspace`, warning about unknown `SATCHEL_` variables.
 pub fn run(args: &ConfigArgs, workspace: &Path) -> anyhow::Result<()> {
     let layout = Layout::new(workspace);
-    let loaded = config::load_layers(&layout, std::env::vars())
-        .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    let loaded = config::load_layers(&layout, std::env::vars()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
@@ -132,7 +131,7 @@ fn row_json(row: &Row) -> Value {
         "default": row.default,
         "source": row.source_label(),
         "variable": row.variable,
-        "daemon_only": Config::is_daemon_only(&row.key),
+        "daemon_only": DaemonConfig::has_key(&row.key),
         "description": row.description,
     });
     match &row.source {

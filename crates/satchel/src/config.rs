@@ -15,7 +15,7 @@
 //! settle on, and with `COPAW_MEMORY_COMPACT_RATIO` the lower of the two. A list key's variable
 //! takes a JSON array or comma-separated text (`SATCHEL_MARKDOWN_TOOL_NAMES=read_skill,load_skill`).
 //!
-//! The [`Config::DAEMON_ONLY_KEYS`] come only from the daemon's own layers (the files and its
+//! The [`DaemonConfig`]'s keys come only from the daemon's own layers (the files and its
 //! environment): a request naming one is refused. Where the API key is sent, which variable
 //! is sent and which headers go with it are the daemon owner's choice, not a client's.
 //!
@@ -25,13 +25,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use satchel_protocol::Config;
+pub use satchel_protocol::ConfigError;
 use satchel_protocol::aliases::{self, ENV_ALIASES, EnvUnit, same_value};
+use satchel_protocol::{Config, DaemonConfig};
 use satchel_storage::Layout;
 use serde_json::{Map, Value};
-
-/// Why a configuration layer was rejected: the key and the reason.
-pub type ConfigError = (String, String);
 
 /// Flat key → the name it was last set under when that was not the key itself (a spec alias
 /// such as `memory_compact_ratio`, or a `COPAW_` variable), so that an error about its value
@@ -97,7 +95,9 @@ pub fn load_layers(workspace: &Layout, env: impl Iterator<Item = (String, String
                 ));
                 false
             }
-            Err(FileError::Unreadable(why) | FileError::Invalid(why)) => return Err((path.display().to_string(), why)),
+            Err(FileError::Unreadable(why) | FileError::Invalid(why)) => {
+                return Err(ConfigError::new(path.display().to_string(), why));
+            }
             Ok(found) => found,
         };
         files.push((path, found));
@@ -174,8 +174,8 @@ fn apply_env(
         let value = value_of(alias.key, raw);
         match set.get(alias.key) {
             Some((other, earlier)) if !same_value(earlier, &value) => {
-                return Err((
-                    alias.var.to_owned(),
+                return Err(ConfigError::new(
+                    alias.var,
                     format!(
                         "`{other}` ({earlier}) and `{}` ({value}) both set {}",
                         alias.var, alias.key
@@ -201,12 +201,10 @@ fn apply_env(
     // A threshold in tokens becomes a ratio of the window the other layers settled on.
     for alias in ENV_ALIASES.iter().filter(|a| a.unit == EnvUnit::TokensOfWindow) {
         let Some(raw) = env.get(alias.var) else { continue };
-        let tokens: u64 = raw.trim().parse().map_err(|_| {
-            (
-                alias.var.to_owned(),
-                format!("must be a whole number of tokens, not {raw:?}"),
-            )
-        })?;
+        let tokens: u64 = raw
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::new(alias.var, format!("must be a whole number of tokens, not {raw:?}")))?;
         let (Some(length), Some(output)) = (
             merged.get("max_input_length").and_then(Value::as_u64),
             merged.get("max_output_tokens").and_then(Value::as_u64),
@@ -215,8 +213,8 @@ fn apply_env(
         };
         let window = length.saturating_sub(output);
         let ratio = threshold_ratio(tokens, window).ok_or_else(|| {
-            (
-                alias.var.to_owned(),
+            ConfigError::new(
+                alias.var,
                 format!(
                     "{tokens} tokens is not a threshold inside the {window}-token effective window \
                      (max_input_length {length} less max_output_tokens {output}): the ratio must be in (0, 1]"
@@ -248,8 +246,8 @@ fn apply_env(
                     ));
                 }
                 _ if !agrees => {
-                    return Err((
-                        alias.var.to_owned(),
+                    return Err(ConfigError::new(
+                        alias.var,
                         format!(
                             "`{other}` ({given}) and `{}` ({tokens}) both set {} ({tokens} tokens is {ratio:.4} of \
                              the {window}-token window)",
@@ -334,7 +332,9 @@ pub fn unknown_variables<'a>(env: impl Iterator<Item = &'a str>, config: &Config
     let mut unknown: Vec<&str> = env
         .filter(|var| var.starts_with("SATCHEL_"))
         .filter(|var| !OTHER_VARIABLES.contains(var))
-        .filter(|var| *var != config.llm_api_key_env && *var != config.embedding_api_key_env)
+        .filter(|var| {
+            *var != config.daemon.llm.llm_api_key_env && *var != config.daemon.embedding.embedding_api_key_env
+        })
         .filter(|var| !keys.iter().any(|key| env_var_of(key) == *var))
         .collect();
     unknown.sort_unstable();
@@ -406,14 +406,11 @@ fn threshold_ratio(tokens: u64, window: u64) -> Option<f64> {
 /// ([`aliases::resolve`]). A daemon-only key is refused, also through an alias, and even when
 /// its value equals the daemon's (accepting equal values would let a client guess a header).
 pub fn apply_overrides(base: &Config, overrides: &Map<String, Value>) -> Result<Config, ConfigError> {
-    let overrides = aliases::resolve(overrides).map_err(|e| (e.name().to_owned(), e.to_string()))?;
-    if let Some(key) = overrides.values.keys().find(|key| Config::is_daemon_only(key)) {
+    let overrides = aliases::resolve(overrides).map_err(|e| ConfigError::new(e.name(), e.to_string()))?;
+    if let Some(key) = overrides.values.keys().find(|key| DaemonConfig::has_key(key)) {
         return Err(match overrides.written_as.get(key) {
-            Some(name) => (
-                name.clone(),
-                format!("`{name}` sets {key}, which {}", daemon_only_reason(key)),
-            ),
-            None => (key.clone(), daemon_only_reason(key)),
+            Some(name) => ConfigError::new(name, format!("`{name}` sets {key}, which {}", daemon_only_reason(key))),
+            None => ConfigError::new(key, daemon_only_reason(key)),
         });
     }
     let mut merged = to_map(base);
@@ -439,34 +436,19 @@ fn to_map(config: &Config) -> Map<String, Value> {
 /// The merged layers as a `Config`, checked. An error about a key set through an alias names
 /// the alias (and the key).
 fn finish(merged: Map<String, Value>, written_as: &WrittenAs) -> Result<Config, ConfigError> {
-    let named = |(key, why): ConfigError| match written_as.get(&key) {
-        Some(name) => (name.clone(), format!("{why} (`{name}` sets {key})")),
-        None => (key, why),
+    let named = |error: ConfigError| match written_as.get(&error.key) {
+        Some(name) => ConfigError::new(name, format!("{} (`{name}` sets {})", error.reason, error.key)),
+        None => error,
     };
-    let config: Config = serde_path_to_error::deserialize(Value::Object(merged))
-        .map_err(|e| named((field_of(&e), e.inner().to_string())))?;
-    config.validate().map_err(|(key, why)| named((key.to_owned(), why)))?;
+    let config = Config::from_keys(merged).map_err(named)?;
+    config.validate().map_err(named)?;
     Ok(config)
-}
-
-/// The key a deserialisation error is about. For an unknown key the path is the object
-/// itself, and serde names the key in backticks in its message.
-fn field_of(error: &serde_path_to_error::Error<serde_json::Error>) -> String {
-    match error.path().to_string() {
-        path if path != "." => path,
-        _ => error
-            .inner()
-            .to_string()
-            .split('`')
-            .nth(1)
-            .unwrap_or("config")
-            .to_owned(),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use satchel_protocol::config::{DaemonConfig, LlmEndpointConfig};
     use serde_json::json;
 
     /// The effective configuration of the layers.
@@ -488,8 +470,8 @@ mod tests {
             ("SATCHEL_TOKENIZER".to_owned(), "estimate".to_owned()),
         ];
         let c = load(&layout, env.into_iter()).unwrap();
-        assert_eq!((c.pruning_recent_n, c.max_input_length), (6, 32768));
-        assert_eq!(c.tokenizer, satchel_protocol::config::Tokenizer::Estimate);
+        assert_eq!((c.recent.pruning_recent_n, c.window.max_input_length), (6, 32768));
+        assert_eq!(c.tokens.tokenizer, satchel_protocol::config::Tokenizer::Estimate);
     }
 
     #[test]
@@ -513,7 +495,7 @@ mod tests {
         ];
         let loaded = load_layers(&layout, env.into_iter().map(|(k, v)| (k.to_owned(), v))).unwrap();
         let c = &loaded.config;
-        assert_eq!((c.pruning_recent_n, c.summary_max_tokens), (5, 1800));
+        assert_eq!((c.recent.pruning_recent_n, c.summary.summary_max_tokens), (5, 1800));
         let s = &loaded.sources;
         assert_eq!(s["pruning_recent_n"], Source::File(layout.config_file()));
         assert_eq!(s["summary_max_tokens"], Source::File(user.join("config.json")));
@@ -560,19 +542,32 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(c.markdown_tool_names, ["read_skill", "load_skill"]);
-        assert_eq!(c.read_file_tool_names, ["cat", "view"]);
-        assert!(c.memory_extra_paths.is_empty());
-        assert_eq!((c.llm_model.as_str(), c.embedding_model_name.as_str()), ("4", "quoted"));
+        assert_eq!(c.render.markdown_tool_names, ["read_skill", "load_skill"]);
+        assert_eq!(c.render.read_file_tool_names, ["cat", "view"]);
+        assert!(c.daemon.memory_index.memory_extra_paths.is_empty());
+        assert_eq!(
+            (
+                c.summary.llm_model.as_str(),
+                c.daemon.embedding.embedding_model_name.as_str()
+            ),
+            ("4", "quoted")
+        );
         // A broken JSON array is still an error naming the key.
-        let (field, _) = load_with(None, &[("SATCHEL_MARKDOWN_TOOL_NAMES", r#"["a", "#)]).unwrap_err();
+        let ConfigError { key: field, .. } =
+            load_with(None, &[("SATCHEL_MARKDOWN_TOOL_NAMES", r#"["a", "#)]).unwrap_err();
         assert_eq!(field, "markdown_tool_names");
     }
 
     #[test]
     fn unknown_satchel_variables_are_named_with_the_closest_key() {
         let config = Config {
-            llm_api_key_env: "SATCHEL_MY_KEY".into(),
+            daemon: DaemonConfig {
+                llm: LlmEndpointConfig {
+                    llm_api_key_env: "SATCHEL_MY_KEY".into(),
+                    ..LlmEndpointConfig::default()
+                },
+                ..DaemonConfig::default()
+            },
             ..Config::default()
         };
         let env = [
@@ -608,12 +603,14 @@ mod tests {
     fn overrides_are_validated_and_errors_name_the_key() {
         let base = Config::default();
         let ok = apply_overrides(&base, json!({"pruning_old_msg_max_bytes": 500}).as_object().unwrap()).unwrap();
-        assert_eq!(ok.pruning_old_msg_max_bytes, 500);
-        let (key, _) = apply_overrides(&base, json!({"pruning_old": 1}).as_object().unwrap()).unwrap_err();
+        assert_eq!(ok.render.pruning_old_msg_max_bytes, 500);
+        let ConfigError { key, .. } =
+            apply_overrides(&base, json!({"pruning_old": 1}).as_object().unwrap()).unwrap_err();
         assert_eq!(key, "pruning_old");
-        let (key, _) = apply_overrides(&base, json!({"pruning_recent_n": "x"}).as_object().unwrap()).unwrap_err();
+        let ConfigError { key, .. } =
+            apply_overrides(&base, json!({"pruning_recent_n": "x"}).as_object().unwrap()).unwrap_err();
         assert_eq!(key, "pruning_recent_n");
-        let (key, _) =
+        let ConfigError { key, .. } =
             apply_overrides(&base, json!({"compact_threshold_ratio": 2.0}).as_object().unwrap()).unwrap_err();
         assert_eq!(key, "compact_threshold_ratio");
     }
@@ -654,11 +651,14 @@ mod tests {
             ("embedding_timeout_secs", json!(1)),
             ("embedding_model_path", json!("/tmp/model")),
         ];
-        assert_eq!(values.len(), Config::DAEMON_ONLY_KEYS.len());
+        assert_eq!(values.len(), DaemonConfig::keys().len());
         for (key, value) in values {
-            assert!(Config::is_daemon_only(key), "{key}");
+            assert!(DaemonConfig::has_key(key), "{key}");
             let overrides = json!({"pruning_recent_n": 3, key: value});
-            let (field, why) = apply_overrides(&base, overrides.as_object().unwrap()).unwrap_err();
+            let ConfigError {
+                key: field,
+                reason: why,
+            } = apply_overrides(&base, overrides.as_object().unwrap()).unwrap_err();
             assert_eq!(field, key);
             assert!(
                 why.contains("config.json") && why.contains(&format!("SATCHEL_{}", key.to_ascii_uppercase())),
@@ -670,8 +670,8 @@ mod tests {
     #[test]
     fn a_daemon_only_key_is_refused_even_with_the_daemons_own_value() {
         let base = Config::default();
-        let same = json!({"llm_base_url": base.llm_base_url, "llm_extra_headers": {}});
-        let (field, _) = apply_overrides(&base, same.as_object().unwrap()).unwrap_err();
+        let same = json!({"llm_base_url": base.daemon.llm.llm_base_url, "llm_extra_headers": {}});
+        let ConfigError { key: field, .. } = apply_overrides(&base, same.as_object().unwrap()).unwrap_err();
         assert_eq!(field, "llm_base_url");
     }
 
@@ -694,12 +694,18 @@ mod tests {
             ),
         ];
         let c = load(&layout, env.into_iter()).unwrap();
-        assert_eq!(c.llm_base_url, "http://127.0.0.1:9/v1");
-        assert_eq!(c.llm_api_key_env, "MY_KEY");
-        assert_eq!(c.llm_extra_headers.len(), 2);
-        assert_eq!(c.llm_extra_headers["X-Org"], "org-2");
-        assert_eq!((c.dialog_path.as_str(), c.max_live_sessions), ("archive", 8));
-        assert_eq!(c.session_idle_secs, 90.0);
+        assert_eq!(c.daemon.llm.llm_base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(c.daemon.llm.llm_api_key_env, "MY_KEY");
+        assert_eq!(c.daemon.llm.llm_extra_headers.len(), 2);
+        assert_eq!(c.daemon.llm.llm_extra_headers["X-Org"], "org-2");
+        assert_eq!(
+            (
+                c.daemon.sessions.dialog_path.as_str(),
+                c.daemon.sessions.max_live_sessions
+            ),
+            ("archive", 8)
+        );
+        assert_eq!(c.daemon.sessions.session_idle_secs, 90.0);
         // A request still tunes everything else on top of them.
         let tuned = apply_overrides(
             &c,
@@ -709,7 +715,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (tuned.llm_model.as_str(), tuned.llm_base_url.as_str()),
+            (tuned.summary.llm_model.as_str(), tuned.daemon.llm.llm_base_url.as_str()),
             ("other", "http://127.0.0.1:9/v1")
         );
     }
@@ -735,7 +741,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (c.max_input_length, c.compact_threshold_ratio, c.pruning_recent_n),
+            (
+                c.window.max_input_length,
+                c.compaction.compact_threshold_ratio,
+                c.recent.pruning_recent_n
+            ),
             (64_000, 0.7, 3)
         );
         let c = load_with(
@@ -744,12 +754,21 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!((c.dialog_path.as_str(), c.offload_retention_days), ("archive", 2.0));
+        assert_eq!(
+            (
+                c.daemon.sessions.dialog_path.as_str(),
+                c.retention.offload_retention_days
+            ),
+            ("archive", 2.0)
+        );
     }
 
     #[test]
     fn a_conflict_in_the_file_names_the_file_and_both_names() {
-        let (field, why) = load_with(
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = load_with(
             Some(json!({"memory_compact_ratio": 0.7, "compact_threshold_ratio": 0.8})),
             &[],
         )
@@ -765,21 +784,27 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(c.compact_threshold_ratio, 0.7);
+        assert_eq!(c.compaction.compact_threshold_ratio, 0.7);
     }
 
     #[test]
     fn a_bad_value_through_an_alias_names_the_alias() {
-        let (field, why) =
-            load_with(Some(json!({"agents": {"running": {"memory_compact_ratio": 1.5}}})), &[]).unwrap_err();
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = load_with(Some(json!({"agents": {"running": {"memory_compact_ratio": 1.5}}})), &[]).unwrap_err();
         assert_eq!(field, "agents.running.memory_compact_ratio");
         assert!(
             why.contains("(0, 1]") && why.contains("sets compact_threshold_ratio"),
             "{why}"
         );
-        let (field, _) = load_with(Some(json!({"enable_tool_result_compact": "yes"})), &[]).unwrap_err();
+        let ConfigError { key: field, .. } =
+            load_with(Some(json!({"enable_tool_result_compact": "yes"})), &[]).unwrap_err();
         assert_eq!(field, "enable_tool_result_compact");
-        let (field, why) = load_with(None, &[("COPAW_MEMORY_COMPACT_KEEP_RECENT", "lots")]).unwrap_err();
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = load_with(None, &[("COPAW_MEMORY_COMPACT_KEEP_RECENT", "lots")]).unwrap_err();
         assert_eq!(field, "COPAW_MEMORY_COMPACT_KEEP_RECENT");
         assert!(why.contains("sets compact_keep_recent_messages"), "{why}");
     }
@@ -788,9 +813,9 @@ mod tests {
     fn the_environment_overrides_an_alias_in_the_file_without_conflict() {
         let file = json!({"running": {"memory_compact_ratio": 0.7}});
         let c = load_with(Some(file.clone()), &[("SATCHEL_COMPACT_THRESHOLD_RATIO", "0.6")]).unwrap();
-        assert_eq!(c.compact_threshold_ratio, 0.6);
+        assert_eq!(c.compaction.compact_threshold_ratio, 0.6);
         let c = load_with(Some(file), &[("COPAW_MEMORY_COMPACT_RATIO", "0.65")]).unwrap();
-        assert_eq!(c.compact_threshold_ratio, 0.65);
+        assert_eq!(c.compaction.compact_threshold_ratio, 0.65);
     }
 
     #[test]
@@ -803,10 +828,16 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!((c.compact_threshold_ratio, c.compact_keep_recent_messages), (0.7, 3));
+        assert_eq!(
+            (
+                c.compaction.compact_threshold_ratio,
+                c.compaction.compact_keep_recent_messages
+            ),
+            (0.7, 3)
+        );
         // The SATCHEL_ variable of the key is also read.
         let c = load_with(None, &[("SATCHEL_COMPACT_KEEP_RECENT_MESSAGES", "4")]).unwrap();
-        assert_eq!(c.compact_keep_recent_messages, 4);
+        assert_eq!(c.compaction.compact_keep_recent_messages, 4);
     }
 
     #[test]
@@ -823,7 +854,10 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!((c.compact_threshold_ratio, c.compact_threshold_tokens()), (0.4, 20_000));
+        assert_eq!(
+            (c.compaction.compact_threshold_ratio, c.compact_threshold_tokens()),
+            (0.4, 20_000)
+        );
         // Less the room kept for the answer: the trigger is still at the tokens given.
         let c = load_with(
             Some(json!({"agents": {"running": {"max_input_length": 100000}}, "max_output_tokens": 3000})),
@@ -837,7 +871,7 @@ mod tests {
             &[("COPAW_MEMORY_COMPACT_THRESHOLD", "131072")],
         )
         .unwrap();
-        assert_eq!(c.compact_threshold_ratio, 1.0);
+        assert_eq!(c.compaction.compact_threshold_ratio, 1.0);
     }
 
     #[test]
@@ -859,23 +893,32 @@ mod tests {
     #[test]
     fn an_absolute_threshold_outside_the_window_is_refused() {
         for bad in ["0", "200000", "-5", "0.5", "lots"] {
-            let (field, why) = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", bad)]).unwrap_err();
+            let ConfigError {
+                key: field,
+                reason: why,
+            } = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", bad)]).unwrap_err();
             assert_eq!(field, "COPAW_MEMORY_COMPACT_THRESHOLD", "{bad}: {why}");
         }
-        let (_, why) = load_with(
+        let ConfigError { reason: why, .. } = load_with(
             Some(json!({"max_input_length": 32768})),
             &[("COPAW_MEMORY_COMPACT_THRESHOLD", "100000")],
         )
         .unwrap_err();
         assert!(why.contains("32768-token") && why.contains("(0, 1]"), "{why}");
         // At or below the reserve: the rule the ratio breaks names the reserve, as validation does.
-        let (field, why) = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", "1000")]).unwrap_err();
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = load_with(None, &[("COPAW_MEMORY_COMPACT_THRESHOLD", "1000")]).unwrap_err();
         assert_eq!(field, "reserve_threshold_ratio", "{why}");
     }
 
     #[test]
     fn copaw_and_satchel_variables_that_disagree_are_a_conflict() {
-        let (field, why) = load_with(
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = load_with(
             None,
             &[
                 ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
@@ -888,7 +931,7 @@ mod tests {
             why,
             "`SATCHEL_COMPACT_THRESHOLD_RATIO` (0.8) and `COPAW_MEMORY_COMPACT_RATIO` (0.7) both set compact_threshold_ratio"
         );
-        let (_, why) = load_with(
+        let ConfigError { reason: why, .. } = load_with(
             None,
             &[
                 ("COPAW_MEMORY_COMPACT_KEEP_RECENT", "3"),
@@ -898,7 +941,10 @@ mod tests {
         .unwrap_err();
         assert!(why.ends_with("both set compact_keep_recent_messages"), "{why}");
         // The threshold against satchel's own ratio variable.
-        let (field, why) = load_with(
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = load_with(
             None,
             &[
                 ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
@@ -941,7 +987,7 @@ mod tests {
             ("COPAW_MEMORY_COMPACT_RATIO", "0.7"),
         ];
         let l = loaded(&both).unwrap();
-        assert_eq!(l.config.compact_threshold_ratio, 0.7);
+        assert_eq!(l.config.compaction.compact_threshold_ratio, 0.7);
         assert_eq!(
             l.sources["compact_threshold_ratio"],
             Source::Env("COPAW_MEMORY_COMPACT_RATIO".into())
@@ -966,7 +1012,7 @@ mod tests {
         );
         assert!(l.notes[0].contains("here the threshold"), "{:?}", l.notes);
         // A bad ratio is still named.
-        let (field, _) = loaded(&[
+        let ConfigError { key: field, .. } = loaded(&[
             ("COPAW_MEMORY_COMPACT_THRESHOLD", "100000"),
             ("COPAW_MEMORY_COMPACT_RATIO", "1.5"),
         ])
@@ -994,7 +1040,7 @@ mod tests {
         std::fs::write(layout.config_file(), r#"{"pruning_recent_n": 5}"#).unwrap();
         let env = [("HOME".to_owned(), home.to_str().unwrap().to_owned())];
         let loaded = load_layers(&layout, env.clone().into_iter()).unwrap();
-        assert_eq!(loaded.config.pruning_recent_n, 5);
+        assert_eq!(loaded.config.recent.pruning_recent_n, 5);
         let user = home.join(".config/satchel/config.json");
         assert_eq!(loaded.files, [(user.clone(), false), (layout.config_file(), true)]);
         assert_eq!(loaded.warnings.len(), 1);
@@ -1006,7 +1052,7 @@ mod tests {
         // The workspace's own file that cannot be read stops the daemon.
         std::fs::remove_file(layout.config_file()).unwrap();
         std::fs::create_dir(layout.config_file()).unwrap();
-        let (field, _) = load_layers(&layout, env.into_iter()).unwrap_err();
+        let ConfigError { key: field, .. } = load_layers(&layout, env.into_iter()).unwrap_err();
         assert_eq!(field, layout.config_file().display().to_string());
     }
 
@@ -1022,10 +1068,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (c.compact_threshold_ratio, c.pruning_recent_n, c.compact_enabled),
+            (
+                c.compaction.compact_threshold_ratio,
+                c.recent.pruning_recent_n,
+                c.compaction.compact_enabled
+            ),
             (0.6, 4, false)
         );
-        let (field, why) = apply_overrides(
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = apply_overrides(
             &base,
             json!({"memory_reserve_ratio": 0.1, "reserve_threshold_ratio": 0.2})
                 .as_object()
@@ -1035,8 +1088,10 @@ mod tests {
         assert_eq!(field, "reserve_threshold_ratio");
         assert!(why.contains("`memory_reserve_ratio` (0.1)"), "{why}");
         // A bad value is named as written.
-        let (field, why) =
-            apply_overrides(&base, json!({"memory_reserve_ratio": 0.95}).as_object().unwrap()).unwrap_err();
+        let ConfigError {
+            key: field,
+            reason: why,
+        } = apply_overrides(&base, json!({"memory_reserve_ratio": 0.95}).as_object().unwrap()).unwrap_err();
         assert_eq!(field, "memory_reserve_ratio");
         assert!(why.contains("sets reserve_threshold_ratio"), "{why}");
     }
@@ -1047,9 +1102,12 @@ mod tests {
         for request in [
             json!({"light_context_config": {"dialog_path": "elsewhere"}}),
             json!({"running": {"light_context_config": {"dialog_path": "elsewhere"}}}),
-            json!({"agents": {"running": {"light_context_config": {"dialog_path": base.dialog_path}}}}),
+            json!({"agents": {"running": {"light_context_config": {"dialog_path": base.daemon.sessions.dialog_path}}}}),
         ] {
-            let (field, why) = apply_overrides(&base, request.as_object().unwrap()).unwrap_err();
+            let ConfigError {
+                key: field,
+                reason: why,
+            } = apply_overrides(&base, request.as_object().unwrap()).unwrap_err();
             assert!(field.ends_with("light_context_config.dialog_path"), "{field}");
             assert!(
                 why.starts_with(&format!("`{field}` sets dialog_path, which can only be set"))

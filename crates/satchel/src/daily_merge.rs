@@ -35,6 +35,7 @@ mod tests {
     use super::*;
     use crate::memory::MemoryService;
     use crate::schedule::ScriptedClock;
+    use satchel_protocol::config::{DaemonConfig, MemoryIndexConfig};
 
     fn local(day: u32, hour: u32, minute: u32) -> DateTime<Local> {
         Local.with_ymd_and_hms(2026, 11, day, hour, minute, 0).unwrap()
@@ -53,8 +54,14 @@ mod tests {
             std::fs::write(memory_dir.join(format!("{day}.md")), format!("## Notes\n\n- {note}\n")).unwrap();
         }
         let config = Config {
-            memory_merge_time: "03:30".into(),
-            memory_watch_enabled: false,
+            daemon: DaemonConfig {
+                memory_index: MemoryIndexConfig {
+                    memory_merge_time: "03:30".into(),
+                    memory_watch_enabled: false,
+                    ..MemoryIndexConfig::default()
+                },
+                ..DaemonConfig::default()
+            },
             ..Config::default()
         };
         let workspace = Workspace::open(dir.path()).unwrap();

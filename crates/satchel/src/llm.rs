@@ -39,21 +39,28 @@ impl OpenAiCompleter {
     /// Reads the endpoint from `config`; the API key comes from the environment variable the
     /// config names, so it is never in a config file or a log line.
     pub fn from_config(config: &Config) -> Self {
-        let api_key = std::env::var(&config.llm_api_key_env).ok().filter(|k| !k.is_empty());
+        let api_key = std::env::var(&config.daemon.llm.llm_api_key_env)
+            .ok()
+            .filter(|k| !k.is_empty());
         let headers: Vec<(String, String)> = config
+            .daemon
+            .llm
             .llm_extra_headers
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut secrets: Vec<String> = api_key.iter().cloned().collect();
         secrets.extend(headers.iter().map(|(_, v)| v.clone()));
-        secrets.extend(url_credentials(&config.llm_base_url));
+        secrets.extend(url_credentials(&config.daemon.llm.llm_base_url));
         OpenAiCompleter {
-            url: format!("{}/chat/completions", config.llm_base_url.trim_end_matches('/')),
-            model: config.llm_model.clone(),
+            url: format!(
+                "{}/chat/completions",
+                config.daemon.llm.llm_base_url.trim_end_matches('/')
+            ),
+            model: config.summary.llm_model.clone(),
             api_key,
-            temperature: config.llm_temperature,
-            timeout: Duration::from_secs_f64(config.llm_timeout_secs),
+            temperature: config.summary.llm_temperature,
+            timeout: Duration::from_secs_f64(config.summary.llm_timeout_secs),
             headers,
             secrets,
         }
@@ -429,6 +436,7 @@ fn bearer_token(b: &[u8], i: usize) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use satchel_protocol::config::{DaemonConfig, LlmEndpointConfig};
 
     const KEY: &str = "sk-live-0123456789abcdefABCDEF";
 
@@ -533,8 +541,14 @@ mod tests {
     #[test]
     fn the_completer_redacts_its_errors() {
         let config = Config {
-            llm_api_key_env: "SATCHEL_UNIT_TEST_NO_SUCH_VARIABLE".into(),
-            llm_extra_headers: [("X-Org".to_owned(), "org-secret-55".to_owned())].into(),
+            daemon: DaemonConfig {
+                llm: LlmEndpointConfig {
+                    llm_api_key_env: "SATCHEL_UNIT_TEST_NO_SUCH_VARIABLE".into(),
+                    llm_extra_headers: [("X-Org".to_owned(), "org-secret-55".to_owned())].into(),
+                    ..LlmEndpointConfig::default()
+                },
+                ..DaemonConfig::default()
+            },
             ..Config::default()
         };
         let completer = OpenAiCompleter::from_config(&config);

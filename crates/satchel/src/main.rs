@@ -254,8 +254,8 @@ fn init_logging(log_file: Option<&std::path::Path>) -> anyhow::Result<()> {
 /// The daemon of `workspace` (whose lock the caller holds): its configuration read and checked,
 /// the token encoder warming up beside it, the engine and, with the feature, the memory index.
 fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
-    let loaded = config::load_layers(workspace.layout(), std::env::vars())
-        .map_err(|(key, why)| anyhow::anyhow!("configuration: {key}: {why}"))?;
+    let loaded =
+        config::load_layers(workspace.layout(), std::env::vars()).map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
@@ -276,19 +276,19 @@ fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     // the lowest priority made it wait for whatever else the machine ran (with two busy
     // processes on two cores, a first prepare right after `initialize` took 2.5 s at the
     // median and up to 14 s, against 0.6 s at normal priority).
-    let counter = satchel_core::tokens::TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+    let counter = satchel_core::tokens::TokenCounter::of(&config.tokens);
     std::thread::spawn(move || counter.count_text("warm up"));
     #[cfg(feature = "memory")]
     let (workspace_copy, config_copy) = (workspace.clone(), config.clone());
     let engine = satchel_engine::Engine::new(workspace, config)
         .context("opening the dialog archive")?
         .with_overrides(std::sync::Arc::new(|base: &_, overrides: &_| {
-            config::apply_overrides(base, overrides).map_err(|(key, why)| format!("{key}: {why}"))
+            config::apply_overrides(base, overrides).map_err(|e| e.to_string())
         }));
     let daemon = handlers::Daemon::new(engine);
     #[cfg(feature = "memory")]
     let daemon = {
-        let memory = if config_copy.memory_index_enabled {
+        let memory = if config_copy.daemon.memory_index.memory_index_enabled {
             Some(memory::MemoryService::open(&workspace_copy, &config_copy, |name| {
                 std::env::var(name).ok()
             })?)

@@ -77,7 +77,7 @@ impl MemoryService {
         env: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Arc<MemoryService>> {
         let embedding = embedding_backend(workspace.root(), config, &env)?;
-        if !config.fts_enabled && embedding.is_none() {
+        if !config.daemon.memory_index.fts_enabled && embedding.is_none() {
             anyhow::bail!(
                 "memory: fts_enabled is false and no embedding backend is configured: at least one search mode must be on"
             );
@@ -85,10 +85,16 @@ impl MemoryService {
         let layout = workspace.layout();
         satchel_storage::perms::create_private_dir_all(&layout.index_dir())?;
         let options = IndexOptions {
-            fts_enabled: config.fts_enabled,
-            vector_weight: config.memory_vector_weight,
-            candidate_multiplier: config.memory_candidate_multiplier,
-            extra_paths: config.memory_extra_paths.iter().map(PathBuf::from).collect(),
+            fts_enabled: config.daemon.memory_index.fts_enabled,
+            vector_weight: config.daemon.memory_index.memory_vector_weight,
+            candidate_multiplier: config.daemon.memory_index.memory_candidate_multiplier,
+            extra_paths: config
+                .daemon
+                .memory_index
+                .memory_extra_paths
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
         };
         let embedder: Option<Arc<dyn Embedder>> = embedding.as_ref().map(|e| e.cached.clone() as Arc<dyn Embedder>);
         let (index, open_warnings) = MemoryIndex::open(workspace.root(), &layout.memory_index(), embedder, options)?;
@@ -97,13 +103,13 @@ impl MemoryService {
         }
         let index = Arc::new(index);
         let catch_up = CatchUp::new(index.clone());
-        let watcher = if config.memory_watch_enabled {
+        let watcher = if config.daemon.memory_index.memory_watch_enabled {
             let watched = index.clone();
             let behind = catch_up.clone();
             let options = WatchOptions {
-                debounce: Duration::from_millis(config.memory_watch_debounce_ms),
-                poll_interval: (config.memory_watch_poll_ms > 0)
-                    .then(|| Duration::from_millis(config.memory_watch_poll_ms)),
+                debounce: Duration::from_millis(config.daemon.memory_index.memory_watch_debounce_ms),
+                poll_interval: (config.daemon.memory_index.memory_watch_poll_ms > 0)
+                    .then(|| Duration::from_millis(config.daemon.memory_index.memory_watch_poll_ms)),
             };
             MemoryWatcher::start(index.watch_roots(), options, move |paths| {
                 sync_logged(&watched, &behind, paths)
@@ -137,8 +143,8 @@ impl MemoryService {
             recalls: Mutex::default(),
             open_warnings,
             defaults: SearchDefaults {
-                max_results: config.memory_max_results,
-                min_score: config.memory_min_score,
+                max_results: config.daemon.memory_index.memory_max_results,
+                min_score: config.daemon.memory_index.memory_min_score,
             },
         }))
     }
@@ -320,27 +326,30 @@ fn embedding_backend(
     config: &Config,
     env: &impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Option<EmbeddingBackend>> {
-    let api_key = env(&config.embedding_api_key_env).filter(|k| !k.is_empty());
-    let (kind, embedder): (&'static str, Arc<dyn Embedder>) = match config.embedding_choice(api_key.is_some()) {
+    let api_key = env(&config.daemon.embedding.embedding_api_key_env).filter(|k| !k.is_empty());
+    let (kind, embedder): (&'static str, Arc<dyn Embedder>) = match config.daemon.embedding.choice(api_key.is_some()) {
         EmbeddingChoice::None => return Ok(None),
         EmbeddingChoice::OpenAi => (
             "openai",
             Arc::new(OpenAiEmbedder::new(HttpEmbeddingConfig {
-                base_url: config.embedding_base_url.clone(),
+                base_url: config.daemon.embedding.embedding_base_url.clone(),
                 api_key,
-                model: config.embedding_model_name.clone(),
-                dimensions: config.embedding_dimensions,
-                max_input_length: config.embedding_max_input_length,
-                max_batch_size: config.embedding_max_batch_size,
-                timeout: Duration::from_secs_f64(config.embedding_timeout_secs),
+                model: config.daemon.embedding.embedding_model_name.clone(),
+                dimensions: config.daemon.embedding.embedding_dimensions,
+                max_input_length: config.daemon.embedding.embedding_max_input_length,
+                max_batch_size: config.daemon.embedding.embedding_max_batch_size,
+                timeout: Duration::from_secs_f64(config.daemon.embedding.embedding_timeout_secs),
                 send_dimensions: true,
             })),
         ),
-        EmbeddingChoice::Local => ("local", local_model(&root.join(&config.embedding_model_path))?),
+        EmbeddingChoice::Local => (
+            "local",
+            local_model(&root.join(&config.daemon.embedding.embedding_model_path))?,
+        ),
     };
     let cache = EmbeddingCacheConfig {
-        enabled: config.embedding_cache_enabled,
-        max_entries: config.embedding_max_cache_size,
+        enabled: config.daemon.embedding.embedding_cache_enabled,
+        max_entries: config.daemon.embedding.embedding_max_cache_size,
     };
     Ok(Some(EmbeddingBackend {
         kind,

@@ -287,7 +287,7 @@ mod tests {
     #[test]
     fn the_default_dialog_dir_is_the_configured_default() {
         assert_eq!(
-            satchel_protocol::Config::default().dialog_path,
+            satchel_protocol::Config::default().daemon.sessions.dialog_path,
             Layout::default_dialog_path()
         );
     }

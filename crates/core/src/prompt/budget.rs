@@ -54,12 +54,12 @@ impl SystemPromptBudget {
     /// The budget of a configuration: its window's budget, lowered by `prompt_max_total_chars`
     /// and `prompt_max_section_chars` when those are smaller.
     pub fn of_config(config: &Config) -> Self {
-        let window = Self::for_context_window(config.max_input_length, config.max_output_tokens);
-        let total = window.max_total_chars.min(config.prompt_max_total_chars);
+        let window = Self::for_context_window(config.window.max_input_length, config.window.max_output_tokens);
+        let total = window.max_total_chars.min(config.prompt.prompt_max_total_chars);
         SystemPromptBudget {
             max_per_section_chars: window
                 .max_per_section_chars
-                .min(config.prompt_max_section_chars)
+                .min(config.prompt.prompt_max_section_chars)
                 .min(total),
             max_total_chars: total,
         }

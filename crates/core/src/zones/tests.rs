@@ -5,13 +5,23 @@ use satchel_protocol::config::Tokenizer;
 use serde_json::json;
 
 use super::*;
+use satchel_protocol::config::{CompactionConfig, SummaryConfig, TokenConfig, WindowConfig};
 
 /// A window of 10 000 tokens: compaction at 8 000, a reserve of 1 000, a summary budget of 500.
 fn config() -> Config {
     Config {
-        max_input_length: 10_000,
-        summary_max_tokens: 500,
-        tokenizer: Tokenizer::Estimate,
+        window: WindowConfig {
+            max_input_length: 10_000,
+            ..WindowConfig::default()
+        },
+        summary: SummaryConfig {
+            summary_max_tokens: 500,
+            ..SummaryConfig::default()
+        },
+        tokens: TokenConfig {
+            tokenizer: Tokenizer::Estimate,
+            ..TokenConfig::default()
+        },
         ..Config::default()
     }
 }
@@ -127,7 +137,10 @@ fn compaction_is_due_from_the_threshold_on() {
     check_due(7_999, 7_000, None, &config, CompactionDue::No);
     check_due(8_000, 7_000, None, &config, CompactionDue::Yes);
     let off = Config {
-        compact_enabled: false,
+        compaction: CompactionConfig {
+            compact_enabled: false,
+            ..config.compaction
+        },
         ..config
     };
     check_due(20_000, 19_000, None, &off, CompactionDue::No);

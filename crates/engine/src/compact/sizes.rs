@@ -24,7 +24,7 @@ pub(super) fn estimated_tokens_after(
     manual: bool,
 ) -> Result<u64, CompactError> {
     let before_summary = session.summary_tokens(counter, config);
-    let summary_tokens = counter.count_text(&summary_message_text_for(&begun.summary, config.context_mode)) + 4;
+    let summary_tokens = counter.count_text(&summary_message_text_for(&begun.summary, config.window.context_mode)) + 4;
     // A summary that is not smaller than what it replaces would only be run again on the
     // next call (a small window thrashing): an automatic compaction then changes nothing.
     // A manual one was asked for, and runs.
@@ -74,7 +74,7 @@ pub(super) fn check_result_bound(
     let (messages, _) = session.render(config, false).to_json();
     let bound = result_size::json_bytes(&messages)
         + result_size::json_bytes(summary)
-        + result_size::json_bytes(&summary_message_text_for(summary, config.context_mode))
+        + result_size::json_bytes(&summary_message_text_for(summary, config.window.context_mode))
         + RESULT_SLACK_BYTES
         + RESULT_SLACK_PER_MESSAGE * live;
     result_size::check(bound, Some(limit))
@@ -83,7 +83,7 @@ pub(super) fn check_result_bound(
 /// Tokens the summary may take: its budget, less the `[COMPACTED]` opening it carries in
 /// `aceclaw` mode (which the summary's own budget does not see).
 pub(super) fn summary_budget(config: &Config, counter: &TokenCounter) -> u64 {
-    match config.context_mode {
+    match config.window.context_mode {
         ContextMode::Qwenpaw => config.summary_budget_tokens(),
         ContextMode::Aceclaw => config
             .summary_budget_tokens()

@@ -32,7 +32,7 @@ impl Request<'_> {
 
     /// Whether a request of `usage` is over the trigger at which `aceclaw` mode prunes.
     pub(super) fn over_trigger(&self, usage: &TokenUsage) -> bool {
-        self.config.context_mode == ContextMode::Aceclaw && usage.total >= self.config.compact_threshold_tokens()
+        self.config.window.context_mode == ContextMode::Aceclaw && usage.total >= self.config.compact_threshold_tokens()
     }
 
     /// Prunes the request `session` renders now (`aceclaw` mode) and returns what that did,
@@ -116,7 +116,7 @@ impl Request<'_> {
             .zip(&session.last_output)
             .take_while(|(now, before)| now == before)
             .count();
-        let divisor = self.config.token_count_estimate_divisor;
+        let divisor = self.config.tokens.token_count_estimate_divisor.get();
         corrected(
             tools + system + session.prefix_tokens(hashes, messages, shared, divisor),
             factor,

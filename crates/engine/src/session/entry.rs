@@ -161,7 +161,7 @@ impl Entry {
     }
 
     /// Renders the message for `phase` unless that is done already.
-    pub(super) fn ensure_view(&mut self, phase: Phase, config: &RenderConfig<'_>, offloads: &OffloadStore) -> usize {
+    pub(super) fn ensure_view(&mut self, phase: Phase, config: &RenderConfig, offloads: &OffloadStore) -> usize {
         let slot = self.slot(phase);
         if self.views[slot].is_none() {
             let view = if self.offloaded.is_empty() {
@@ -200,7 +200,7 @@ impl Entry {
     pub(super) fn rendered_hash(
         &mut self,
         phase: Phase,
-        config: &RenderConfig<'_>,
+        config: &RenderConfig,
         offloads: &OffloadStore,
     ) -> MessageHash {
         let slot = self.slot(phase);

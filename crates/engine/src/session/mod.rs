@@ -242,7 +242,7 @@ pub fn format_or_default(format: Option<MessageFormat>) -> MessageFormat {
 
 /// What the renderings depend on: the hash of every configuration key rendering reads.
 /// Rendering is given nothing but the [`RenderConfig`] hashed, so it cannot depend on more.
-fn render_key(render: &RenderConfig<'_>) -> u128 {
+fn render_key(render: &RenderConfig) -> u128 {
     let mut hasher = Xxh3::new();
     render.hash(&mut hasher);
     hasher.digest128()
@@ -352,7 +352,7 @@ impl Session {
 
     /// Tokens of the summary message, counted once per summary and counter.
     pub fn summary_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
-        self.sync_summary_view(config.context_mode);
+        self.sync_summary_view(config.window.context_mode);
         let key = counter_key(counter);
         let Some(view) = &mut self.summary_view else {
             return 0;
@@ -382,10 +382,10 @@ impl Session {
 
     /// Drops every cached rendering when the configuration they depend on changed; returns
     /// that configuration, the one to render with.
-    fn check_render_key<'c>(&mut self, config: &'c Config) -> RenderConfig<'c> {
-        self.sync_summary_view(config.context_mode);
-        let render = config.render_config();
-        let key = render_key(&render);
+    fn check_render_key<'c>(&mut self, config: &'c Config) -> &'c RenderConfig {
+        self.sync_summary_view(config.window.context_mode);
+        let render = &config.render;
+        let key = render_key(render);
         if self.render_key != Some(key) {
             self.entries.iter_mut().for_each(Entry::clear_views);
             self.render_key = Some(key);
@@ -415,7 +415,7 @@ impl Session {
                     !entry.offloaded.is_empty()
                         && [Phase::Recent, Phase::Old]
                             .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, &render, &self.offloads) == incoming.hash(j))
+                            .any(|phase| entry.rendered_hash(phase, render, &self.offloads) == incoming.hash(j))
                 });
             if matches && !same_text {
                 self.text_hashes[j] = Some(incoming.text_hash(j));
@@ -461,8 +461,8 @@ impl Session {
         let computed = batched_recent_start(
             &values,
             format_or_default(self.format),
-            config.pruning_recent_n,
-            config.pruning_phase_batch,
+            config.recent.pruning_recent_n,
+            config.recent.pruning_phase_batch,
         );
         computed.max(entries.partition_point(|e| e.index < self.old_before))
     }
@@ -507,7 +507,7 @@ impl Session {
             &mut self.entries,
             |position, entry| entry.pending_work(phase_at(position), counter.is_some()),
             |position, entry| {
-                let slot = entry.ensure_view(phase_at(position), &render, offloads);
+                let slot = entry.ensure_view(phase_at(position), render, offloads);
                 if !entry.offloaded.is_empty() {
                     entry.views[1 - slot] = None;
                 }

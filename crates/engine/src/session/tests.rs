@@ -54,11 +54,11 @@ fn each_key_changed() -> Vec<(String, Config)> {
 #[test]
 fn the_render_key_changes_with_every_key_rendering_reads_and_no_other() {
     let base = Config::default();
-    let base_key = render_key(&base.render_config());
+    let base_key = render_key(&base.render);
     let mut changing = Vec::new();
     for (key, changed) in each_key_changed() {
-        let read_by_rendering = changed.render_config() != base.render_config();
-        let new_key = render_key(&changed.render_config());
+        let read_by_rendering = changed.render != base.render;
+        let new_key = render_key(&changed.render);
         assert_eq!(
             new_key != base_key,
             read_by_rendering,

@@ -6,6 +6,7 @@
 use satchel_protocol::Action;
 
 use super::*;
+use satchel_protocol::config::{RecentConfig, RenderConfig, TokenConfig, WindowConfig};
 
 /// One call of a replay: its total tokens, its stable prefix, whether the previous request is
 /// a prefix of it, and whether it compacted.
@@ -78,9 +79,18 @@ fn tool_loop() -> Vec<Value> {
 
 fn estimate(batch: usize) -> Config {
     Config {
-        tokenizer: Tokenizer::Estimate,
-        offload_notice_path: OffloadNoticePath::Relative,
-        pruning_phase_batch: batch,
+        tokens: TokenConfig {
+            tokenizer: Tokenizer::Estimate,
+            ..TokenConfig::default()
+        },
+        render: RenderConfig {
+            offload_notice_path: OffloadNoticePath::Relative,
+            ..RenderConfig::default()
+        },
+        recent: RecentConfig {
+            pruning_phase_batch: batch,
+            ..RecentConfig::default()
+        },
         ..Config::default()
     }
 }
@@ -104,7 +114,7 @@ fn a_batched_window_keeps_the_prefix_between_its_steps() {
 #[test]
 fn a_compaction_leaves_little_of_the_prefix() {
     let mut config = small_window();
-    config.pruning_phase_batch = 8;
+    config.recent.pruning_phase_batch = 8;
     let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
     messages.extend(conversation(10, 2_500));
     let steps = check_prefix(config, &messages, "prefix_compaction");
@@ -133,7 +143,7 @@ fn an_anthropic_summary_merged_into_the_first_user_turn_counts_with_it() {
         }
     }
     let mut config = small_window();
-    config.pruning_phase_batch = 8;
+    config.recent.pruning_phase_batch = 8;
     let steps = check_prefix(config, &messages, "prefix_anthropic_merged_summary");
     assert!(steps.iter().any(|s| s.compacted));
 }
@@ -144,9 +154,18 @@ fn an_anthropic_summary_merged_into_the_first_user_turn_counts_with_it() {
 #[test]
 fn a_result_that_left_the_recent_window_never_grows_back() {
     let harness = Harness::new(Config {
-        max_input_length: 24_576,
-        tokenizer: Tokenizer::Estimate,
-        offload_notice_path: OffloadNoticePath::Relative,
+        window: WindowConfig {
+            max_input_length: 24_576,
+            ..WindowConfig::default()
+        },
+        tokens: TokenConfig {
+            tokenizer: Tokenizer::Estimate,
+            ..TokenConfig::default()
+        },
+        render: RenderConfig {
+            offload_notice_path: OffloadNoticePath::Relative,
+            ..RenderConfig::default()
+        },
         ..Config::default()
     });
     let mut messages = vec![user("Run the suites and summarise the failures.")];

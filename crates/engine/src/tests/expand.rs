@@ -5,6 +5,7 @@ use satchel_protocol::{Action, CompactionReport, ExpandParams, ExpandRange, Expa
 use serde_json::Value;
 
 use super::*;
+use satchel_protocol::config::{RenderConfig, SectionsConfig, SummaryConfig};
 
 /// A session of the small window that compacted once; returns its compaction and history.
 fn compacted(harness: &Harness) -> (CompactionReport, Vec<Value>) {
@@ -45,7 +46,10 @@ fn by_id(id: &str, max_tokens: Option<u64>) -> ExpandParams {
 #[test]
 fn an_expanded_span_is_carried_by_the_next_request_only() {
     let mut harness = Harness::new(Config {
-        offload_notice_path: OffloadNoticePath::Relative,
+        render: RenderConfig {
+            offload_notice_path: OffloadNoticePath::Relative,
+            ..small_window().render
+        },
         ..small_window()
     });
     let (report, messages) = compacted(&harness);
@@ -136,7 +140,10 @@ fn an_archive_range_of_the_session_expands_and_others_are_refused() {
 fn a_compaction_reports_what_its_summary_no_longer_names() {
     // A tight summary budget: the command list is compressed, so commands go unnamed.
     let harness = Harness::new(Config {
-        summary_max_tokens: 150,
+        summary: SummaryConfig {
+            summary_max_tokens: 150,
+            ..small_window().summary
+        },
         ..small_window()
     });
     let (report, _) = compacted(&harness);
@@ -160,8 +167,14 @@ fn a_compaction_reports_what_its_summary_no_longer_names() {
 #[test]
 fn the_budget_section_tells_the_model_its_window_and_how_to_get_a_span_back() {
     let harness = Harness::new(Config {
-        budget_section_enabled: true,
-        summary_max_tokens: 150,
+        sections: SectionsConfig {
+            budget_section_enabled: true,
+            ..small_window().sections
+        },
+        summary: SummaryConfig {
+            summary_max_tokens: 150,
+            ..small_window().summary
+        },
         ..small_window()
     });
     let system_of = |result: &Prepared| -> String {

@@ -6,6 +6,7 @@ use satchel_protocol::{Action, Config};
 use serde_json::{Value, json};
 
 use super::*;
+use satchel_protocol::config::{RecentConfig, RenderConfig};
 
 /// Sends `calls` (the first as `messages`, the others as `append`), snapshots their actions
 /// as `name`, and checks each `offloaded` action against the workspace and the log.
@@ -62,7 +63,10 @@ fn check_ingest(config: Config, calls: &[Vec<Value>], name: &str) -> Harness {
 /// message moves a result to the old phase.
 fn every_message() -> Config {
     Config {
-        pruning_phase_batch: 1,
+        recent: RecentConfig {
+            pruning_phase_batch: 1,
+            ..RecentConfig::default()
+        },
         ..Config::default()
     }
 }
@@ -113,7 +117,10 @@ fn the_same_text_twice_is_one_file() {
 #[test]
 fn nothing_is_offloaded_when_pruning_is_off() {
     let off = Config {
-        pruning_enabled: false,
+        render: RenderConfig {
+            pruning_enabled: false,
+            ..RenderConfig::default()
+        },
         ..Config::default()
     };
     let calls = [vec![

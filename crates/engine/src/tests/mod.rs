@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::{CallContext, Engine, EngineError, ManualClock, Outcome, Prepared, SequentialIds};
+use satchel_protocol::config::{RenderConfig, SummaryConfig, TokenConfig, WindowConfig};
 
 /// The session every test drives.
 const SESSION: &str = "s";
@@ -37,12 +38,24 @@ const DAY: &str = "2026-03-14";
 /// summary budget of 500, counted by the byte estimate.
 fn small_window() -> Config {
     Config {
-        max_input_length: 4096,
-        summary_max_tokens: 500,
-        tokenizer: Tokenizer::Estimate,
-        // The temporary workspace's random name would otherwise change the notices' sizes,
-        // and with them the snapshots' token counts.
-        offload_notice_path: OffloadNoticePath::Relative,
+        window: WindowConfig {
+            max_input_length: 4096,
+            ..WindowConfig::default()
+        },
+        summary: SummaryConfig {
+            summary_max_tokens: 500,
+            ..SummaryConfig::default()
+        },
+        tokens: TokenConfig {
+            tokenizer: Tokenizer::Estimate,
+            ..TokenConfig::default()
+        },
+        render: RenderConfig {
+            // The temporary workspace's random name would otherwise change the notices' sizes,
+            // and with them the snapshots' token counts.
+            offload_notice_path: OffloadNoticePath::Relative,
+            ..RenderConfig::default()
+        },
         ..Config::default()
     }
 }

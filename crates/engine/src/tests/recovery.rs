@@ -181,7 +181,7 @@ fn interrupted_then_another_session_archives(harness: &mut Harness) -> Interrupt
     assert_eq!(after_b[2]["session_id"], "b", "B's lines follow A's two whole ones");
     assert_ne!(after_b[2]["compaction_id"], compaction.as_str());
 
-    harness.config.max_input_length = 131_072;
+    harness.config.window.max_input_length = 131_072;
     harness.restart();
     Interrupted {
         messages,

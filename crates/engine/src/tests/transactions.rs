@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::{CallToken, ModelSource};
+use satchel_protocol::config::SummaryConfig;
 
 /// Sends `held`, then runs `fail` (which must fail with an error `expect` accepts), and
 /// checks that the failed call left no trace: the log is byte-identical, and a resend of
@@ -76,7 +77,10 @@ impl ModelSource for CancellingModel {
 #[test]
 fn a_call_cancelled_while_it_summarises_rolls_its_records_back() {
     let harness = Harness::new(Config {
-        summarizer: SummarizerKind::Client,
+        summary: SummaryConfig {
+            summarizer: SummarizerKind::Client,
+            ..small_window().summary
+        },
         ..small_window()
     });
     // Under the threshold; the next turn crosses it.
@@ -237,7 +241,10 @@ impl ModelSource for PanickingModel {
 #[test]
 fn a_call_that_panics_has_no_effect() {
     let harness = Harness::new(Config {
-        summarizer: SummarizerKind::Client,
+        summary: SummaryConfig {
+            summarizer: SummarizerKind::Client,
+            ..small_window().summary
+        },
         ..small_window()
     });
     let held = conversation(2, 2_500);

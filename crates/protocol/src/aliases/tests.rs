@@ -151,13 +151,19 @@ fn the_copaw_example_of_the_spec() {
             }
         }
     }));
-    assert_eq!(c.max_input_length, 128_000);
-    assert_eq!((c.compact_threshold_ratio, c.reserve_threshold_ratio), (0.7, 0.1));
-    assert!(c.pruning_enabled);
-    assert_eq!(c.pruning_recent_n, 3);
+    assert_eq!(c.window.max_input_length, 128_000);
+    assert_eq!(
+        (
+            c.compaction.compact_threshold_ratio,
+            c.compaction.reserve_threshold_ratio
+        ),
+        (0.7, 0.1)
+    );
+    assert!(c.render.pruning_enabled);
+    assert_eq!(c.recent.pruning_recent_n, 3);
     assert_eq!(c.validate(), Ok(()));
     let off = config(json!({"enable_tool_result_compact": false}));
-    assert!(!off.pruning_enabled, "CoPaw's flag at the top level");
+    assert!(!off.render.pruning_enabled, "CoPaw's flag at the top level");
 }
 
 #[test]
@@ -187,21 +193,33 @@ fn the_qwenpaw_example_of_the_spec() {
             }
         }
     }));
-    assert_eq!(c.max_input_length, 128_000);
-    assert_eq!(c.context_mode, ContextMode::Qwenpaw);
+    assert_eq!(c.window.max_input_length, 128_000);
+    assert_eq!(c.window.context_mode, ContextMode::Qwenpaw);
     assert_eq!(
-        (c.dialog_path.as_str(), c.token_count_estimate_divisor),
+        (
+            c.daemon.sessions.dialog_path.as_str(),
+            c.tokens.token_count_estimate_divisor.get()
+        ),
         ("archive", 3.5)
     );
-    assert!(!c.compact_enabled);
-    assert_eq!((c.compact_threshold_ratio, c.reserve_threshold_ratio), (0.75, 0.15));
-    assert!(!c.pruning_enabled);
-    assert_eq!(c.pruning_recent_n, 4);
+    assert!(!c.compaction.compact_enabled);
     assert_eq!(
-        (c.pruning_old_msg_max_bytes, c.pruning_recent_msg_max_bytes),
+        (
+            c.compaction.compact_threshold_ratio,
+            c.compaction.reserve_threshold_ratio
+        ),
+        (0.75, 0.15)
+    );
+    assert!(!c.render.pruning_enabled);
+    assert_eq!(c.recent.pruning_recent_n, 4);
+    assert_eq!(
+        (
+            c.render.pruning_old_msg_max_bytes,
+            c.render.pruning_recent_msg_max_bytes
+        ),
         (2000, 40_000)
     );
-    assert_eq!(c.offload_retention_days, 2.0);
+    assert_eq!(c.retention.offload_retention_days, 2.0);
     assert_eq!(c.validate(), Ok(()));
 }
 
@@ -374,7 +392,11 @@ fn copaws_agents_language_sets_the_summary_language() {
         ("ja", SummaryLanguage::En),
     ] {
         let c = config(json!({"agents": {"language": code, "running": {"max_input_length": 64000}}}));
-        assert_eq!((c.summary_language, c.max_input_length), (language, 64000), "{code}");
+        assert_eq!(
+            (c.summary.summary_language, c.window.max_input_length),
+            (language, 64000),
+            "{code}"
+        );
     }
     let r = resolved(json!({"agents": {"language": "zh"}}));
     assert_eq!(r.written_as["summary_language"], "agents.language");

@@ -88,10 +88,16 @@ impl Daemon {
     /// Whether `rel` is inside one of the configured `memory_extra_paths` (relative ones: an
     /// absolute one is outside the workspace, which clients cannot read).
     fn is_extra_path(&self, rel: &str) -> bool {
-        self.engine().config().memory_extra_paths.iter().any(|extra| {
-            let extra = extra.trim_end_matches('/');
-            !extra.is_empty() && !extra.starts_with('/') && (rel == extra || rel.starts_with(&format!("{extra}/")))
-        })
+        self.engine()
+            .config()
+            .daemon
+            .memory_index
+            .memory_extra_paths
+            .iter()
+            .any(|extra| {
+                let extra = extra.trim_end_matches('/');
+                !extra.is_empty() && !extra.starts_with('/') && (rel == extra || rel.starts_with(&format!("{extra}/")))
+            })
     }
 
     /// The reply to a write of `path`, after indexing it when there is an index. The file

@@ -47,7 +47,7 @@ impl Daemon {
                 })?,
             None => Local::now().date_naive(),
         };
-        let days = self.engine().config().memory_merge_days;
+        let days = self.engine().config().daemon.memory_index.memory_merge_days;
         if first_day(through, days).is_none_or(|first| first.year() < 1) {
             return Err(RpcError::invalid_params(
                 "through",
@@ -93,7 +93,7 @@ impl Daemon {
         client: Option<&ClientHandle>,
     ) -> Result<MemoryMergeResult, RpcError> {
         let files = self.memory_files();
-        let days = self.engine().config().memory_merge_days;
+        let days = self.engine().config().daemon.memory_index.memory_merge_days;
         let mut logs = Vec::new();
         for back in (0..days).rev() {
             // `memory.merge` checked the range; the scheduled merge's is today's.
@@ -140,7 +140,7 @@ impl Daemon {
         client: Option<&ClientHandle>,
     ) -> (Merged, String, Vec<String>) {
         let config = self.engine().config();
-        let backend = match config.summarizer {
+        let backend = match config.summary.summarizer {
             SummarizerKind::Extractive => None,
             SummarizerKind::Openai => Some("openai"),
             // The scheduled merge has no connection to ask.
@@ -173,21 +173,21 @@ impl Daemon {
         config: &Config,
     ) -> Result<Merged, String> {
         let completer: Box<dyn Completer> = match client {
-            Some(client) => CallModels { daemon: self, client }.completer(config.summarizer, config)?,
+            Some(client) => CallModels { daemon: self, client }.completer(config.summary.summarizer, config)?,
             None => Box::new(OpenAiCompleter::from_config(config)),
         };
         let prompt = consolidation_prompt(memory, new);
-        let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
+        let counter = TokenCounter::of(&config.tokens);
         let tokens = counter.count_text(CONSOLIDATION_SYSTEM) + counter.count_text(&prompt);
-        if tokens > config.llm_input_budget_tokens {
+        if tokens > config.summary.llm_input_budget_tokens {
             return Err(format!(
                 "the request, {tokens} tokens, is over llm_input_budget_tokens ({})",
-                config.llm_input_budget_tokens
+                config.summary.llm_input_budget_tokens
             ));
         }
         let messages = [ChatMessage::system(CONSOLIDATION_SYSTEM), ChatMessage::user(prompt)];
         let reply = completer
-            .complete(&messages, config.llm_max_output_tokens)
+            .complete(&messages, config.summary.llm_max_output_tokens)
             .map_err(|e| e.to_string())?;
         consolidated(memory, new, &reply).map_err(|why| format!("unusable reply: {why}"))
     }
@@ -208,10 +208,10 @@ fn first_day(through: NaiveDate, days: u32) -> Option<NaiveDate> {
 
 /// When the next daily merge after `now` runs, `None` when it is off (or there is no index).
 pub fn next_merge(config: &Config, now: DateTime<Local>) -> Option<DateTime<Local>> {
-    if !config.memory_merge_enabled || !config.memory_index_enabled {
+    if !config.daemon.memory_index.memory_merge_enabled || !config.daemon.memory_index.memory_index_enabled {
         return None;
     }
-    let (hour, minute) = config.merge_time()?;
+    let (hour, minute) = config.daemon.memory_index.merge_time()?;
     next_at(now, NaiveTime::from_hms_opt(hour, minute, 0)?)
 }
 
@@ -230,6 +230,7 @@ fn next_at<Tz: TimeZone>(now: DateTime<Tz>, time: NaiveTime) -> Option<DateTime<
 mod tests {
     use super::*;
     use chrono::FixedOffset;
+    use satchel_protocol::config::{DaemonConfig, MemoryIndexConfig};
 
     #[test]
     fn the_next_merge_is_today_if_its_time_is_still_ahead_else_tomorrow() {
@@ -255,7 +256,13 @@ mod tests {
     #[test]
     fn no_merge_is_scheduled_when_it_is_off() {
         let config = Config {
-            memory_merge_enabled: false,
+            daemon: DaemonConfig {
+                memory_index: MemoryIndexConfig {
+                    memory_merge_enabled: false,
+                    ..MemoryIndexConfig::default()
+                },
+                ..DaemonConfig::default()
+            },
             ..Config::default()
         };
         assert_eq!(next_merge(&config, Local::now()), None);

@@ -99,7 +99,7 @@ impl Daemon {
     fn effective_config(&self, overrides: Option<&Map<String, Value>>) -> Result<Config, RpcError> {
         match overrides {
             Some(overrides) => apply_overrides(self.engine.config(), overrides)
-                .map_err(|(field, why)| RpcError::invalid_params(&format!("config.{field}"), why)),
+                .map_err(|e| RpcError::invalid_params(&format!("config.{}", e.key), e.reason)),
             None => Ok(self.engine.config().clone()),
         }
     }
@@ -212,7 +212,7 @@ impl CallModels<'_> {
                 if !declared {
                     return Err("the client did not declare summarizer_complete".into());
                 }
-                let timeout = Duration::from_secs_f64(config.llm_timeout_secs);
+                let timeout = Duration::from_secs_f64(config.summary.llm_timeout_secs);
                 Ok(Box::new(ClientCompleter::new(
                     self.client.clone(),
                     timeout,

@@ -3,6 +3,7 @@
 use satchel_protocol::Config;
 
 use super::*;
+use satchel_protocol::config::{PromptConfig, WindowConfig};
 
 fn show(b: SystemPromptBudget) -> String {
     let wire = b.to_wire();
@@ -36,16 +37,21 @@ fn budgets_scale_with_the_window_and_the_config() {
         (
             "config caps below the window's",
             Config {
-                prompt_max_total_chars: 5_000,
-                prompt_max_section_chars: 3_000,
+                prompt: PromptConfig {
+                    prompt_max_total_chars: 5_000,
+                    prompt_max_section_chars: 3_000,
+                },
                 ..Config::default()
             },
         ),
         (
             "8K window under the default caps",
             Config {
-                max_input_length: 8_192,
-                max_output_tokens: 2_048,
+                window: WindowConfig {
+                    max_input_length: 8_192,
+                    max_output_tokens: 2_048,
+                    ..WindowConfig::default()
+                },
                 ..Config::default()
             },
         ),
