@@ -152,7 +152,6 @@ mod tests {
     use super::*;
     use crate::format::check_pairs;
     use proptest::prelude::*;
-    use satchel_protocol::config::CompactionConfig;
     use serde_json::json;
 
     fn user(t: &str) -> Value {
@@ -277,13 +276,8 @@ mod tests {
         // A minimum only the whole conversation meets: nothing to compact.
         check_keep_recent(&m, &t, 30, 9, None);
         // The config's budget is its reserve and its minimum.
-        let config = Config {
-            compaction: CompactionConfig {
-                compact_keep_recent_messages: 3,
-                ..CompactionConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.compaction.compact_keep_recent_messages = 3;
         assert_eq!(
             TailBudget::from(&config),
             TailBudget {

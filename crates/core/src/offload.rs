@@ -203,7 +203,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use satchel_protocol::config::WindowConfig;
     use serde_json::json;
 
     fn call(name: &str, args: &str) -> ToolCall {
@@ -255,21 +254,11 @@ mod tests {
         );
         assert!(!must_offload(3_100, ResultKind::Plain, &c), "within the slack");
         assert!(must_offload(3_101, ResultKind::Plain, &c));
-        let off = Config {
-            render: RenderConfig {
-                pruning_enabled: false,
-                ..RenderConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut off = Config::default();
+        off.render.pruning_enabled = false;
         assert!(!must_offload(1_000_000, ResultKind::Plain, &off));
-        let aceclaw = Config {
-            window: WindowConfig {
-                context_mode: ContextMode::Aceclaw,
-                ..WindowConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut aceclaw = Config::default();
+        aceclaw.window.context_mode = ContextMode::Aceclaw;
         assert!(
             !must_offload(400, ResultKind::Plain, &aceclaw),
             "too short to become a stub"
@@ -428,13 +417,8 @@ mod tests {
             openai_result("2", "Cargo.toml\nsrc"),
         ];
         check_selection(&new, &[], MessageFormat::Openai, &c, &[(1, "/content", Some("bash"))]);
-        let off = Config {
-            render: RenderConfig {
-                pruning_enabled: false,
-                ..RenderConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut off = Config::default();
+        off.render.pruning_enabled = false;
         check_selection(&new, &[], MessageFormat::Openai, &off, &[]);
     }
 

@@ -199,7 +199,6 @@ mod tests {
     use crate::format::{self, MessageFormat, check_pairs, result_texts};
     use proptest::prelude::*;
     use satchel_protocol::Config;
-    use satchel_protocol::config::RecentConfig;
     use serde_json::json;
 
     /// A random conversation: user turns, assistant turns with 0-3 parallel calls (some to
@@ -275,20 +274,12 @@ mod tests {
     }
 
     fn check(messages: Vec<Value>, format: MessageFormat, recent_n: usize) -> Result<(), TestCaseError> {
-        let config = Config {
-            recent: RecentConfig {
-                pruning_recent_n: recent_n,
-                ..RecentConfig::default()
-            },
-            render: RenderConfig {
-                pruning_recent_msg_max_bytes: 6_000,
-                pruning_old_msg_max_bytes: 1_000,
-                markdown_recent_msg_max_bytes: 9_000,
-                markdown_old_msg_max_bytes: 4_000,
-                ..RenderConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.recent.pruning_recent_n = recent_n;
+        config.render.pruning_recent_msg_max_bytes = 6_000;
+        config.render.pruning_old_msg_max_bytes = 1_000;
+        config.render.markdown_recent_msg_max_bytes = 9_000;
+        config.render.markdown_old_msg_max_bytes = 4_000;
         let render_config = &config.render;
         prop_assert_eq!(check_pairs(&messages, format), Ok(()));
         let offloaded = offload_all(&messages, format, &config);
@@ -459,13 +450,8 @@ mod tests {
     fn offload_notice_path_picks_the_read_file_path() {
         let (_, message, offloaded) = offloaded_output();
         let shown = |notice_path| {
-            let config = Config {
-                render: RenderConfig {
-                    offload_notice_path: notice_path,
-                    ..RenderConfig::default()
-                },
-                ..Config::default()
-            };
+            let mut config = Config::default();
+            config.render.offload_notice_path = notice_path;
             let render_config = &config.render;
             let (shown, _) = render_message(&message, &offloaded, Phase::Old, render_config, "/srv/ws", None, &[]);
             shown["content"].as_str().unwrap().to_owned()

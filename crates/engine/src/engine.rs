@@ -197,7 +197,6 @@ mod tests {
     use super::*;
     use crate::call::CallContext;
     use crate::clock::{ManualClock, SequentialIds};
-    use satchel_protocol::config::{DaemonConfig, SessionsConfig};
     use satchel_protocol::{FormatHint, PrepareParams};
     use serde_json::json;
 
@@ -225,16 +224,8 @@ mod tests {
         let clock = Arc::new(ManualClock::at(
             chrono::DateTime::UNIX_EPOCH + chrono::Duration::days(20_000),
         ));
-        let config = Config {
-            daemon: DaemonConfig {
-                sessions: SessionsConfig {
-                    session_idle_secs: 600.0,
-                    ..SessionsConfig::default()
-                },
-                ..DaemonConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.daemon.sessions.session_idle_secs = 600.0;
         let engine = Engine::with_clock(
             Workspace::open(dir.path()).unwrap(),
             config.clone(),

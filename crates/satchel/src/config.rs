@@ -448,7 +448,6 @@ fn finish(merged: Map<String, Value>, written_as: &WrittenAs) -> Result<Config, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use satchel_protocol::config::{DaemonConfig, LlmEndpointConfig};
     use serde_json::json;
 
     /// The effective configuration of the layers.
@@ -560,16 +559,8 @@ mod tests {
 
     #[test]
     fn unknown_satchel_variables_are_named_with_the_closest_key() {
-        let config = Config {
-            daemon: DaemonConfig {
-                llm: LlmEndpointConfig {
-                    llm_api_key_env: "SATCHEL_MY_KEY".into(),
-                    ..LlmEndpointConfig::default()
-                },
-                ..DaemonConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.daemon.llm.llm_api_key_env = "SATCHEL_MY_KEY".into();
         let env = [
             "SATCHEL_PRUNING_RECENT",
             "SATCHEL_MAX_INPUT_LENGHT",

@@ -35,7 +35,6 @@ mod tests {
     use super::*;
     use crate::memory::MemoryService;
     use crate::schedule::ScriptedClock;
-    use satchel_protocol::config::{DaemonConfig, MemoryIndexConfig};
 
     fn local(day: u32, hour: u32, minute: u32) -> DateTime<Local> {
         Local.with_ymd_and_hms(2026, 11, day, hour, minute, 0).unwrap()
@@ -53,17 +52,9 @@ mod tests {
         ] {
             std::fs::write(memory_dir.join(format!("{day}.md")), format!("## Notes\n\n- {note}\n")).unwrap();
         }
-        let config = Config {
-            daemon: DaemonConfig {
-                memory_index: MemoryIndexConfig {
-                    memory_merge_time: "03:30".into(),
-                    memory_watch_enabled: false,
-                    ..MemoryIndexConfig::default()
-                },
-                ..DaemonConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.daemon.memory_index.memory_merge_time = "03:30".into();
+        config.daemon.memory_index.memory_watch_enabled = false;
         let workspace = Workspace::open(dir.path()).unwrap();
         let memory = MemoryService::open(&workspace, &config, |_| None).unwrap();
         let engine = satchel_engine::Engine::new(workspace, config).unwrap();

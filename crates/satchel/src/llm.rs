@@ -436,7 +436,6 @@ fn bearer_token(b: &[u8], i: usize) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use satchel_protocol::config::{DaemonConfig, LlmEndpointConfig};
 
     const KEY: &str = "sk-live-0123456789abcdefABCDEF";
 
@@ -540,17 +539,9 @@ mod tests {
 
     #[test]
     fn the_completer_redacts_its_errors() {
-        let config = Config {
-            daemon: DaemonConfig {
-                llm: LlmEndpointConfig {
-                    llm_api_key_env: "SATCHEL_UNIT_TEST_NO_SUCH_VARIABLE".into(),
-                    llm_extra_headers: [("X-Org".to_owned(), "org-secret-55".to_owned())].into(),
-                    ..LlmEndpointConfig::default()
-                },
-                ..DaemonConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.daemon.llm.llm_api_key_env = "SATCHEL_UNIT_TEST_NO_SUCH_VARIABLE".into();
+        config.daemon.llm.llm_extra_headers = [("X-Org".to_owned(), "org-secret-55".to_owned())].into();
         let completer = OpenAiCompleter::from_config(&config);
         let error = completer.error("HTTP 500: echo X-Org: org-secret-55; Authorization: Bearer whatever");
         assert_eq!(error.0, "HTTP 500: echo X-Org: [redacted]; Authorization: [redacted]");

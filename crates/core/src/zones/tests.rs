@@ -5,25 +5,14 @@ use satchel_protocol::config::Tokenizer;
 use serde_json::json;
 
 use super::*;
-use satchel_protocol::config::{CompactionConfig, SummaryConfig, TokenConfig, WindowConfig};
 
 /// A window of 10 000 tokens: compaction at 8 000, a reserve of 1 000, a summary budget of 500.
 fn config() -> Config {
-    Config {
-        window: WindowConfig {
-            max_input_length: 10_000,
-            ..WindowConfig::default()
-        },
-        summary: SummaryConfig {
-            summary_max_tokens: 500,
-            ..SummaryConfig::default()
-        },
-        tokens: TokenConfig {
-            tokenizer: Tokenizer::Estimate,
-            ..TokenConfig::default()
-        },
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.window.max_input_length = 10_000;
+    config.summary.summary_max_tokens = 500;
+    config.tokens.tokenizer = Tokenizer::Estimate;
+    config
 }
 
 fn msg(tokens: u64) -> MessageTokens {
@@ -136,13 +125,8 @@ fn compaction_is_due_from_the_threshold_on() {
     let config = config();
     check_due(7_999, 7_000, None, &config, CompactionDue::No);
     check_due(8_000, 7_000, None, &config, CompactionDue::Yes);
-    let off = Config {
-        compaction: CompactionConfig {
-            compact_enabled: false,
-            ..config.compaction
-        },
-        ..config
-    };
+    let mut off = config;
+    off.compaction.compact_enabled = false;
     check_due(20_000, 19_000, None, &off, CompactionDue::No);
 }
 

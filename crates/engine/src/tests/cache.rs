@@ -6,7 +6,6 @@
 use satchel_protocol::Action;
 
 use super::*;
-use satchel_protocol::config::{RecentConfig, RenderConfig, TokenConfig, WindowConfig};
 
 /// One call of a replay: its total tokens, its stable prefix, whether the previous request is
 /// a prefix of it, and whether it compacted.
@@ -78,21 +77,11 @@ fn tool_loop() -> Vec<Value> {
 }
 
 fn estimate(batch: usize) -> Config {
-    Config {
-        tokens: TokenConfig {
-            tokenizer: Tokenizer::Estimate,
-            ..TokenConfig::default()
-        },
-        render: RenderConfig {
-            offload_notice_path: OffloadNoticePath::Relative,
-            ..RenderConfig::default()
-        },
-        recent: RecentConfig {
-            pruning_phase_batch: batch,
-            ..RecentConfig::default()
-        },
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.tokens.tokenizer = Tokenizer::Estimate;
+    config.render.offload_notice_path = OffloadNoticePath::Relative;
+    config.recent.pruning_phase_batch = batch;
+    config
 }
 
 #[test]
@@ -153,21 +142,11 @@ fn an_anthropic_summary_merged_into_the_first_user_turn_counts_with_it() {
 /// rewrite the cached prefix), whatever compactions and batch boundaries do to the window.
 #[test]
 fn a_result_that_left_the_recent_window_never_grows_back() {
-    let harness = Harness::new(Config {
-        window: WindowConfig {
-            max_input_length: 24_576,
-            ..WindowConfig::default()
-        },
-        tokens: TokenConfig {
-            tokenizer: Tokenizer::Estimate,
-            ..TokenConfig::default()
-        },
-        render: RenderConfig {
-            offload_notice_path: OffloadNoticePath::Relative,
-            ..RenderConfig::default()
-        },
-        ..Config::default()
-    });
+    let mut config = Config::default();
+    config.window.max_input_length = 24_576;
+    config.tokens.tokenizer = Tokenizer::Estimate;
+    config.render.offload_notice_path = OffloadNoticePath::Relative;
+    let harness = Harness::new(config);
     let mut messages = vec![user("Run the suites and summarise the failures.")];
     for round in 0..6 {
         let ids: Vec<String> = (0..5).map(|i| format!("p{round}_{i}")).collect();

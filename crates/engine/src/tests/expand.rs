@@ -5,7 +5,6 @@ use satchel_protocol::{Action, CompactionReport, ExpandParams, ExpandRange, Expa
 use serde_json::Value;
 
 use super::*;
-use satchel_protocol::config::{RenderConfig, SectionsConfig, SummaryConfig};
 
 /// A session of the small window that compacted once; returns its compaction and history.
 fn compacted(harness: &Harness) -> (CompactionReport, Vec<Value>) {
@@ -45,13 +44,9 @@ fn by_id(id: &str, max_tokens: Option<u64>) -> ExpandParams {
 
 #[test]
 fn an_expanded_span_is_carried_by_the_next_request_only() {
-    let mut harness = Harness::new(Config {
-        render: RenderConfig {
-            offload_notice_path: OffloadNoticePath::Relative,
-            ..small_window().render
-        },
-        ..small_window()
-    });
+    let mut config = small_window();
+    config.render.offload_notice_path = OffloadNoticePath::Relative;
+    let mut harness = Harness::new(config);
     let (report, messages) = compacted(&harness);
     let range = report.archive.clone().expect("archived");
     let added = expand(&harness, by_id(&report.id, Some(1_500))).expect("expand");
@@ -139,13 +134,9 @@ fn an_archive_range_of_the_session_expands_and_others_are_refused() {
 #[test]
 fn a_compaction_reports_what_its_summary_no_longer_names() {
     // A tight summary budget: the command list is compressed, so commands go unnamed.
-    let harness = Harness::new(Config {
-        summary: SummaryConfig {
-            summary_max_tokens: 150,
-            ..small_window().summary
-        },
-        ..small_window()
-    });
+    let mut config = small_window();
+    config.summary.summary_max_tokens = 150;
+    let harness = Harness::new(config);
     let (report, _) = compacted(&harness);
     assert!(!report.dropped.is_empty(), "{report:?}");
     let summary = harness.inspect().summary.expect("a summary");
@@ -166,17 +157,10 @@ fn a_compaction_reports_what_its_summary_no_longer_names() {
 
 #[test]
 fn the_budget_section_tells_the_model_its_window_and_how_to_get_a_span_back() {
-    let harness = Harness::new(Config {
-        sections: SectionsConfig {
-            budget_section_enabled: true,
-            ..small_window().sections
-        },
-        summary: SummaryConfig {
-            summary_max_tokens: 150,
-            ..small_window().summary
-        },
-        ..small_window()
-    });
+    let mut config = small_window();
+    config.sections.budget_section_enabled = true;
+    config.summary.summary_max_tokens = 150;
+    let harness = Harness::new(config);
     let system_of = |result: &Prepared| -> String {
         let raw = result.system.as_ref().expect("an assembled system prompt");
         serde_json::from_str::<Value>(raw.get())

@@ -6,7 +6,6 @@ use satchel_protocol::{Action, Config};
 use serde_json::{Value, json};
 
 use super::*;
-use satchel_protocol::config::{RecentConfig, RenderConfig};
 
 /// Sends `calls` (the first as `messages`, the others as `append`), snapshots their actions
 /// as `name`, and checks each `offloaded` action against the workspace and the log.
@@ -62,13 +61,9 @@ fn check_ingest(config: Config, calls: &[Vec<Value>], name: &str) -> Harness {
 /// The recent window moving with every message (`pruning_phase_batch` 1), so that one new
 /// message moves a result to the old phase.
 fn every_message() -> Config {
-    Config {
-        recent: RecentConfig {
-            pruning_phase_batch: 1,
-            ..RecentConfig::default()
-        },
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.recent.pruning_phase_batch = 1;
+    config
 }
 
 #[test]
@@ -116,13 +111,8 @@ fn the_same_text_twice_is_one_file() {
 
 #[test]
 fn nothing_is_offloaded_when_pruning_is_off() {
-    let off = Config {
-        render: RenderConfig {
-            pruning_enabled: false,
-            ..RenderConfig::default()
-        },
-        ..Config::default()
-    };
+    let mut off = Config::default();
+    off.render.pruning_enabled = false;
     let calls = [vec![
         user("Run the tests."),
         run("c1", "cargo test"),

@@ -26,7 +26,6 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::{CallContext, Engine, EngineError, ManualClock, Outcome, Prepared, SequentialIds};
-use satchel_protocol::config::{RenderConfig, SummaryConfig, TokenConfig, WindowConfig};
 
 /// The session every test drives.
 const SESSION: &str = "s";
@@ -37,27 +36,14 @@ const DAY: &str = "2026-03-14";
 /// A small window that compacts after a few big turns: 4 096 tokens, compaction at 3 276, a
 /// summary budget of 500, counted by the byte estimate.
 fn small_window() -> Config {
-    Config {
-        window: WindowConfig {
-            max_input_length: 4096,
-            ..WindowConfig::default()
-        },
-        summary: SummaryConfig {
-            summary_max_tokens: 500,
-            ..SummaryConfig::default()
-        },
-        tokens: TokenConfig {
-            tokenizer: Tokenizer::Estimate,
-            ..TokenConfig::default()
-        },
-        render: RenderConfig {
-            // The temporary workspace's random name would otherwise change the notices' sizes,
-            // and with them the snapshots' token counts.
-            offload_notice_path: OffloadNoticePath::Relative,
-            ..RenderConfig::default()
-        },
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.window.max_input_length = 4096;
+    config.summary.summary_max_tokens = 500;
+    config.tokens.tokenizer = Tokenizer::Estimate;
+    // The temporary workspace's random name would otherwise change the notices' sizes,
+    // and with them the snapshots' token counts.
+    config.render.offload_notice_path = OffloadNoticePath::Relative;
+    config
 }
 
 /// An engine on a temporary workspace, its clock stopped at [`DAY`] 09:26:53 UTC.

@@ -11,7 +11,6 @@ use serde_json::Value;
 
 use super::*;
 use crate::{CallToken, ModelSource};
-use satchel_protocol::config::SummaryConfig;
 
 /// Sends `held`, then runs `fail` (which must fail with an error `expect` accepts), and
 /// checks that the failed call left no trace: the log is byte-identical, and a resend of
@@ -76,13 +75,9 @@ impl ModelSource for CancellingModel {
 
 #[test]
 fn a_call_cancelled_while_it_summarises_rolls_its_records_back() {
-    let harness = Harness::new(Config {
-        summary: SummaryConfig {
-            summarizer: SummarizerKind::Client,
-            ..small_window().summary
-        },
-        ..small_window()
-    });
+    let mut config = small_window();
+    config.summary.summarizer = SummarizerKind::Client;
+    let harness = Harness::new(config);
     // Under the threshold; the next turn crosses it.
     let held = conversation(2, 2_500);
     let longer = conversation(8, 2_500);
@@ -240,13 +235,9 @@ impl ModelSource for PanickingModel {
 
 #[test]
 fn a_call_that_panics_has_no_effect() {
-    let harness = Harness::new(Config {
-        summary: SummaryConfig {
-            summarizer: SummarizerKind::Client,
-            ..small_window().summary
-        },
-        ..small_window()
-    });
+    let mut config = small_window();
+    config.summary.summarizer = SummarizerKind::Client;
+    let harness = Harness::new(config);
     let held = conversation(2, 2_500);
     let longer = conversation(8, 2_500);
     let before = harness.prepare(&held);

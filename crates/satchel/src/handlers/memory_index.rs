@@ -230,7 +230,6 @@ fn next_at<Tz: TimeZone>(now: DateTime<Tz>, time: NaiveTime) -> Option<DateTime<
 mod tests {
     use super::*;
     use chrono::FixedOffset;
-    use satchel_protocol::config::{DaemonConfig, MemoryIndexConfig};
 
     #[test]
     fn the_next_merge_is_today_if_its_time_is_still_ahead_else_tomorrow() {
@@ -255,16 +254,8 @@ mod tests {
 
     #[test]
     fn no_merge_is_scheduled_when_it_is_off() {
-        let config = Config {
-            daemon: DaemonConfig {
-                memory_index: MemoryIndexConfig {
-                    memory_merge_enabled: false,
-                    ..MemoryIndexConfig::default()
-                },
-                ..DaemonConfig::default()
-            },
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.daemon.memory_index.memory_merge_enabled = false;
         assert_eq!(next_merge(&config, Local::now()), None);
     }
 }
