@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use satchel_protocol::Config;
+use satchel_protocol::{Config, ConfigError};
 use satchel_storage::{DialogArchive, MemoryFiles, OffloadStore, SessionStore, StorageError, Workspace};
 use serde_json::{Map, Value};
 
@@ -44,7 +44,7 @@ pub struct Engine {
 }
 
 /// See [`Engine::with_overrides`].
-pub type ApplyOverrides = dyn Fn(&Config, &Map<String, Value>) -> Result<Config, String> + Send + Sync;
+pub type ApplyOverrides = dyn Fn(&Config, &Map<String, Value>) -> Result<Config, ConfigError> + Send + Sync;
 
 impl Engine {
     /// An engine over `workspace` with the daemon's `config`, the system clock and random ids.
@@ -72,13 +72,15 @@ impl Engine {
             ids,
             next_idle_sweep_ms: AtomicI64::new(0),
             candidates: Candidates::default(),
-            apply_overrides: Arc::new(|base: &Config, overrides: &Map<String, Value>| {
-                if overrides.is_empty() {
-                    Ok(base.clone())
-                } else {
-                    Err("this engine was given no way to apply config overrides".to_owned())
-                }
-            }),
+            apply_overrides: Arc::new(
+                |base: &Config, overrides: &Map<String, Value>| match overrides.keys().next() {
+                    None => Ok(base.clone()),
+                    Some(key) => Err(ConfigError::new(
+                        key,
+                        "this engine was given no way to apply config overrides",
+                    )),
+                },
+            ),
         })
     }
 

@@ -282,9 +282,7 @@ fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     let (workspace_copy, config_copy) = (workspace.clone(), config.clone());
     let engine = satchel_engine::Engine::new(workspace, config)
         .context("opening the dialog archive")?
-        .with_overrides(std::sync::Arc::new(|base: &_, overrides: &_| {
-            config::apply_overrides(base, overrides).map_err(|e| e.to_string())
-        }));
+        .with_overrides(std::sync::Arc::new(config::apply_overrides));
     let daemon = handlers::Daemon::new(engine);
     #[cfg(feature = "memory")]
     let daemon = {
