@@ -1,4 +1,5 @@
-//! [`DaemonConfig`]: the keys only the daemon's own configuration sets.
+//! [`DaemonConfig`]: the keys only the daemon's own configuration sets, in groups read as
+//! the request's groups are (see `groups.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;

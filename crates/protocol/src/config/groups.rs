@@ -1,5 +1,8 @@
 //! The groups of [`Config`](super::Config) keys a request may override, each the keys one
 //! part of satchel reads (their order in `Config` is the keys' order on the wire).
+//!
+//! A group read alone skips the keys that are not its own: [`Config::from_keys`](super::Config::from_keys)
+//! reads every group from the one object of keys, after refusing a key no group has.
 
 use std::hash::{Hash, Hasher};
 
