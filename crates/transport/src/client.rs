@@ -133,7 +133,7 @@ impl ClientHandle {
     }
 
     /// [`request_blocking`](Self::request_blocking) on behalf of a call: it stops waiting
-    /// (within [`CANCEL_POLL`]) with [`ClientRequestError::Cancelled`] once `token` is
+    /// (it looks every `CANCEL_POLL`) with [`ClientRequestError::Cancelled`] once `token` is
     /// cancelled, and the client gets a `$/cancelRequest` for the request.
     pub fn request_for_call<T: Cancellation>(
         &self,

@@ -302,9 +302,9 @@ impl<T: Cancellation> Connection<T> {
 
     /// Cancels the request named by a `$/cancelRequest` and replies -32800 for it, unless
     /// the request has passed its commit point: its result is then sent as usual (LSP allows
-    /// that). A cancelled call's handler may still be running, undoing what it did; it holds
-    /// its session until then, so whatever the client sends next on that session sees the
-    /// session as it was before the cancelled call.
+    /// that). A cancelled call's handler may still be running, undoing what it did (the
+    /// daemon's handlers hold their session until then, so whatever the client sends next on
+    /// that session sees the session as it was before the cancelled call).
     async fn cancel(&self, body: &[u8]) {
         let Some(key) = serde_json::from_slice::<Cancel>(body)
             .ok()

@@ -1,13 +1,13 @@
 //! The order calls arrived in on one connection, kept for handlers that run in parallel.
 //!
-//! Only the methods a [`Service`](crate::Service) names as ordered take part: those that
-//! queue on a session, and those that change the connection's state (which later calls must
-//! see). The others run as soon as they arrive.
+//! Only the methods a [`Service`](crate::Service) names as ordered take part (the daemon
+//! names those that queue on a session, and those that change the connection's state, which
+//! later calls must see). The others run as soon as they arrive.
 //!
-//! Every message runs in its own task, and a handler learns which session it is about only
-//! once it has read its params. So each call gets an [`Admission`]: a place in the
+//! Every message runs in its own task, and a handler learns which queue (a session's) it
+//! needs only once it has read its params. So each call gets an [`Admission`]: a place in the
 //! connection's chain. A handler waits until every earlier call of the connection has been
-//! admitted (taken its place in its session's queue, or said it needs none), takes its own
+//! admitted (taken its place in its queue, or said it needs none), takes its own
 //! place, and lets the next call in. Params are still read in parallel; only the cheap step
 //! of queueing is serialised. A call that ends without using its admission (an error, a
 //! method with no session) releases it when dropped, so the chain never stalls.

@@ -23,7 +23,7 @@ pub(crate) struct Peek<'a> {
     /// An id jsonrpsee would not give back as sent: a number it cannot hold (negative,
     /// fractional, with an exponent, beyond 64 bits), or a string with escapes (which it would
     /// write back unescaped). Valid JSON-RPC, so it is carried through under an alias
-    /// ([`IdAlias`]) and comes back byte for byte.
+    /// ([`IdAlias`](crate::ids::IdAlias)) and comes back byte for byte.
     pub(crate) aliased_id: Option<&'a RawValue>,
     /// The text of the first `id` member, whatever its type.
     pub(crate) raw_id: Option<&'a RawValue>,

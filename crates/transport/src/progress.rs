@@ -1,6 +1,6 @@
-//! LSP's `window/workDoneProgress/cancel {token}`: satchel's progress `begin` says
-//! `cancellable: true`, so a client may cancel a call by the token its progress runs under.
-//! It has the same effect as `$/cancelRequest` for that call.
+//! LSP's `window/workDoneProgress/cancel {token}`: a client may cancel a call by the token
+//! its progress runs under, when the progress `begin` said `cancellable: true`. It has the
+//! same effect as `$/cancelRequest` for that call.
 //!
 //! A call's handler registers the token when it begins its progress ([`ProgressCancel::register`])
 //! and the registration ends when it is dropped; the connection looks the token up here.

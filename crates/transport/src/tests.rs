@@ -175,6 +175,49 @@ async fn batch_gets_an_array_and_notifications_get_nothing() {
 }
 
 #[tokio::test]
+async fn batches_are_answered_by_jsonrpsee_s_rules() {
+    let mut client = start(TransportLimits {
+        max_request_bytes: 1 << 16,
+        max_response_bytes: 512,
+    });
+    // An empty batch is not a request: one error, not an array.
+    client.send(Framing::Ndjson, "[]").await;
+    let (_, reply) = client.recv().await;
+    assert_eq!((&reply["id"], &reply["error"]["code"]), (&Value::Null, &json!(-32600)));
+    // Notifications only: no reply at all.
+    let notifications = format!("[{},{}]", notify("echo", json!([1])), notify("nope", json!([])));
+    client.send(Framing::Ndjson, &notifications).await;
+    // Replies that fit one by one but not together: the batch gets that error alone.
+    let long = || json!(["x".repeat(300)]);
+    let batch = format!(
+        "[{},{}]",
+        call(json!(1), "echo", long()),
+        call(json!(2), "echo", long())
+    );
+    client.send(Framing::ContentLength, &batch).await;
+    let (framing, reply) = client.recv().await;
+    assert_eq!(framing, Framing::ContentLength);
+    assert_eq!(
+        (&reply["id"], &reply["error"]["code"]),
+        (&Value::Null, &json!(-32011)),
+        "{reply}"
+    );
+    // A call in a batch with an entry that is not a request: both answered, in order.
+    client
+        .send(
+            Framing::Ndjson,
+            &format!(r#"[{},{{"id":5}}]"#, call(json!(4), "echo", json!([4]))),
+        )
+        .await;
+    let (_, reply) = client.recv().await;
+    assert_eq!(reply[0]["result"], json!([4]));
+    assert_eq!(
+        (&reply[1]["id"], &reply[1]["error"]["code"]),
+        (&json!(5), &json!(-32600))
+    );
+}
+
+#[tokio::test]
 async fn invalid_messages_get_json_rpc_errors() {
     let mut client = start(TransportLimits::default());
     client.send(Framing::Ndjson, "{bad json").await;
