@@ -20,18 +20,7 @@ use crate::compact::archive_runs;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::live::Ticket;
-use crate::session::{Session, format_or_default};
-
-/// A span carried by the next request: the messages as they will be sent.
-#[derive(Debug, Clone)]
-pub struct ExpandedSpan {
-    /// What the log holds of it.
-    pub record: Expansion,
-    /// The messages, rendered.
-    pub messages: Vec<Value>,
-    /// Their tokens, with the tokenizer of the call that asked for them.
-    pub tokens: u64,
-}
+use crate::session::{ExpandedSpan, Session, format_or_default};
 
 /// The default budget: this share of the window.
 const DEFAULT_BUDGET_SHARE: u64 = 4;

@@ -38,7 +38,6 @@ mod prepare;
 mod pruning;
 mod queries;
 mod recovery;
-mod requests;
 mod result_size;
 mod session;
 #[cfg(test)]

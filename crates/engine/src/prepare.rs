@@ -19,7 +19,7 @@ use satchel_protocol::{
 use satchel_storage::SessionRecord;
 use serde_json::value::RawValue;
 
-use crate::assembly::{self, PromptRequest, PromptState};
+use crate::assembly::{self, PromptRequest};
 use crate::call::CallContext;
 use crate::compact::{CompactError, CompactionRequest};
 use crate::engine::Engine;
@@ -27,8 +27,8 @@ use crate::error::EngineError;
 use crate::ingest::{Incoming, Writes};
 use crate::live::Ticket;
 use crate::pruning::usage_after;
-use crate::requests::PhaseReached;
-use crate::session::{Session, format_or_default};
+use crate::session::prompt::{PromptState, injected_candidates};
+use crate::session::{PhaseReached, Session, format_or_default};
 use crate::usage::RequestExtras;
 use crate::{Outcome, event_of, result_size};
 use request::Request;
@@ -299,7 +299,7 @@ impl Engine {
         session.expansion = None;
         remember_request(session, sent.output_hashes, sent.extras, usage_now);
         if let Some(prompt) = &sent.prompt
-            && let Err(e) = self.candidates_injected(&assembly::injected_candidates(&prompt.built))
+            && let Err(e) = self.candidates_injected(&injected_candidates(&prompt.built))
         {
             tracing::warn!(session = %id, "could not mark learning candidates in use: {e}");
         }

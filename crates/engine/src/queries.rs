@@ -18,7 +18,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::inspection;
 use crate::live::Ticket;
-use crate::session::Session;
+use crate::session::{Session, prompt};
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;
@@ -100,7 +100,7 @@ impl Engine {
         let tokens =
             session.extras_tokens(built.system.as_ref(), None, None, &counter).0 + state.base_message_tokens(&counter);
         let factor = session.requests.calibration.factor;
-        let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, config);
+        let report = prompt::report(&params.session_id, built, state.budget(), tokens, factor, config);
         let detail = params
             .detail_key
             .as_deref()

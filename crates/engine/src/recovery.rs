@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 
-use crate::pins::PinState;
 use satchel_core::format;
 use satchel_core::hash::MessageHash;
 use satchel_core::render::OffloadedText;
@@ -13,7 +12,7 @@ use serde_json::Value;
 
 use crate::compact::{compaction_done, dialog_lines};
 use crate::engine::Engine;
-use crate::session::{Entry, Session, format_or_default};
+use crate::session::{Entry, PinState, Session, format_or_default};
 
 impl Engine {
     /// Loads a session from its log, restoring offloaded texts and finishing a compaction a

@@ -31,14 +31,18 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::Xxh3;
 
 mod entry;
+mod expansion;
+mod pins;
+pub(crate) mod prompt;
+mod request_state;
 
 pub use entry::Entry;
 use entry::{OLD_SLOT, RECENT_SLOT, to_raw};
+pub use expansion::ExpandedSpan;
+pub use pins::{PinState, Pins};
+pub use request_state::{PhaseReached, RequestState};
 
-use crate::expand::ExpandedSpan;
 use crate::parallel::map_weighted;
-use crate::pins::Pins;
-use crate::requests::RequestState;
 
 /// A rendered message with at least one truncated text.
 #[derive(Debug)]
