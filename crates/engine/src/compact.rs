@@ -15,7 +15,6 @@ use satchel_core::summary::llm::{Language, LlmSummarizer};
 use satchel_core::summary::memory::memory_note;
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::summary::{Summarizer, SummaryInput};
-use satchel_core::tokens::TokenCounter;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionEvent, CompactionReport, Config,
@@ -29,8 +28,8 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::ingest::Writes;
 use crate::live::Ticket;
+use crate::request::{Request, RequestExtras};
 use crate::session::{Entry, Session, format_or_default};
-use crate::usage::{RequestExtras, usage};
 use crate::{Outcome, event_of};
 pub(crate) use archive::{archive_runs, compaction_done, dialog_lines};
 use sizes::{check_result_bound, estimated_tokens_after, summary_budget, usage_after_compaction};
@@ -101,7 +100,6 @@ impl Engine {
                     &*session_config
                 }
             };
-            let counter = TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
             // A manual compaction counts the request as the last `context.prepare` sent it.
             let extras = RequestExtras {
                 system: session.last_system.clone(),
@@ -109,6 +107,7 @@ impl Engine {
                 system_hash: None,
                 sections: None,
             };
+            let request = Request::new(config, extras);
             let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
             let how = CompactionRequest {
                 instruction: params.instruction.as_deref(),
@@ -116,7 +115,7 @@ impl Engine {
                 call,
                 pending_writes: None,
             };
-            let compaction = match self.compact(&params.session_id, session, config, &counter, &extras, how) {
+            let compaction = match self.compact(&params.session_id, session, &request, how) {
                 Ok(report) => report,
                 Err(CompactError::Summarize(reason) | CompactError::Futile(reason)) => {
                     return Err(EngineError::SummarizeFailed(reason));
@@ -125,7 +124,7 @@ impl Engine {
             };
             let mut event = None;
             if let Some(report) = &compaction {
-                session.last_usage = Some(usage(session, config, &counter, &extras, false));
+                session.last_usage = Some(request.usage(session, false));
                 session.requests.last_factor = Some(session.requests.calibration.factor);
                 session.requests.calibration_before_report = None;
                 let actions = [Action::Compacted(report.clone())];
@@ -151,12 +150,11 @@ impl Engine {
         &self,
         id: &str,
         session: &mut Session,
-        config: &Config,
-        counter: &TokenCounter,
-        extras: &RequestExtras,
+        request: &Request<'_>,
         how: CompactionRequest<'_, '_>,
     ) -> Result<Option<CompactionReport>, CompactError> {
-        let Some(drafted) = self.draft(id, session, config, counter, extras, &how)? else {
+        let config = request.config;
+        let Some(drafted) = self.draft(id, session, request, &how)? else {
             return Ok(None);
         };
         let Drafted {
@@ -165,9 +163,9 @@ impl Engine {
             compacted_tokens,
             phase0,
         } = drafted;
-        begun.tokens_after = estimated_tokens_after(session, config, counter, &begun, compacted_tokens, how.manual)?;
+        begun.tokens_after = estimated_tokens_after(session, request, &begun, compacted_tokens, how.manual)?;
         if !how.manual {
-            check_result_bound(session, config, &begun.summary, how.call)?;
+            check_result_bound(session, request, &begun.summary, how.call)?;
         }
         if let Some(pending) = how.pending_writes {
             pending.wait()?;
@@ -185,7 +183,7 @@ impl Engine {
         // below; if that write fails the call is rolled back and the reload finds the log as
         // it was before the call.
         let previous = replace_with_summary(session, &begun, &ranges);
-        begun.tokens_after = usage_after_compaction(session, config, counter, extras).total;
+        begun.tokens_after = usage_after_compaction(session, request).total;
         session.futile_compaction_at = None;
         self.log_compaction_done(id, &begun, &ranges, appended.as_ref())?;
         let report = report_of(&begun, &ranges);
@@ -268,12 +266,11 @@ impl Engine {
         &self,
         id: &str,
         session: &mut Session,
-        config: &Config,
-        counter: &TokenCounter,
-        extras: &RequestExtras,
+        request: &Request<'_>,
         how: &CompactionRequest<'_, '_>,
     ) -> Result<Option<Drafted>, CompactError> {
-        let before = usage(session, config, counter, extras, false);
+        let (config, counter) = (request.config, &request.counter);
+        let before = request.usage(session, false);
         // In the provider's tokens, like the reserve they are measured against.
         let factor = session.requests.calibration.factor;
         let tokens: Vec<u64> = session
@@ -298,7 +295,7 @@ impl Engine {
             format,
             instruction: how.instruction,
             demonstration_prefixes: Some(&config.demonstration_prefixes),
-            max_tokens: summary_budget(config, counter),
+            max_tokens: summary_budget(request),
             counter,
         };
         // Watchers learn that a compaction starts before its summary is written (a model

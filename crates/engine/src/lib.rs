@@ -38,11 +38,11 @@ mod prepare;
 mod pruning;
 mod queries;
 mod recovery;
+mod request;
 mod result_size;
 mod session;
 #[cfg(test)]
 mod tests;
-mod usage;
 mod usage_report;
 
 pub use call::{CallContext, CallToken, EventSink, ModelSource, NoModels, ProgressSink};

@@ -2,15 +2,12 @@
 //! received messages, count the request, compact the older part when over the threshold,
 //! render what the model sees.
 
-mod request;
-
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use satchel_core::budget_note::{BUDGET_SECTION_KEY, BudgetFacts, budget_section_text};
 use satchel_core::hash::MessageHash;
-use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
     Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, PrepareParams, PrepareResult, PromptSection,
@@ -27,11 +24,10 @@ use crate::error::EngineError;
 use crate::ingest::{Incoming, Writes};
 use crate::live::Ticket;
 use crate::pruning::usage_after;
+use crate::request::{Request, RequestExtras};
 use crate::session::prompt::{PromptState, injected_candidates};
 use crate::session::{PhaseReached, Session, format_or_default};
-use crate::usage::RequestExtras;
 use crate::{Outcome, event_of, result_size};
-use request::Request;
 
 /// What `prepare` returns: the request with its messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;
@@ -99,30 +95,31 @@ impl Engine {
                 input_tokens: reported_usage.map(|u| u.input_tokens),
                 overrides: params.config.as_ref(),
             };
-            self.prepare_in(&id, session, incoming, declared, extras, reports, config, call)
+            let request = Request::new(config, extras);
+            let received = Received { incoming, declared };
+            self.prepare_in(&id, session, received, request, reports, call)
         })
     }
 
     /// The body of `prepare`, in the session's turn: ingest, count, compact when due, render,
-    /// then commit.
-    #[allow(clippy::too_many_arguments)]
+    /// then commit. The `request` sends the client's extras; the prompt assembled here
+    /// replaces its `system`.
     fn prepare_in(
         &self,
         id: &str,
         session: &mut Session,
-        incoming: Incoming,
-        declared: Option<MessageFormat>,
-        mut extras: RequestExtras,
+        received: Received,
+        mut request: Request<'_>,
         reports: Reports<'_>,
-        config: &Config,
         call: &CallContext<'_>,
     ) -> Result<Outcome<Prepared>, EngineError> {
+        let config = request.config;
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
         let mut actions = Vec::new();
         let started = self.clock.now();
         // Ingest refuses a bad message before it changes anything, so it goes first: a
         // refused call must change nothing, and the records below change the session.
-        let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
+        let mut ingested = self.ingest(id, session, received.incoming, received.declared, config, &mut actions)?;
         if let Some(input_tokens) = reports.input_tokens {
             // A usage of a request a previous daemon prepared cannot be matched to a count.
             if session.requests.last_factor.is_some() {
@@ -132,15 +129,15 @@ impl Engine {
             }
         }
         self.remember_config(id, session, reports.overrides, config)?;
-        self.add_generated_sections(id, session, &mut extras, config);
+        self.add_generated_sections(id, session, &mut request.extras, config);
         let prompt_request = PromptRequest {
-            system: extras.system.as_ref(),
-            sections: extras.sections.as_deref(),
+            system: request.extras.system.as_ref(),
+            sections: request.extras.sections.as_deref(),
         };
         let prompt = assembly::assemble(session, prompt_request, config)?;
         if let Some(prompt) = &prompt {
-            extras.system = prompt.system();
-            extras.system_hash = prompt.system_hash();
+            request.extras.system = prompt.system();
+            request.extras.system_hash = prompt.system_hash();
             if let Some(over) = &prompt.built.assembled.kept_whole_over_budget {
                 actions.push(Action::PromptOverBudget {
                     keys: over.sections.iter().map(|(key, _)| key.clone()).collect(),
@@ -149,11 +146,6 @@ impl Engine {
                 });
             }
         }
-        let request = Request {
-            config,
-            counter: TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor),
-            extras,
-        };
         let counted_usage = request.usage(session, false);
         let counted = self.clock.now();
         let fitted = self.fit_to_window(id, session, &request, call, &counted_usage, &mut ingested.durable)?;
@@ -338,7 +330,7 @@ impl Engine {
             call,
             pending_writes: Some(pending_writes),
         };
-        match self.compact(id, session, config, &request.counter, &request.extras, how) {
+        match self.compact(id, session, request, how) {
             Ok(Some(report)) => done.action = Some(Action::Compacted(report)),
             Ok(None) => done.reason = Some(OverLimitReason::NothingCompactable),
             Err(CompactError::Summarize(reason)) => done.action = Some(Action::CompactionFailed { reason }),
@@ -376,6 +368,14 @@ struct SentRequest {
     extras: RequestExtras,
     /// The assembled prompt, if any.
     prompt: Option<Arc<PromptState>>,
+}
+
+/// The messages a `prepare` received.
+struct Received {
+    /// The messages, or what is new of them.
+    incoming: Incoming,
+    /// The format the client declared (`format`), if it did.
+    declared: Option<MessageFormat>,
 }
 
 /// What a `prepare` reports besides its messages, recorded once its messages are ingested.
