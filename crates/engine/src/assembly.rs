@@ -47,7 +47,7 @@ pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>, config: 
     let key = switches
         .iter()
         .fold(inputs_key(request), |key, &on| key.rotate_left(1) ^ u128::from(on));
-    if session.requests.checked_prompt_inputs == Some(key) {
+    if session.requests().checked_prompt_inputs == Some(key) {
         return Ok(());
     }
     let sections = parse_sections(request.sections.unwrap_or_default())?;
@@ -58,7 +58,7 @@ pub(crate) fn check(session: &mut Session, request: &PromptRequest<'_>, config: 
             || (config.candidates_enabled && section_key.starts_with(SECTION_KEY_PREFIX))
     };
     validate_input(request.system, &sections, taken).map_err(invalid_prompt)?;
-    session.requests.checked_prompt_inputs = Some(key);
+    session.prompt_inputs_checked(key);
     Ok(())
 }
 
@@ -81,7 +81,7 @@ pub(crate) fn assemble(
     if let Some(text) = base_message {
         key ^= text_hash(text).rotate_left(1);
     }
-    if let Some(last) = &session.requests.last_prompt
+    if let Some(last) = &session.requests().last_prompt
         && last.key() == key
     {
         return Ok(Some(Arc::clone(last)));
@@ -99,7 +99,7 @@ pub(crate) fn assemble(
         budget,
         task_focus_section,
     };
-    let last = session.requests.last_prompt.as_deref();
+    let last = session.requests().last_prompt.as_deref();
     Ok(Some(Arc::new(PromptState::build(key, source, query.as_deref(), last)?)))
 }
 
@@ -123,7 +123,7 @@ pub(crate) fn detail(built: &BuiltPrompt<'_>, key: &str) -> Result<SectionDetail
 /// The text of the newest user message that is a turn of its own.
 fn newest_user_text(session: &Session) -> Option<String> {
     session
-        .entries
+        .entries()
         .iter()
         .rev()
         .find_map(|entry| newest_query(std::slice::from_ref(&entry.message)))
@@ -133,10 +133,10 @@ fn newest_user_text(session: &Session) -> Option<String> {
 /// is the client's base prompt when it sends no `system`: it is assembled and reported as
 /// `system` would be, and sent as the message it is.
 fn leading_system_text(session: &Session) -> Option<&str> {
-    if session.format == Some(satchel_core::format::MessageFormat::Anthropic) {
+    if session.format() == Some(satchel_core::format::MessageFormat::Anthropic) {
         return None;
     }
-    let first = session.entries.first().filter(|e| e.index == 0)?;
+    let first = session.entries().first().filter(|e| e.index == 0)?;
     let role = first.message.get("role")?.as_str()?;
     if !matches!(role, "system" | "developer") {
         return None;

@@ -102,8 +102,8 @@ impl Engine {
             };
             // A manual compaction counts the request as the last `context.prepare` sent it.
             let extras = RequestExtras {
-                system: session.last_system.clone(),
-                tools: session.last_tools.clone(),
+                system: session.last_system().cloned(),
+                tools: session.last_tools().cloned(),
                 system_hash: None,
                 sections: None,
             };
@@ -124,9 +124,8 @@ impl Engine {
             };
             let mut event = None;
             if let Some(report) = &compaction {
-                session.last_usage = Some(request.usage(session, false));
-                session.requests.last_factor = Some(session.requests.calibration.factor);
-                session.requests.calibration_before_report = None;
+                let usage = request.usage(session, false);
+                session.set_last_usage(usage);
                 let actions = [Action::Compacted(report.clone())];
                 event = Some(event_of(&params.session_id, session, EventKind::Compact, &actions));
             }
@@ -184,7 +183,6 @@ impl Engine {
         // it was before the call.
         let previous = replace_with_summary(session, &begun, &ranges);
         begun.tokens_after = usage_after_compaction(session, request).total;
-        session.futile_compaction_at = None;
         self.log_compaction_done(id, &begun, &ranges, appended.as_ref())?;
         let report = report_of(&begun, &ranges);
         self.learn_from_compaction(
@@ -195,7 +193,7 @@ impl Engine {
             session.summary(),
             phase0.as_ref(),
         );
-        session.compactions.push(CompactionInfo::archived(begun, ranges));
+        session.add_compaction(CompactionInfo::archived(begun, ranges));
         // Pinned messages that just left are re-emitted from the archive after the summary.
         if let Err(e) = self.resolve_pins(session) {
             tracing::warn!(
@@ -272,22 +270,22 @@ impl Engine {
         let (config, counter) = (request.config, &request.counter);
         let before = request.usage(session, false);
         // In the provider's tokens, like the reserve they are measured against.
-        let factor = session.requests.calibration.factor;
+        let factor = session.calibration_factor();
         let tokens: Vec<u64> = session
             .count_tokens(counter, config, false)
             .into_iter()
             .map(|t| corrected(t, factor))
             .collect();
-        let format = format_or_default(session.format);
+        let format = format_or_default(session.format());
         let Some(plan) = plan_split(&session.rendered_entries(config, false), &tokens, format, config) else {
             return Ok(None);
         };
         let span: Vec<Value> = plan
             .compact
             .iter()
-            .map(|&p| session.entries[p].full_message(&self.offloads))
+            .map(|&p| session.entries()[p].full_message(&self.offloads))
             .collect();
-        let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries[p].index).collect();
+        let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries()[p].index).collect();
         let input = SummaryInput {
             previous: session.summary(),
             messages: &span,
@@ -305,7 +303,7 @@ impl Engine {
         let at = self.clock.now();
         let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let archive_file = self.archive.file_for(&at.format("%Y-%m-%d").to_string());
-        let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries[p]).collect();
+        let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries()[p]).collect();
         // The archive lines are encoded, and what the span names is read (to tell what the
         // summary drops), on another core while the summariser runs: for a first pass over a
         // long history each takes tens of milliseconds.
@@ -385,8 +383,8 @@ fn compaction_started(id: &str, session: &Session, before: &TokenUsage, manual: 
         kind: EventKind::CompactionStarted,
         pressure: before.pressure(),
         tokens: before.clone(),
-        messages: session.entries.len(),
-        compactions: session.compactions.len(),
+        messages: session.entries().len(),
+        compactions: session.compactions().len(),
         actions: Vec::new(),
         compaction: Some(CompactionEvent {
             id: None,
@@ -407,13 +405,9 @@ fn replace_with_summary(
     begun: &CompactionBegun,
     ranges: &[ArchiveRange],
 ) -> Option<CompactSummary> {
-    let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
-    session.entries.retain(|e| !compacted.contains(&e.index));
-    let previous = session.summary().cloned();
     let mut summary = begun.summary.clone();
     summary.add_archive_ranges(ranges, &begun.indices);
-    session.set_summary(Some(summary));
-    previous
+    session.replace_with_summary(&begun.indices, summary)
 }
 
 /// Runs the configured summariser. Model-backed ones never fail: they retry once and fall

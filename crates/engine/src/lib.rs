@@ -68,7 +68,7 @@ pub struct Outcome<T> {
 
 /// The event telling watchers what a call just did to session `id`.
 fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) -> ContextEvent {
-    let tokens = session.last_usage.clone().unwrap_or_default();
+    let tokens = session.last_usage().cloned().unwrap_or_default();
     let compaction = actions.iter().rev().find_map(|a| match a {
         Action::Compacted(report) => Some(CompactionEvent {
             id: Some(report.id.clone()),
@@ -86,8 +86,8 @@ fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) ->
         kind,
         pressure: tokens.pressure(),
         tokens,
-        messages: session.entries.len(),
-        compactions: session.compactions.len(),
+        messages: session.entries().len(),
+        compactions: session.compactions().len(),
         actions: actions.iter().map(Action::kind).collect(),
         compaction,
     }

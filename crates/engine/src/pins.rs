@@ -18,7 +18,7 @@ use crate::call::CallToken;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::live::Ticket;
-use crate::session::{PinState, Session, format_or_default};
+use crate::session::{Session, format_or_default};
 
 /// Reads `r12` or `r12.1` as (message index, position among its offloaded texts).
 fn parse_result_id(id: &str) -> Option<(usize, usize)> {
@@ -71,23 +71,18 @@ impl Engine {
             check_target(session, &target)?;
             self.check_pinned_size(session, &target)?;
             let record = PinRecord {
-                id: format!("p{}", session.pins.made + 1),
+                id: session.pins().next_id(),
                 label: params.label.clone(),
                 target,
             };
             self.sessions.append(id, &[SessionRecord::Pin(record.clone())])?;
-            session.pins.made += 1;
-            session.pins.pins.push(PinState {
-                title: String::new(),
-                record: record.clone(),
-                text: None,
-            });
+            let pin_id = record.id.clone();
+            session.pin(record);
             self.resolve_pins(session)?;
-            session.apply_result_controls();
             Ok(PinsResult {
                 session_id: id.clone(),
-                pin_id: record.id,
-                pins: session.pins.infos(),
+                pin_id,
+                pins: session.pins().infos(),
             })
         })
     }
@@ -99,8 +94,9 @@ impl Engine {
             let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(id.clone()));
             };
-            if !session.pins.pins.iter().any(|p| p.record.id == params.pin_id) {
-                let known: Vec<&str> = session.pins.pins.iter().map(|p| p.record.id.as_str()).collect();
+            let pins = session.pins().in_force();
+            if !pins.iter().any(|p| p.record.id == params.pin_id) {
+                let known: Vec<&str> = pins.iter().map(|p| p.record.id.as_str()).collect();
                 return Err(EngineError::invalid_params(
                     "pin_id",
                     format!(
@@ -116,13 +112,11 @@ impl Engine {
                     id: params.pin_id.clone(),
                 }],
             )?;
-            session.pins.pins.retain(|p| p.record.id != params.pin_id);
-            session.pins.changed();
-            session.apply_result_controls();
+            session.unpin(&params.pin_id);
             Ok(PinsResult {
                 session_id: id.clone(),
                 pin_id: params.pin_id.clone(),
-                pins: session.pins.infos(),
+                pins: session.pins().infos(),
             })
         })
     }
@@ -141,7 +135,7 @@ impl Engine {
                 return Err(EngineError::UnknownSession(id.clone()));
             };
             let Some(text) = session
-                .entries
+                .entries()
                 .iter()
                 .find(|e| e.index == index)
                 .and_then(|e| e.offloaded.get(k))
@@ -156,7 +150,12 @@ impl Engine {
                 ));
             };
             let result_id = result_id(index, k);
-            if let Some(pin) = session.pins.pins.iter().find(|p| pins_result(&p.record.target, index, k)) {
+            if let Some(pin) = session
+                .pins()
+                .in_force()
+                .iter()
+                .find(|p| pins_result(&p.record.target, index, k))
+            {
                 return Err(EngineError::invalid_params(
                     "result_id",
                     format!(
@@ -167,8 +166,7 @@ impl Engine {
             }
             self.sessions
                 .append(id, &[SessionRecord::Purge { result_id: result_id.clone() }])?;
-            session.pins.purged.insert(result_id.clone());
-            session.apply_result_controls();
+            session.purge(result_id.clone());
             Ok(PurgeResult {
                 session_id: id.clone(),
                 result_id,
@@ -181,26 +179,22 @@ impl Engine {
     /// Gives each pin whose message is no longer live its verbatim text, read back from the
     /// archive (its message left with a compaction), and a title.
     pub(crate) fn resolve_pins(&self, session: &mut Session) -> Result<(), EngineError> {
-        let format = format_or_default(session.format);
-        let mut changed = false;
-        for position in 0..session.pins.pins.len() {
-            let pin = &session.pins.pins[position];
+        let format = format_or_default(session.format());
+        for position in 0..session.pins().in_force().len() {
+            let pin = &session.pins().in_force()[position];
             let (index, k) = match &pin.record.target {
                 PinTarget::Text { text } => {
                     if pin.text.is_none() {
                         let title = pin.record.label.clone().unwrap_or_else(|| "text".into());
                         let text = text.clone();
-                        let pin = &mut session.pins.pins[position];
-                        pin.title = title;
-                        pin.text = Some(text);
-                        changed = true;
+                        session.resolve_pin(position, title, text);
                     }
                     continue;
                 }
                 PinTarget::Message { index } => (*index, None),
                 PinTarget::Result { index, k } => (*index, Some(*k)),
             };
-            if pin.text.is_some() || session.entries.iter().any(|e| e.index == index) {
+            if pin.text.is_some() || session.entries().iter().any(|e| e.index == index) {
                 continue;
             }
             let Some((text, message)) = self.archived_text(session, index, k, format)? else {
@@ -210,13 +204,7 @@ impl Engine {
                 None => message_title(index, &message),
                 Some(k) => format!("tool result {}", result_id(index, k)),
             });
-            let pin = &mut session.pins.pins[position];
-            pin.title = title;
-            pin.text = Some(text);
-            changed = true;
-        }
-        if changed {
-            session.pins.changed();
+            session.resolve_pin(position, title, text);
         }
         Ok(())
     }
@@ -241,7 +229,7 @@ impl Engine {
         k: Option<usize>,
         format: satchel_core::format::MessageFormat,
     ) -> Result<Option<(String, serde_json::Value)>, EngineError> {
-        let Some(compaction) = session.compactions.iter().find(|c| c.begun.indices.contains(&index)) else {
+        let Some(compaction) = session.compactions().iter().find(|c| c.begun.indices.contains(&index)) else {
             return Ok(None);
         };
         // Its lines may be in several runs of the archive (a compaction a crash interrupted),
@@ -285,16 +273,16 @@ impl Engine {
         };
         let bytes = match target {
             PinTarget::Text { text } => text.len(),
-            _ if session.entries.iter().any(|e| e.index == index) => live_bytes(session, index, k),
+            _ if session.entries().iter().any(|e| e.index == index) => live_bytes(session, index, k),
             _ => {
-                let format = format_or_default(session.format);
+                let format = format_or_default(session.format());
                 self.archived_text(session, index, k, format)?
                     .map_or(0, |(text, _)| text.len())
             }
         };
         let pinned: usize = session
-            .pins
-            .pins
+            .pins()
+            .in_force()
             .iter()
             .map(|p| match &p.record.target {
                 PinTarget::Text { text } => text.len(),
@@ -325,7 +313,7 @@ impl Engine {
 
 /// Bytes a live message (or its `k`-th offloaded text) sends when pinned whole.
 fn live_bytes(session: &Session, index: usize, k: Option<usize>) -> usize {
-    let Some(entry) = session.entries.iter().find(|e| e.index == index) else {
+    let Some(entry) = session.entries().iter().find(|e| e.index == index) else {
         return 0;
     };
     match k {
@@ -336,15 +324,14 @@ fn live_bytes(session: &Session, index: usize, k: Option<usize>) -> usize {
 
 /// Refuses a pin of a message or result the session never had, or of a purged result.
 fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError> {
-    let known = session.original_hashes.len();
+    let known = session.history_len();
     // A pin sends whole what a purge sends as a stub: a purged result cannot be pinned, alone
     // or with its message.
     let purged = match *target {
-        PinTarget::Result { index, k } => Some(result_id(index, k)).filter(|id| session.pins.purged.contains(id)),
+        PinTarget::Result { index, k } => Some(result_id(index, k)).filter(|id| session.pins().is_purged(id)),
         PinTarget::Message { index } => session
-            .pins
-            .purged
-            .iter()
+            .pins()
+            .purged()
             .find(|id| parse_result_id(id).is_some_and(|(i, _)| i == index))
             .cloned(),
         PinTarget::Text { .. } => None,
@@ -368,10 +355,10 @@ fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError
             format!("the session has {known} messages (0-{})", known.saturating_sub(1)),
         )),
         PinTarget::Result { index, k } => {
-            let live = session.entries.iter().find(|e| e.index == index);
+            let live = session.entries().iter().find(|e| e.index == index);
             let exists = match live {
                 Some(entry) => k < entry.offloaded.len(),
-                None => index < known && session.compactions.iter().any(|c| c.begun.indices.contains(&index)),
+                None => index < known && session.compactions().iter().any(|c| c.begun.indices.contains(&index)),
             };
             if exists {
                 Ok(())

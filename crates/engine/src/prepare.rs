@@ -7,7 +7,6 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use satchel_core::budget_note::{BUDGET_SECTION_KEY, BudgetFacts, budget_section_text};
-use satchel_core::hash::MessageHash;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
     Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, PrepareParams, PrepareResult, PromptSection,
@@ -26,7 +25,7 @@ use crate::live::Ticket;
 use crate::pruning::usage_after;
 use crate::request::{Request, RequestExtras};
 use crate::session::prompt::{PromptState, injected_candidates};
-use crate::session::{PhaseReached, Session, format_or_default};
+use crate::session::{PhaseReached, SentRequest, Session, format_or_default};
 use crate::{Outcome, event_of, result_size};
 
 /// What `prepare` returns: the request with its messages as shared JSON texts.
@@ -70,15 +69,15 @@ impl Engine {
             }
             let session = slot.get_or_insert_with(|| Session::new(None, self.offloads.clone()));
             if let Some(expected) = params.expect_messages
-                && expected != session.original_hashes.len()
+                && expected != session.history_len()
             {
                 return Err(EngineError::StaleSession {
                     session_id: id.clone(),
                     expected,
-                    held: session.original_hashes.len(),
+                    held: session.history_len(),
                 });
             }
-            if let (Some(declared), Some(held)) = (declared, session.format)
+            if let (Some(declared), Some(held)) = (declared, session.format())
                 && declared != held
             {
                 return Err(EngineError::invalid_params(
@@ -122,7 +121,7 @@ impl Engine {
         let mut ingested = self.ingest(id, session, received.incoming, received.declared, config, &mut actions)?;
         if let Some(input_tokens) = reports.input_tokens {
             // A usage of a request a previous daemon prepared cannot be matched to a count.
-            if session.requests.last_factor.is_some() {
+            if session.requests().last_factor.is_some() {
                 self.record_usage(id, session, input_tokens)?;
             } else {
                 tracing::debug!(session = %id, "a usage report for a request of a previous daemon is ignored");
@@ -169,12 +168,12 @@ impl Engine {
         let cache_stable_prefix_tokens = request.stable_prefix_tokens(session, &messages, &output_hashes);
         let saved = counted_usage.total.saturating_sub(usage_now.total);
         let fits = usage_now.total < config.compact_threshold_tokens();
-        session.requests.record_phases(fitted.phases, saved, fits);
+        session.record_phases(fitted.phases, saved, fits);
         let (prompt_report, over_limit) =
             prompt_report_and_over_limit(id, session, prompt.as_deref(), &request, &usage_now, fitted.reason);
         let result = PrepareResult {
             session_id: id.to_owned(),
-            format: format_or_default(session.format),
+            format: format_or_default(session.format()),
             messages,
             tokens: usage_now,
             cache_stable_prefix_tokens,
@@ -188,7 +187,8 @@ impl Engine {
         result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;
         let sent = SentRequest {
             output_hashes,
-            extras: request.extras,
+            system: request.extras.system,
+            tools: request.extras.tools,
             prompt,
         };
         self.commit_prepare(id, session, call, &mut ingested.durable, sent, &result.tokens)?;
@@ -278,7 +278,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         pending_writes.wait()?;
         // The span `context.expand` brought back is carried by this request only.
-        if let Some(expansion) = &session.expansion {
+        if let Some(expansion) = session.expansion() {
             let done = SessionRecord::ExpandDone {
                 id: expansion.record.id.clone(),
             };
@@ -288,14 +288,12 @@ impl Engine {
         if !call.token.commit() {
             return Err(EngineError::Cancelled);
         }
-        session.expansion = None;
-        remember_request(session, sent.output_hashes, sent.extras, usage_now);
         if let Some(prompt) = &sent.prompt
             && let Err(e) = self.candidates_injected(&injected_candidates(&prompt.built))
         {
             tracing::warn!(session = %id, "could not mark learning candidates in use: {e}");
         }
-        session.requests.last_prompt = sent.prompt;
+        session.remember_sent(sent, usage_now);
         Ok(())
     }
 
@@ -316,7 +314,7 @@ impl Engine {
             action: None,
             reason: None,
         };
-        match compaction_due(&done.usage, session.futile_compaction_at, config) {
+        match compaction_due(&done.usage, session.futile_compaction_at(), config) {
             CompactionDue::No => return Ok(done),
             CompactionDue::Deferred => {
                 done.reason = Some(OverLimitReason::CompactionDeferred);
@@ -335,7 +333,7 @@ impl Engine {
             Ok(None) => done.reason = Some(OverLimitReason::NothingCompactable),
             Err(CompactError::Summarize(reason)) => done.action = Some(Action::CompactionFailed { reason }),
             Err(CompactError::Futile(reason)) => {
-                session.futile_compaction_at = Some(done.usage.compactable);
+                session.compaction_futile_at(done.usage.compactable);
                 done.action = Some(Action::CompactionFailed { reason: reason.clone() });
                 done.reason = Some(OverLimitReason::CompactionFutile(reason));
             }
@@ -358,16 +356,6 @@ struct Fitted {
     action: Option<Action>,
     /// Why the request may still be over the window.
     reason: Option<OverLimitReason>,
-}
-
-/// What a committed `prepare` keeps of the request it returned.
-struct SentRequest {
-    /// Hashes of the messages returned, to recognise them when sent back.
-    output_hashes: Vec<MessageHash>,
-    /// The system prompt and tool definitions sent beside them.
-    extras: RequestExtras,
-    /// The assembled prompt, if any.
-    prompt: Option<Arc<PromptState>>,
 }
 
 /// The messages a `prepare` received.
@@ -438,30 +426,12 @@ fn trace_stage_durations(
     );
 }
 
-/// Keeps what a committed call returned: its request, to recognise it when sent back, and
-/// its extras and usage, for a later manual compaction and for inspection.
-fn remember_request(
-    session: &mut Session,
-    output_hashes: Vec<MessageHash>,
-    extras: RequestExtras,
-    usage_now: &TokenUsage,
-) {
-    session.forget_fresh_texts();
-    session.peak_tokens = session.peak_tokens.max(usage_now.total);
-    session.last_output = output_hashes;
-    session.last_system = extras.system;
-    session.last_tools = extras.tools;
-    session.last_usage = Some(usage_now.clone());
-    session.requests.last_factor = Some(session.requests.calibration.factor);
-    session.requests.calibration_before_report = None;
-}
-
 /// The agent-visible budget section (`budget_section_enabled`), from the session's last
 /// request and last compaction.
 fn budget_section(session: &Session, config: &Config) -> Box<RawValue> {
-    let last = session.compactions.last();
+    let last = session.compactions().last();
     let facts = BudgetFacts {
-        used: session.last_usage.as_ref().map_or(0, |u| u.total),
+        used: session.last_usage().map_or(0, |u| u.total),
         limit: config.effective_window(),
         threshold: config.compact_threshold_tokens(),
         last_compaction: last.map(|c| (c.begun.id.as_str(), c.begun.indices.len(), &c.begun.dropped[..])),

@@ -57,7 +57,7 @@ impl<'a> Request<'a> {
     /// them up.
     pub(crate) fn usage(&self, session: &mut Session, squeeze: bool) -> TokenUsage {
         let (config, counter, extras) = (self.config, &self.counter, &self.extras);
-        let factor = session.requests.calibration.factor;
+        let factor = session.calibration_factor();
         let per_message = session.count_tokens(counter, config, squeeze);
         let (system, tools) = session.extras_tokens(
             extras.system.as_ref(),
@@ -67,7 +67,7 @@ impl<'a> Request<'a> {
         );
         let summary = session.summary_tokens(counter, config);
         let messages: Vec<MessageTokens> = session
-            .entries
+            .entries()
             .iter()
             .zip(per_message)
             .map(|(entry, tokens)| MessageTokens::of(&entry.message, corrected(tokens, factor)))
@@ -76,7 +76,7 @@ impl<'a> Request<'a> {
             system: corrected(system, factor),
             tools: corrected(tools, factor),
             summary: corrected(summary, factor),
-            expanded: corrected(session.expansion.as_ref().map_or(0, |e| e.tokens), factor),
+            expanded: corrected(session.expansion().as_ref().map_or(0, |e| e.tokens), factor),
             pinned: corrected(session.pinned_tokens(counter), factor),
         };
         zone_usage(&messages, extras, config)
@@ -91,8 +91,8 @@ impl<'a> Request<'a> {
     /// without keeping the pruned request.
     pub(crate) fn prune(&self, session: &mut Session, usage: &TokenUsage) -> PruneReport {
         let renderings = Renderings::of(session);
-        let format = format_or_default(session.format);
-        let factor = session.requests.calibration.factor;
+        let format = format_or_default(session.format());
+        let factor = session.calibration_factor();
         let mut rendered = session.render(self.config, false);
         prune_rendered(
             &mut rendered,
@@ -117,8 +117,8 @@ impl<'a> Request<'a> {
         actions: &mut Vec<Action>,
     ) -> (Vec<Arc<RawValue>>, Vec<MessageHash>, Option<PruneReport>) {
         let renderings = prune_from.map(|_| Renderings::of(session));
-        let format = format_or_default(session.format);
-        let factor = session.requests.calibration.factor;
+        let format = format_or_default(session.format());
+        let factor = session.calibration_factor();
         let mut rendered = session.render(self.config, squeeze);
         let pruned = prune_from.zip(renderings.as_ref()).map(|(usage, renderings)| {
             prune_rendered(
@@ -150,7 +150,7 @@ impl<'a> Request<'a> {
         messages: &[Arc<RawValue>],
         hashes: &[MessageHash],
     ) -> u64 {
-        if session.last_usage.is_none() || self.extras.tools != session.last_tools {
+        if session.last_usage().is_none() || self.extras.tools.as_ref() != session.last_tools() {
             return 0;
         }
         let (system, tools) = session.extras_tokens(
@@ -159,13 +159,13 @@ impl<'a> Request<'a> {
             self.extras.tools.as_deref(),
             &self.counter,
         );
-        let factor = session.requests.calibration.factor;
-        if self.extras.system != session.last_system {
+        let factor = session.calibration_factor();
+        if self.extras.system.as_ref() != session.last_system() {
             return corrected(tools, factor);
         }
         let shared = hashes
             .iter()
-            .zip(&session.last_output)
+            .zip(session.last_output())
             .take_while(|(now, before)| now == before)
             .count();
         let divisor = self.config.token_count_estimate_divisor;

@@ -65,7 +65,7 @@ pub(super) fn check_result_bound(
     let Some(limit) = call.max_result_bytes else {
         return Ok(());
     };
-    let live = session.entries.len();
+    let live = session.entries().len();
     let (messages, _) = session.render(config, false).to_json();
     let bound = result_size::json_bytes(&messages)
         + result_size::json_bytes(summary)

@@ -24,7 +24,7 @@ use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::is_system;
-use satchel_protocol::{CompactSummary, Config, ContextMode, Phase, RenderConfig};
+use satchel_protocol::{CompactSummary, Config, ContextMode, Phase, RenderConfig, TokenUsage};
 use satchel_storage::{CompactionInfo, OffloadStore};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -35,12 +35,14 @@ mod expansion;
 mod pins;
 pub(crate) mod prompt;
 mod request_state;
+mod updates;
 
 pub use entry::Entry;
 use entry::{OLD_SLOT, RECENT_SLOT, to_raw};
 pub use expansion::ExpandedSpan;
 pub use pins::{PinState, Pins};
 pub use request_state::{PhaseReached, RequestState};
+pub use updates::SentRequest;
 
 use crate::parallel::map_weighted;
 
@@ -135,35 +137,35 @@ pub struct Session {
     /// Where offloaded texts are read back from, to render a message or archive it.
     offloads: OffloadStore,
     /// Format, once known.
-    pub format: Option<MessageFormat>,
+    format: Option<MessageFormat>,
     /// Hash of every message of the original history, by original index (compacted ones too,
     /// so a client resending its full history is recognised).
-    pub original_hashes: Vec<MessageHash>,
+    original_hashes: Vec<MessageHash>,
     /// By original index, the [`text_hash`] of the text a client last sent for that message,
     /// when known: a resend in the same bytes is recognised without the structural hash.
-    pub text_hashes: Vec<Option<u128>>,
+    text_hashes: Vec<Option<u128>>,
     /// Live messages in order.
-    pub entries: Vec<Entry>,
+    entries: Vec<Entry>,
     /// The summary in force; change it with [`Session::set_summary`].
     summary: Option<CompactSummary>,
     /// The summary's text and token count.
     summary_view: Option<SummaryView>,
     /// Finished compactions, oldest first.
-    pub compactions: Vec<CompactionInfo>,
+    compactions: Vec<CompactionInfo>,
     /// Hashes of the last request returned, to recognise a client that sends it back as its history.
-    pub last_output: Vec<MessageHash>,
+    last_output: Vec<MessageHash>,
     /// System prompt of the last `context.prepare`, to count a manual compaction's request.
-    pub last_system: Option<Value>,
+    last_system: Option<Value>,
     /// Tool definitions of the last `context.prepare`.
-    pub last_tools: Option<Vec<Value>>,
+    last_tools: Option<Vec<Value>>,
     /// Largest request since the daemon loaded the session.
-    pub peak_tokens: u64,
+    peak_tokens: u64,
     /// Token usage of the last request returned.
-    pub last_usage: Option<satchel_protocol::TokenUsage>,
+    last_usage: Option<TokenUsage>,
     /// Set when an automatic compaction was skipped because it could not make the request
     /// smaller: the compactable tokens then. It is not tried again until that many more have
     /// accrued (a summary's worth), so a small window does not thrash; any compaction clears it.
-    pub futile_compaction_at: Option<u64>,
+    futile_compaction_at: Option<u64>,
     /// What the cached renderings depend on ([`render_key`]); a change clears them.
     render_key: Option<u128>,
     /// What the cached token counts depend on besides the renderings ([`counter_key`]).
@@ -172,11 +174,11 @@ pub struct Session {
     extras_tokens: HashMap<(MessageHash, bool), u64>,
     /// Calibration, the last system prompt and the monitor's numbers; kept when the
     /// client's history starts over.
-    pub requests: RequestState,
+    requests: RequestState,
     /// A compacted span `context.expand` asked back, carried by the next request only.
-    pub expansion: Option<ExpandedSpan>,
+    expansion: Option<ExpandedSpan>,
     /// Pins and purged results (`context.pin`, `context.purge`).
-    pub pins: Pins,
+    pins: Pins,
     /// Messages of a lower original index are in the old phase for good. The recent window's
     /// start can compute earlier than before (a compaction shifts the batch boundaries, a
     /// boundary in a run of parallel results widens the window back, a squeezed request is
@@ -288,12 +290,79 @@ impl Session {
         }
     }
 
-    /// Drops the offloaded texts the entries keep from the call they arrived in: once the
-    /// call's writes are durable the files hold them.
-    pub fn forget_fresh_texts(&mut self) {
-        for entry in &mut self.entries {
-            entry.fresh = Vec::new();
-        }
+    /// Format, once known.
+    pub fn format(&self) -> Option<MessageFormat> {
+        self.format
+    }
+
+    /// Messages of the client's history, compacted ones included.
+    pub fn history_len(&self) -> usize {
+        self.original_hashes.len()
+    }
+
+    /// The [`text_hash`] of the text a client last sent for message `index`, when known.
+    pub fn text_hash(&self, index: usize) -> Option<u128> {
+        self.text_hashes.get(index).copied().flatten()
+    }
+
+    /// Live messages in order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Finished compactions, oldest first.
+    pub fn compactions(&self) -> &[CompactionInfo] {
+        &self.compactions
+    }
+
+    /// Hashes of the last request returned.
+    pub fn last_output(&self) -> &[MessageHash] {
+        &self.last_output
+    }
+
+    /// System prompt of the last `context.prepare`.
+    pub fn last_system(&self) -> Option<&Value> {
+        self.last_system.as_ref()
+    }
+
+    /// Tool definitions of the last `context.prepare`.
+    pub fn last_tools(&self) -> Option<&Vec<Value>> {
+        self.last_tools.as_ref()
+    }
+
+    /// Largest request since the daemon loaded the session.
+    pub fn peak_tokens(&self) -> u64 {
+        self.peak_tokens
+    }
+
+    /// Token usage of the last request returned.
+    pub fn last_usage(&self) -> Option<&TokenUsage> {
+        self.last_usage.as_ref()
+    }
+
+    /// The compactable tokens when an automatic compaction was last found futile.
+    pub fn futile_compaction_at(&self) -> Option<u64> {
+        self.futile_compaction_at
+    }
+
+    /// Calibration, the last system prompt and the monitor's numbers.
+    pub fn requests(&self) -> &RequestState {
+        &self.requests
+    }
+
+    /// The factor counts are corrected by now (the calibration's).
+    pub fn calibration_factor(&self) -> f64 {
+        self.requests.calibration.factor
+    }
+
+    /// The span `context.expand` asked back, carried by the next request.
+    pub fn expansion(&self) -> Option<&ExpandedSpan> {
+        self.expansion.as_ref()
+    }
+
+    /// Pins and purged results.
+    pub fn pins(&self) -> &Pins {
+        &self.pins
     }
 
     /// Messages compacted away.

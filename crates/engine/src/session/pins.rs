@@ -26,17 +26,37 @@ pub struct PinState {
 #[derive(Debug, Default)]
 pub struct Pins {
     /// Pins in force, oldest first.
-    pub pins: Vec<PinState>,
+    pub(super) pins: Vec<PinState>,
     /// Pins ever made in the session: the next is `p{made + 1}`.
-    pub made: usize,
+    pub(super) made: usize,
     /// Purged results (`r12`).
-    pub purged: BTreeSet<String>,
+    pub(super) purged: BTreeSet<String>,
     /// The pinned block as the request shows it, and its token count with the counter key it
     /// was made with; rebuilt when a pin or the summary's presence changes.
     block: Option<(String, Option<(u128, u64)>)>,
 }
 
 impl Pins {
+    /// Pins in force, oldest first.
+    pub fn in_force(&self) -> &[PinState] {
+        &self.pins
+    }
+
+    /// The id the next pin gets.
+    pub fn next_id(&self) -> String {
+        format!("p{}", self.made + 1)
+    }
+
+    /// Purged results (`r12`), in order.
+    pub fn purged(&self) -> impl Iterator<Item = &String> {
+        self.purged.iter()
+    }
+
+    /// Whether result `result_id` (`r12`) is purged.
+    pub fn is_purged(&self, result_id: &str) -> bool {
+        self.purged.contains(result_id)
+    }
+
     /// The control of the `k`-th offloaded text of message `index`.
     pub fn control(&self, index: usize, k: usize) -> ResultControl {
         if self.purged.contains(&result_id(index, k)) {
