@@ -10,13 +10,21 @@
 //!
 //! # Layout
 //!
-//! - [`engine`]: the [`Engine`] and the transaction every session call runs in.
+//! - [`engine`]: the [`Engine`] and the transaction every session call runs in; its doc lists
+//!   the files that each hold one call's `impl Engine` block.
 //! - [`live`]: sessions in memory, the per-session queue of calls, eviction.
 //! - `candidates`: learning candidates in the signed store, and their prompt sections.
-//! - `prepare`, `ingest`, `usage`, `compact`, `expand`, `recovery`, `queries`: one call or
-//!   stage each; `inspection`: what inspect derives from a session (tokens by role, offload
-//!   savings).
-//! - `session`: a session's messages and their cached renderings; `align` in it reconciles.
+//! - `prepare`, `ingest`, `compact`, `expand`, `pins`, `usage_report`, `recovery`, `queries`:
+//!   one call or stage each; `inspection`: what inspect derives from a session (tokens by
+//!   role, offload savings) and its effective configuration.
+//! - `request`: the one `Request` a call counts, prunes, renders and compacts (its
+//!   configuration, counter and extras), and the token usage per zone of it.
+//! - `assembly`: the system prompt a request is assembled with; `pruning`: `aceclaw` mode's
+//!   pruning of a rendered request.
+//! - `session`: a session's state, which owns its invariants: its messages and their cached
+//!   renderings (`mod`, `entry`), reconciliation (`align`), every change a call makes
+//!   (`updates`), and the state types kept with it: `request_state` (calibration and the
+//!   monitor's numbers), `prompt` (the last assembled prompt), `pins`, `expansion`.
 //! - [`call`]: cancellation, models and progress, as a caller passes them.
 //! - [`clock`]: the injected sources of time and ids.
 //! - `parallel`: sharing a large batch of per-message work between cores.

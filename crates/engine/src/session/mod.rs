@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
-use satchel_core::hash::{MessageHash, text_hash};
+use satchel_core::hash::MessageHash;
 use satchel_core::offload::batched_recent_start;
 use satchel_core::render::{RenderedText, ResultControl, insert_summary};
 use satchel_core::repair::{Repair, RepairItem, repair};
@@ -30,6 +30,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::Xxh3;
 
+mod align;
 mod entry;
 mod expansion;
 mod pins;
@@ -37,6 +38,7 @@ pub(crate) mod prompt;
 mod request_state;
 mod updates;
 
+pub use align::{Alignment, IncomingHashes};
 pub use entry::Entry;
 use entry::{OLD_SLOT, RECENT_SLOT, to_raw};
 pub use expansion::ExpandedSpan;
@@ -132,6 +134,11 @@ struct SummaryView {
 }
 
 /// The messages of one session.
+///
+/// Its fields are private: calls read them through getters and change them only through the
+/// methods of `updates.rs`, each of which keeps together the fields it touches (the history's
+/// hashes and its live messages, the last request and the calibration it was counted with,
+/// the pins and the controls of the results they name).
 #[derive(Debug)]
 pub struct Session {
     /// Where offloaded texts are read back from, to render a message or archive it.
@@ -141,8 +148,9 @@ pub struct Session {
     /// Hash of every message of the original history, by original index (compacted ones too,
     /// so a client resending its full history is recognised).
     original_hashes: Vec<MessageHash>,
-    /// By original index, the [`text_hash`] of the text a client last sent for that message,
-    /// when known: a resend in the same bytes is recognised without the structural hash.
+    /// By original index, the [`text_hash`](satchel_core::hash::text_hash) of the text a
+    /// client last sent for that message, when known: a resend in the same bytes is recognised
+    /// without the structural hash.
     text_hashes: Vec<Option<u128>>,
     /// Live messages in order.
     entries: Vec<Entry>,
@@ -186,59 +194,6 @@ pub struct Session {
     /// again and rewrite the prefix a provider's prompt cache holds. In memory only: a reload
     /// starts from the window as computed.
     old_before: usize,
-}
-
-/// The hashes of a received list: exact-text hashes of every message, structural ones
-/// computed only where those do not decide.
-pub struct IncomingHashes<'a> {
-    texts: &'a [Box<RawValue>],
-    text_hashes: Vec<u128>,
-    hashes: Vec<Option<MessageHash>>,
-}
-
-impl<'a> IncomingHashes<'a> {
-    /// The hashes of `texts`.
-    pub fn new(texts: &'a [Box<RawValue>]) -> Self {
-        IncomingHashes {
-            texts,
-            text_hashes: texts.iter().map(|t| text_hash(t.get())).collect(),
-            hashes: vec![None; texts.len()],
-        }
-    }
-
-    /// Messages received.
-    pub fn len(&self) -> usize {
-        self.texts.len()
-    }
-
-    /// The exact-text hash of message `j`.
-    pub fn text_hash(&self, j: usize) -> u128 {
-        self.text_hashes[j]
-    }
-
-    /// The structural hash of message `j`.
-    pub fn hash(&mut self, j: usize) -> MessageHash {
-        *self.hashes[j]
-            .get_or_insert_with(|| MessageHash::of_json(self.texts[j].get()).expect("a RawValue holds valid JSON"))
-    }
-}
-
-/// How a received full list relates to the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alignment {
-    /// The first `consumed` received messages are known; the rest are new.
-    Extends {
-        /// Messages recognised.
-        consumed: usize,
-    },
-    /// The history diverges at original index `at`, after everything compacted: live
-    /// messages from there are replaced.
-    DivergesAt {
-        /// First differing original index.
-        at: usize,
-    },
-    /// The history diverges inside the compacted part: the session starts over.
-    Reset,
 }
 
 /// The format to process with when none is known yet: plain-text turns look the same in both.
@@ -300,7 +255,7 @@ impl Session {
         self.original_hashes.len()
     }
 
-    /// The [`text_hash`] of the text a client last sent for message `index`, when known.
+    /// The exact-text hash of what a client last sent for message `index`, when known.
     pub fn text_hash(&self, index: usize) -> Option<u128> {
         self.text_hashes.get(index).copied().flatten()
     }
@@ -464,58 +419,6 @@ impl Session {
             self.render_key = Some(key);
         }
         render
-    }
-
-    /// Aligns a full list sent by a client with what the session holds.
-    ///
-    /// A message matches when it is identical to what the client first sent, or to what
-    /// satchel returned for it; a client may also send back the whole last request (summary
-    /// message included) followed by new messages. Costs one hash comparison per message
-    /// unless a message differs from its original.
-    pub fn align(&mut self, incoming: &mut IncomingHashes<'_>, config: &Config) -> Alignment {
-        let render = self.check_render_key(config);
-        let known = self.original_hashes.len();
-        // Live entries are sorted by original index: find them by binary search.
-        let live_position = |entries: &[Entry], j: usize| entries.binary_search_by_key(&j, |e| e.index).ok();
-        let mut original_prefix = 0;
-        while original_prefix < incoming.len().min(known) {
-            let j = original_prefix;
-            let same_text = self.text_hashes[j] == Some(incoming.text_hash(j));
-            let matches = same_text
-                || incoming.hash(j) == self.original_hashes[j]
-                || live_position(&self.entries, j).is_some_and(|p| {
-                    let entry = &mut self.entries[p];
-                    !entry.offloaded.is_empty()
-                        && [Phase::Recent, Phase::Old]
-                            .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, &render, &self.offloads) == incoming.hash(j))
-                });
-            if matches && !same_text {
-                self.text_hashes[j] = Some(incoming.text_hash(j));
-            }
-            if !matches {
-                break;
-            }
-            original_prefix += 1;
-        }
-        if original_prefix == known {
-            return Alignment::Extends { consumed: known };
-        }
-        // After a restart the last view is not in memory: render it again.
-        if self.last_output.is_empty() && self.summary.is_some() {
-            let (_, hashes) = self.render(config, false).to_json();
-            self.last_output = hashes;
-        }
-        let view = self.last_output.len();
-        if view > 0 && incoming.len() >= view && (0..view).all(|j| incoming.hash(j) == self.last_output[j]) {
-            return Alignment::Extends { consumed: view };
-        }
-        let compacted_from_here = (original_prefix..known).any(|i| live_position(&self.entries, i).is_none());
-        if compacted_from_here {
-            Alignment::Reset
-        } else {
-            Alignment::DivergesAt { at: original_prefix }
-        }
     }
 
     /// Where the recent window starts; `squeeze` puts every message in the old phase (the
