@@ -15,7 +15,6 @@ use satchel_core::summary::llm::{Language, LlmSummarizer};
 use satchel_core::summary::memory::memory_note;
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::summary::{Summarizer, SummaryInput};
-use satchel_core::tokens::TokenCounter;
 use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
 use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionEvent, CompactionReport, Config,
@@ -29,8 +28,8 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::ingest::Writes;
 use crate::live::Ticket;
+use crate::request::{Request, RequestExtras};
 use crate::session::{Entry, Session, format_or_default};
-use crate::usage::{RequestExtras, usage};
 use crate::{Outcome, event_of};
 pub(crate) use archive::{archive_runs, compaction_done, dialog_lines};
 use sizes::{check_result_bound, estimated_tokens_after, summary_budget, usage_after_compaction};
@@ -101,14 +100,14 @@ impl Engine {
                     &*session_config
                 }
             };
-            let counter = TokenCounter::of(&config.tokens);
             // A manual compaction counts the request as the last `context.prepare` sent it.
             let extras = RequestExtras {
-                system: session.last_system.clone(),
-                tools: session.last_tools.clone(),
+                system: session.last_system().cloned(),
+                tools: session.last_tools().cloned(),
                 system_hash: None,
                 sections: None,
             };
+            let request = Request::new(config, extras);
             let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
             let how = CompactionRequest {
                 instruction: params.instruction.as_deref(),
@@ -116,7 +115,7 @@ impl Engine {
                 call,
                 pending_writes: None,
             };
-            let compaction = match self.compact(&params.session_id, session, config, &counter, &extras, how) {
+            let compaction = match self.compact(&params.session_id, session, &request, how) {
                 Ok(report) => report,
                 Err(CompactError::Summarize(reason) | CompactError::Futile(reason)) => {
                     return Err(EngineError::SummarizeFailed(reason));
@@ -125,9 +124,8 @@ impl Engine {
             };
             let mut event = None;
             if let Some(report) = &compaction {
-                session.last_usage = Some(usage(session, config, &counter, &extras, false));
-                session.requests.last_factor = Some(session.requests.calibration.factor);
-                session.requests.calibration_before_report = None;
+                let usage = request.usage(session, false);
+                session.set_last_usage(usage);
                 let actions = [Action::Compacted(report.clone())];
                 event = Some(event_of(&params.session_id, session, EventKind::Compact, &actions));
             }
@@ -151,12 +149,11 @@ impl Engine {
         &self,
         id: &str,
         session: &mut Session,
-        config: &Config,
-        counter: &TokenCounter,
-        extras: &RequestExtras,
+        request: &Request<'_>,
         how: CompactionRequest<'_, '_>,
     ) -> Result<Option<CompactionReport>, CompactError> {
-        let Some(drafted) = self.draft(id, session, config, counter, extras, &how)? else {
+        let config = request.config;
+        let Some(drafted) = self.draft(id, session, request, &how)? else {
             return Ok(None);
         };
         let Drafted {
@@ -165,9 +162,9 @@ impl Engine {
             compacted_tokens,
             phase0,
         } = drafted;
-        begun.tokens_after = estimated_tokens_after(session, config, counter, &begun, compacted_tokens, how.manual)?;
+        begun.tokens_after = estimated_tokens_after(session, request, &begun, compacted_tokens, how.manual)?;
         if !how.manual {
-            check_result_bound(session, config, &begun.summary, how.call)?;
+            check_result_bound(session, request, &begun.summary, how.call)?;
         }
         if let Some(pending) = how.pending_writes {
             pending.wait()?;
@@ -185,8 +182,7 @@ impl Engine {
         // below; if that write fails the call is rolled back and the reload finds the log as
         // it was before the call.
         let previous = replace_with_summary(session, &begun, &ranges);
-        begun.tokens_after = usage_after_compaction(session, config, counter, extras).total;
-        session.futile_compaction_at = None;
+        begun.tokens_after = usage_after_compaction(session, request).total;
         self.log_compaction_done(id, &begun, &ranges, appended.as_ref())?;
         let report = report_of(&begun, &ranges);
         self.learn_from_compaction(
@@ -197,7 +193,7 @@ impl Engine {
             session.summary(),
             phase0.as_ref(),
         );
-        session.compactions.push(CompactionInfo::archived(begun, ranges));
+        session.add_compaction(CompactionInfo::archived(begun, ranges));
         // Pinned messages that just left are re-emitted from the archive after the summary.
         if let Err(e) = self.resolve_pins(session) {
             tracing::warn!(
@@ -268,29 +264,28 @@ impl Engine {
         &self,
         id: &str,
         session: &mut Session,
-        config: &Config,
-        counter: &TokenCounter,
-        extras: &RequestExtras,
+        request: &Request<'_>,
         how: &CompactionRequest<'_, '_>,
     ) -> Result<Option<Drafted>, CompactError> {
-        let before = usage(session, config, counter, extras, false);
+        let (config, counter) = (request.config, &request.counter);
+        let before = request.usage(session, false);
         // In the provider's tokens, like the reserve they are measured against.
-        let factor = session.requests.calibration.factor;
+        let factor = session.calibration_factor();
         let tokens: Vec<u64> = session
             .count_tokens(counter, config, false)
             .into_iter()
             .map(|t| corrected(t, factor))
             .collect();
-        let format = format_or_default(session.format);
+        let format = format_or_default(session.format());
         let Some(plan) = plan_split(&session.rendered_entries(config, false), &tokens, format, config) else {
             return Ok(None);
         };
         let span: Vec<Value> = plan
             .compact
             .iter()
-            .map(|&p| session.entries[p].full_message(&self.offloads))
+            .map(|&p| session.entries()[p].full_message(&self.offloads))
             .collect();
-        let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries[p].index).collect();
+        let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries()[p].index).collect();
         let input = SummaryInput {
             previous: session.summary(),
             messages: &span,
@@ -298,7 +293,7 @@ impl Engine {
             format,
             instruction: how.instruction,
             demonstration_prefixes: Some(&config.summary.demonstration_prefixes),
-            max_tokens: summary_budget(config, counter),
+            max_tokens: summary_budget(request),
             counter,
         };
         // Watchers learn that a compaction starts before its summary is written (a model
@@ -308,7 +303,7 @@ impl Engine {
         let at = self.clock.now();
         let archived_at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let archive_file = self.archive.file_for(&at.format("%Y-%m-%d").to_string());
-        let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries[p]).collect();
+        let removed: Vec<&Entry> = plan.compact.iter().map(|&p| &session.entries()[p]).collect();
         // The archive lines are encoded, and what the span names is read (to tell what the
         // summary drops), on another core while the summariser runs: for a first pass over a
         // long history each takes tens of milliseconds.
@@ -392,8 +387,8 @@ fn compaction_started(id: &str, session: &Session, before: &TokenUsage, manual: 
         kind: EventKind::CompactionStarted,
         pressure: before.pressure(),
         tokens: before.clone(),
-        messages: session.entries.len(),
-        compactions: session.compactions.len(),
+        messages: session.entries().len(),
+        compactions: session.compactions().len(),
         actions: Vec::new(),
         compaction: Some(CompactionEvent {
             id: None,
@@ -414,13 +409,9 @@ fn replace_with_summary(
     begun: &CompactionBegun,
     ranges: &[ArchiveRange],
 ) -> Option<CompactSummary> {
-    let compacted: HashSet<usize> = begun.indices.iter().copied().collect();
-    session.entries.retain(|e| !compacted.contains(&e.index));
-    let previous = session.summary().cloned();
     let mut summary = begun.summary.clone();
     summary.add_archive_ranges(ranges, &begun.indices);
-    session.set_summary(Some(summary));
-    previous
+    session.replace_with_summary(&begun.indices, summary)
 }
 
 /// Runs the configured summariser. Model-backed ones never fail: they retry once and fall

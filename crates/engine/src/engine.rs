@@ -18,6 +18,26 @@ use crate::session::Session;
 const IDLE_SWEEP_MS: i64 = 60_000;
 
 /// Sessions, their durable state and the pipeline, shared by every call.
+///
+/// The engine's methods are split by call, one `impl Engine` block per file, so that each
+/// call's steps are read in one place while every call shares the stores, the live sessions
+/// and the transaction (as rust-analyzer splits its `GlobalState`):
+///
+/// - `engine.rs` (here): construction, tickets, `Engine::transaction`, eviction.
+/// - `prepare.rs`: `context.prepare`; `ingest.rs`: taking its messages in; `compact.rs`:
+///   automatic and manual compaction (`compact/archive.rs`: archiving one).
+/// - `expand.rs`: `context.expand`; `pins.rs`: `context.pin`, `unpin`, `purge`;
+///   `usage_report.rs`: `context.usage`.
+/// - `queries.rs`: the calls that only look (`inspect`, `sessions`, `read`, the sweep);
+///   `inspection.rs`: a session's effective configuration.
+/// - `recovery.rs`: loading a session from its log, finishing an interrupted compaction.
+/// - `candidates.rs`: the learning candidates' calls.
+///
+/// These files may use each other's helpers (a prepare compacts, a load resolves pins, inspect
+/// reports compactions): that is the one import circle the crate allows, and
+/// `scripts/check-imports` holds it to files with an `impl Engine` block. What they share
+/// below them has no such tie back: a `Session` owns its state and invariants (`session/`),
+/// and the `Request` one call counts and compacts is one value.
 pub struct Engine {
     pub(crate) workspace: Workspace,
     pub(crate) offloads: OffloadStore,

@@ -20,18 +20,7 @@ use crate::compact::archive_runs;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::live::Ticket;
-use crate::session::{Session, format_or_default};
-
-/// A span carried by the next request: the messages as they will be sent.
-#[derive(Debug, Clone)]
-pub struct ExpandedSpan {
-    /// What the log holds of it.
-    pub record: Expansion,
-    /// The messages, rendered.
-    pub messages: Vec<Value>,
-    /// Their tokens, with the tokenizer of the call that asked for them.
-    pub tokens: u64,
-}
+use crate::session::{ExpandedSpan, Session, format_or_default};
 
 /// The default budget: this share of the window.
 const DEFAULT_BUDGET_SHARE: u64 = 4;
@@ -60,13 +49,13 @@ impl Engine {
                 None => (file.clone(), self.read_span(id, &file, start, end)?),
             };
             let config = &*self.session_config(session);
-            let format = format_or_default(session.format);
+            let format = format_or_default(session.format());
             let counter = TokenCounter::of(&config.tokens);
             let rendered = render_lines(&lines, config, self.offloads.workspace_root());
             let tokens: Vec<u64> = rendered.iter().map(|(m, _)| counter.count_message(m)).collect();
             let room = config
                 .compact_threshold_tokens()
-                .saturating_sub(session.last_usage.as_ref().map_or(0, |u| u.total));
+                .saturating_sub(session.last_usage().map_or(0, |u| u.total));
             let budget = params
                 .max_tokens
                 .unwrap_or(config.effective_window() / DEFAULT_BUDGET_SHARE)
@@ -96,11 +85,11 @@ impl Engine {
             self.sessions.append(id, &[SessionRecord::Expand(record.clone())])?;
             let span_tokens: u64 = tokens[first..].iter().sum();
             let truncated_results = rendered[first..].iter().map(|(_, cut)| cut).sum();
-            session.expansion = Some(ExpandedSpan {
+            session.set_expansion(Some(ExpandedSpan {
                 record: record.clone(),
                 messages: rendered.into_iter().skip(first).map(|(m, _)| m).collect(),
                 tokens: span_tokens,
-            });
+            }));
             Ok(ExpandResult {
                 session_id: id.clone(),
                 archive,
@@ -215,8 +204,8 @@ impl Engine {
 
 /// The archive ranges of compaction `id` of `session`: one run of lines, or more.
 fn compaction_ranges(session: &Session, id: &str) -> Result<Vec<ArchiveRange>, EngineError> {
-    let compaction = session.compactions.iter().find(|c| c.begun.id == id).ok_or_else(|| {
-        let known: Vec<&str> = session.compactions.iter().map(|c| c.begun.id.as_str()).collect();
+    let compaction = session.compactions().iter().find(|c| c.begun.id == id).ok_or_else(|| {
+        let known: Vec<&str> = session.compactions().iter().map(|c| c.begun.id.as_str()).collect();
         EngineError::invalid_params(
             "compaction_id",
             format!("no compaction {id} in this session (it has: {})", known.join(", ")),

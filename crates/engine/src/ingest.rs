@@ -122,17 +122,17 @@ impl Engine {
             mut parsed,
             hashes: new_hashes,
         } = NewMessages::parse(incoming, reconciled.consumed, is_full_list)?;
-        let format = declared.or(session.format).or_else(|| format::detect(&parsed));
+        let format = declared.or(session.format()).or_else(|| format::detect(&parsed));
         let processing_format = format_or_default(format);
         let mut records: Vec<SessionRecord> = Vec::new();
-        if format.is_some() && session.format.is_none() {
+        if format.is_some() && session.format().is_none() {
             records.push(SessionRecord::Format {
                 format: processing_format,
             });
         }
         records.extend(reconciled.record());
-        let kept_live = reconciled.kept_live(&session.entries);
-        let first_new_index = reconciled.first_new_index(session.original_hashes.len());
+        let kept_live = reconciled.kept_live(session.entries());
+        let first_new_index = reconciled.first_new_index(session.history_len());
         let offloads = self.offload_new(&parsed, kept_live, processing_format, config, first_new_index, actions);
         let (offloaded_texts, fresh) = take_offloaded_texts(&mut parsed, &offloads.per_message);
         let new_entries = new_entries(first_new_index, parsed, &new_hashes, raws, offloads.per_message, fresh);
@@ -140,13 +140,19 @@ impl Engine {
         let durable = self.log_ingested(id, records, offloads.write, offloaded_texts)?;
         let recent_start_before = session.recent_start_of(kept_live, config);
         let appended = new_entries.len();
-        self.apply_ingested(session, &reconciled, &new_hashes, new_entries, format);
+        session.take_in(
+            reconciled.alignment,
+            &new_hashes,
+            &reconciled.new_text_hashes,
+            new_entries,
+            format,
+        );
         Ok(Ingested {
             durable,
             first_new_index,
             recent_start_before,
             report: Reconciliation {
-                session_messages: session.original_hashes.len(),
+                session_messages: session.history_len(),
                 reused: reconciled.consumed,
                 appended,
                 replaced: reconciled.replaced,
@@ -214,36 +220,6 @@ impl Engine {
         };
         Ok(Writes(pending))
     }
-
-    /// Applies a logged ingest to the session in memory: cut or reset it as reconciled, then
-    /// add the new messages.
-    fn apply_ingested(
-        &self,
-        session: &mut Session,
-        reconciled: &Reconciled,
-        new_hashes: &[MessageHash],
-        new_entries: Vec<Entry>,
-        format: Option<MessageFormat>,
-    ) {
-        match reconciled.alignment {
-            Alignment::Extends { .. } => {}
-            Alignment::DivergesAt { at } => {
-                session.history_replaced_from(at);
-                session.original_hashes.truncate(at);
-                session.text_hashes.truncate(at);
-                session.entries.retain(|e| e.index < at);
-            }
-            Alignment::Reset => {
-                let requests = std::mem::take(&mut session.requests);
-                *session = Session::new(session.format, self.offloads.clone());
-                session.requests = requests;
-            }
-        }
-        session.original_hashes.extend_from_slice(new_hashes);
-        session.text_hashes.extend(reconciled.new_text_hashes.iter().copied());
-        session.entries.extend(new_entries);
-        session.format = format;
-    }
 }
 
 /// How a call's messages relate to what the session holds.
@@ -274,8 +250,8 @@ fn reconcile(
     };
     let (consumed, replaced) = match alignment {
         Alignment::Extends { consumed } => (consumed, 0),
-        Alignment::DivergesAt { at } => (at, session.entries.iter().filter(|e| e.index >= at).count()),
-        Alignment::Reset => (0, session.original_hashes.len()),
+        Alignment::DivergesAt { at } => (at, session.entries().iter().filter(|e| e.index >= at).count()),
+        Alignment::Reset => (0, session.history_len()),
     };
     Ok(Reconciled {
         alignment,
@@ -297,7 +273,7 @@ fn refuse_too_deep(
 ) -> Result<(), EngineError> {
     let field = if is_full_list { "messages" } else { "append" };
     for (j, raw) in incoming.iter().enumerate() {
-        let held = is_full_list && session.text_hashes.get(j) == Some(&Some(hashes.text_hash(j)));
+        let held = is_full_list && session.text_hash(j) == Some(hashes.text_hash(j));
         if !held && exceeds_depth(raw.get(), MAX_JSON_DEPTH) {
             return Err(EngineError::invalid_params(
                 &format!("{field}[{j}]"),

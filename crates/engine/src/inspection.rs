@@ -24,10 +24,10 @@ impl Engine {
     /// `config` of its own (`context.expand`, `context.compact`, `context.inspect`) budgets
     /// against the window the session asked for, not the daemon's.
     pub(crate) fn session_config(&self, session: &Session) -> Arc<Config> {
-        if let Some(config) = &session.requests.last_config {
+        if let Some(config) = &session.requests().last_config {
             return Arc::clone(config);
         }
-        match (self.apply_overrides)(&self.config, &session.requests.config_overrides) {
+        match (self.apply_overrides)(&self.config, &session.requests().config_overrides) {
             Ok(config) => Arc::new(config),
             Err(e) => {
                 // The overrides were valid when logged; a daemon whose configuration changed
@@ -49,20 +49,15 @@ impl Engine {
         config: &Config,
     ) -> Result<(), EngineError> {
         let overrides = overrides.cloned().unwrap_or_default();
-        if overrides != session.requests.config_overrides {
+        if overrides != session.requests().config_overrides {
             self.sessions.append(
                 id,
                 &[SessionRecord::RequestConfig {
                     overrides: overrides.clone(),
                 }],
             )?;
-            session.requests.config_overrides = overrides;
-            session.requests.last_config = None;
         }
-        // The daemon's configuration is fixed, so equal overrides mean an equal effective one.
-        if session.requests.last_config.is_none() {
-            session.requests.last_config = Some(Arc::new(config.clone()));
-        }
+        session.remember_config(overrides, config);
         Ok(())
     }
 }
@@ -92,14 +87,11 @@ pub(crate) fn role_tokens(session: &mut Session, config: &Config, messages_zone:
     let counter = TokenCounter::of(&config.tokens);
     // The factor `messages_zone` was counted with: a usage reported since changes the next
     // request's counts, not how the last one splits.
-    let factor = session
-        .requests
-        .last_factor
-        .unwrap_or(session.requests.calibration.factor);
-    let format = format_or_default(session.format);
+    let factor = session.requests().last_factor.unwrap_or(session.calibration_factor());
+    let format = format_or_default(session.format());
     let per_message = session.count_tokens(&counter, config, false);
     let mut by_role = [0u64; 3];
-    for (entry, tokens) in session.entries.iter().zip(per_message) {
+    for (entry, tokens) in session.entries().iter().zip(per_message) {
         if is_system(&entry.message) {
             continue;
         }
@@ -136,9 +128,9 @@ fn split(total: u64, weights: [u64; 3]) -> [u64; 3] {
 /// The offloaded results of the live messages; with `config` (the session was prepared since
 /// it was loaded), the phase each is rendered in and the bytes really sent of it.
 pub(crate) fn offloaded(session: &mut Session, config: Option<&Config>) -> Vec<OffloadedResult> {
-    let pins = &session.pins;
+    let pins = session.pins();
     let mut results: Vec<(usize, OffloadedResult)> = session
-        .entries
+        .entries()
         .iter()
         .enumerate()
         .flat_map(|(position, e)| {
@@ -164,10 +156,10 @@ pub(crate) fn offloaded(session: &mut Session, config: Option<&Config>) -> Vec<O
     let Some(config) = config else {
         return results.into_iter().map(|(_, r)| r).collect();
     };
-    let messages: Vec<&Value> = session.entries.iter().map(|e| &e.message).collect();
+    let messages: Vec<&Value> = session.entries().iter().map(|e| &e.message).collect();
     let recent = recent_start(
         &messages,
-        format_or_default(session.format),
+        format_or_default(session.format()),
         config.recent.pruning_recent_n,
     );
     // The renderings are cached from the last request: this reads no offload file.

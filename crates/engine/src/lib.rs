@@ -10,13 +10,21 @@
 //!
 //! # Layout
 //!
-//! - [`engine`]: the [`Engine`] and the transaction every session call runs in.
+//! - [`engine`]: the [`Engine`] and the transaction every session call runs in; its doc lists
+//!   the files that each hold one call's `impl Engine` block.
 //! - [`live`]: sessions in memory, the per-session queue of calls, eviction.
 //! - `candidates`: learning candidates in the signed store, and their prompt sections.
-//! - `prepare`, `ingest`, `usage`, `compact`, `expand`, `recovery`, `queries`: one call or
-//!   stage each; `inspection`: what inspect derives from a session (tokens by role, offload
-//!   savings).
-//! - `session`: a session's messages and their cached renderings; `align` in it reconciles.
+//! - `prepare`, `ingest`, `compact`, `expand`, `pins`, `usage_report`, `recovery`, `queries`:
+//!   one call or stage each; `inspection`: what inspect derives from a session (tokens by
+//!   role, offload savings) and its effective configuration.
+//! - `request`: the one `Request` a call counts, prunes, renders and compacts (its
+//!   configuration, counter and extras), and the token usage per zone of it.
+//! - `assembly`: the system prompt a request is assembled with; `pruning`: `aceclaw` mode's
+//!   pruning of a rendered request.
+//! - `session`: a session's state, which owns its invariants: its messages and their cached
+//!   renderings (`mod`, `entry`), reconciliation (`align`), every change a call makes
+//!   (`updates`), and the state types kept with it: `request_state` (calibration and the
+//!   monitor's numbers), `prompt` (the last assembled prompt), `pins`, `expansion`.
 //! - [`call`]: cancellation, models and progress, as a caller passes them.
 //! - [`clock`]: the injected sources of time and ids.
 //! - `parallel`: sharing a large batch of per-message work between cores.
@@ -38,12 +46,11 @@ mod prepare;
 mod pruning;
 mod queries;
 mod recovery;
-mod requests;
+mod request;
 mod result_size;
 mod session;
 #[cfg(test)]
 mod tests;
-mod usage;
 mod usage_report;
 
 pub use call::{CallContext, CallToken, EventSink, ModelSource, NoModels, ProgressSink};
@@ -69,7 +76,7 @@ pub struct Outcome<T> {
 
 /// The event telling watchers what a call just did to session `id`.
 fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) -> ContextEvent {
-    let tokens = session.last_usage.clone().unwrap_or_default();
+    let tokens = session.last_usage().cloned().unwrap_or_default();
     let compaction = actions.iter().rev().find_map(|a| match a {
         Action::Compacted(report) => Some(CompactionEvent {
             id: Some(report.id.clone()),
@@ -87,8 +94,8 @@ fn event_of(id: &str, session: &Session, kind: EventKind, actions: &[Action]) ->
         kind,
         pressure: tokens.pressure(),
         tokens,
-        messages: session.entries.len(),
-        compactions: session.compactions.len(),
+        messages: session.entries().len(),
+        compactions: session.compactions().len(),
         actions: actions.iter().map(Action::kind).collect(),
         compaction,
     }

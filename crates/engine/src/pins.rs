@@ -7,14 +7,10 @@
 //! purged result is a one-line stub in every later request; its offload file and the archive
 //! keep it.
 
-use std::collections::BTreeSet;
-
-use satchel_core::pins::{PinnedItem, message_text, message_title, pinned_block};
-use satchel_core::render::{ResultControl, result_id};
-use satchel_core::tokens::TokenCounter;
+use satchel_core::pins::{message_text, message_title};
+use satchel_core::render::result_id;
 use satchel_protocol::{
-    MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinInfo, PinKind, PinParams, PinsResult, PurgeParams, PurgeResult,
-    UnpinParams,
+    MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinParams, PinsResult, PurgeParams, PurgeResult, UnpinParams,
 };
 use satchel_storage::{PinRecord, PinTarget, SessionRecord};
 
@@ -23,122 +19,6 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::live::Ticket;
 use crate::session::{Session, format_or_default};
-
-/// A pin in force, with its verbatim text once the request shows it in the pinned block.
-#[derive(Debug, Clone)]
-pub struct PinState {
-    /// As logged.
-    pub record: PinRecord,
-    /// The text the pinned block shows; `None` while its message is live (it is then sent
-    /// where it is, whole).
-    pub text: Option<String>,
-    /// What the block calls it.
-    pub title: String,
-}
-
-/// What pins and purges make of a session's requests.
-#[derive(Debug, Default)]
-pub struct Pins {
-    /// Pins in force, oldest first.
-    pub pins: Vec<PinState>,
-    /// Pins ever made in the session: the next is `p{made + 1}`.
-    pub made: usize,
-    /// Purged results (`r12`).
-    pub purged: BTreeSet<String>,
-    /// The pinned block as the request shows it, and its token count with the counter key it
-    /// was made with; rebuilt when a pin or the summary's presence changes.
-    block: Option<(String, Option<(u128, u64)>)>,
-}
-
-impl Pins {
-    /// The control of the `k`-th offloaded text of message `index`.
-    pub fn control(&self, index: usize, k: usize) -> ResultControl {
-        if self.purged.contains(&result_id(index, k)) {
-            return ResultControl::Purged;
-        }
-        let pinned = self.pins.iter().any(|p| match p.record.target {
-            PinTarget::Message { index: i } => i == index,
-            PinTarget::Result { index: i, k: j } => i == index && j == k,
-            PinTarget::Text { .. } => false,
-        });
-        if pinned {
-            ResultControl::Pinned
-        } else {
-            ResultControl::ByPhase
-        }
-    }
-
-    /// The pinned block's text (empty when no pin is shown in it): after the summary when
-    /// there is one.
-    pub fn block(&mut self, after_summary: bool) -> &str {
-        if self.block.is_none() {
-            let items: Vec<PinnedItem<'_>> = self
-                .pins
-                .iter()
-                .filter_map(|p| {
-                    Some(PinnedItem {
-                        id: &p.record.id,
-                        title: &p.title,
-                        text: p.text.as_deref()?,
-                    })
-                })
-                .collect();
-            self.block = Some((pinned_block(&items, after_summary), None));
-        }
-        &self.block.as_ref().expect("just made").0
-    }
-
-    /// Tokens of the pinned block, counted once per block and counter.
-    pub fn tokens(&mut self, after_summary: bool, counter: &TokenCounter, key: u128) -> u64 {
-        self.block(after_summary);
-        let (text, tokens) = self.block.as_mut().expect("made by block");
-        if text.is_empty() {
-            return 0;
-        }
-        match tokens {
-            Some((made_with, n)) if *made_with == key => *n,
-            _ => {
-                // Alone it is a message of its own; after a summary, part of that message.
-                let n = counter.count_text(text) + if after_summary { 1 } else { 4 };
-                *tokens = Some((key, n));
-                n
-            }
-        }
-    }
-
-    /// Whether the request shows a pinned block (a pin with its text).
-    pub fn shows_block(&self) -> bool {
-        self.pins.iter().any(|p| p.text.is_some())
-    }
-
-    /// Forgets the block, so the next request builds it again.
-    pub fn changed(&mut self) {
-        self.block = None;
-    }
-
-    /// Each pin as `context.pin` and inspect report it.
-    pub fn infos(&self) -> Vec<PinInfo> {
-        self.pins
-            .iter()
-            .map(|p| {
-                let (kind, message_index, result) = match p.record.target {
-                    PinTarget::Message { index } => (PinKind::Message, Some(index), None),
-                    PinTarget::Text { .. } => (PinKind::Text, None, None),
-                    PinTarget::Result { index, k } => (PinKind::Result, Some(index), Some(result_id(index, k))),
-                };
-                PinInfo {
-                    id: p.record.id.clone(),
-                    kind,
-                    label: p.record.label.clone(),
-                    message_index,
-                    result_id: result,
-                    in_block: p.text.is_some(),
-                    chars: p.text.as_deref().map_or(0, |t| t.chars().count()),
-                }
-            })
-            .collect()
-    }
-}
 
 /// Reads `r12` or `r12.1` as (message index, position among its offloaded texts).
 fn parse_result_id(id: &str) -> Option<(usize, usize)> {
@@ -191,23 +71,18 @@ impl Engine {
             check_target(session, &target)?;
             self.check_pinned_size(session, &target)?;
             let record = PinRecord {
-                id: format!("p{}", session.pins.made + 1),
+                id: session.pins().next_id(),
                 label: params.label.clone(),
                 target,
             };
             self.sessions.append(id, &[SessionRecord::Pin(record.clone())])?;
-            session.pins.made += 1;
-            session.pins.pins.push(PinState {
-                title: String::new(),
-                record: record.clone(),
-                text: None,
-            });
+            let pin_id = record.id.clone();
+            session.pin(record);
             self.resolve_pins(session)?;
-            session.apply_result_controls();
             Ok(PinsResult {
                 session_id: id.clone(),
-                pin_id: record.id,
-                pins: session.pins.infos(),
+                pin_id,
+                pins: session.pins().infos(),
             })
         })
     }
@@ -219,8 +94,9 @@ impl Engine {
             let Some(session) = slot.as_mut() else {
                 return Err(EngineError::UnknownSession(id.clone()));
             };
-            if !session.pins.pins.iter().any(|p| p.record.id == params.pin_id) {
-                let known: Vec<&str> = session.pins.pins.iter().map(|p| p.record.id.as_str()).collect();
+            let pins = session.pins().in_force();
+            if !pins.iter().any(|p| p.record.id == params.pin_id) {
+                let known: Vec<&str> = pins.iter().map(|p| p.record.id.as_str()).collect();
                 return Err(EngineError::invalid_params(
                     "pin_id",
                     format!(
@@ -236,13 +112,11 @@ impl Engine {
                     id: params.pin_id.clone(),
                 }],
             )?;
-            session.pins.pins.retain(|p| p.record.id != params.pin_id);
-            session.pins.changed();
-            session.apply_result_controls();
+            session.unpin(&params.pin_id);
             Ok(PinsResult {
                 session_id: id.clone(),
                 pin_id: params.pin_id.clone(),
-                pins: session.pins.infos(),
+                pins: session.pins().infos(),
             })
         })
     }
@@ -261,7 +135,7 @@ impl Engine {
                 return Err(EngineError::UnknownSession(id.clone()));
             };
             let Some(text) = session
-                .entries
+                .entries()
                 .iter()
                 .find(|e| e.index == index)
                 .and_then(|e| e.offloaded.get(k))
@@ -276,7 +150,12 @@ impl Engine {
                 ));
             };
             let result_id = result_id(index, k);
-            if let Some(pin) = session.pins.pins.iter().find(|p| pins_result(&p.record.target, index, k)) {
+            if let Some(pin) = session
+                .pins()
+                .in_force()
+                .iter()
+                .find(|p| pins_result(&p.record.target, index, k))
+            {
                 return Err(EngineError::invalid_params(
                     "result_id",
                     format!(
@@ -287,8 +166,7 @@ impl Engine {
             }
             self.sessions
                 .append(id, &[SessionRecord::Purge { result_id: result_id.clone() }])?;
-            session.pins.purged.insert(result_id.clone());
-            session.apply_result_controls();
+            session.purge(result_id.clone());
             Ok(PurgeResult {
                 session_id: id.clone(),
                 result_id,
@@ -301,26 +179,22 @@ impl Engine {
     /// Gives each pin whose message is no longer live its verbatim text, read back from the
     /// archive (its message left with a compaction), and a title.
     pub(crate) fn resolve_pins(&self, session: &mut Session) -> Result<(), EngineError> {
-        let format = format_or_default(session.format);
-        let mut changed = false;
-        for position in 0..session.pins.pins.len() {
-            let pin = &session.pins.pins[position];
+        let format = format_or_default(session.format());
+        for position in 0..session.pins().in_force().len() {
+            let pin = &session.pins().in_force()[position];
             let (index, k) = match &pin.record.target {
                 PinTarget::Text { text } => {
                     if pin.text.is_none() {
                         let title = pin.record.label.clone().unwrap_or_else(|| "text".into());
                         let text = text.clone();
-                        let pin = &mut session.pins.pins[position];
-                        pin.title = title;
-                        pin.text = Some(text);
-                        changed = true;
+                        session.resolve_pin(position, title, text);
                     }
                     continue;
                 }
                 PinTarget::Message { index } => (*index, None),
                 PinTarget::Result { index, k } => (*index, Some(*k)),
             };
-            if pin.text.is_some() || session.entries.iter().any(|e| e.index == index) {
+            if pin.text.is_some() || session.entries().iter().any(|e| e.index == index) {
                 continue;
             }
             let Some((text, message)) = self.archived_text(session, index, k, format)? else {
@@ -330,13 +204,7 @@ impl Engine {
                 None => message_title(index, &message),
                 Some(k) => format!("tool result {}", result_id(index, k)),
             });
-            let pin = &mut session.pins.pins[position];
-            pin.title = title;
-            pin.text = Some(text);
-            changed = true;
-        }
-        if changed {
-            session.pins.changed();
+            session.resolve_pin(position, title, text);
         }
         Ok(())
     }
@@ -361,7 +229,7 @@ impl Engine {
         k: Option<usize>,
         format: satchel_core::format::MessageFormat,
     ) -> Result<Option<(String, serde_json::Value)>, EngineError> {
-        let Some(compaction) = session.compactions.iter().find(|c| c.begun.indices.contains(&index)) else {
+        let Some(compaction) = session.compactions().iter().find(|c| c.begun.indices.contains(&index)) else {
             return Ok(None);
         };
         // Its lines may be in several runs of the archive (a compaction a crash interrupted),
@@ -405,16 +273,16 @@ impl Engine {
         };
         let bytes = match target {
             PinTarget::Text { text } => text.len(),
-            _ if session.entries.iter().any(|e| e.index == index) => live_bytes(session, index, k),
+            _ if session.entries().iter().any(|e| e.index == index) => live_bytes(session, index, k),
             _ => {
-                let format = format_or_default(session.format);
+                let format = format_or_default(session.format());
                 self.archived_text(session, index, k, format)?
                     .map_or(0, |(text, _)| text.len())
             }
         };
         let pinned: usize = session
-            .pins
-            .pins
+            .pins()
+            .in_force()
             .iter()
             .map(|p| match &p.record.target {
                 PinTarget::Text { text } => text.len(),
@@ -445,7 +313,7 @@ impl Engine {
 
 /// Bytes a live message (or its `k`-th offloaded text) sends when pinned whole.
 fn live_bytes(session: &Session, index: usize, k: Option<usize>) -> usize {
-    let Some(entry) = session.entries.iter().find(|e| e.index == index) else {
+    let Some(entry) = session.entries().iter().find(|e| e.index == index) else {
         return 0;
     };
     match k {
@@ -456,15 +324,14 @@ fn live_bytes(session: &Session, index: usize, k: Option<usize>) -> usize {
 
 /// Refuses a pin of a message or result the session never had, or of a purged result.
 fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError> {
-    let known = session.original_hashes.len();
+    let known = session.history_len();
     // A pin sends whole what a purge sends as a stub: a purged result cannot be pinned, alone
     // or with its message.
     let purged = match *target {
-        PinTarget::Result { index, k } => Some(result_id(index, k)).filter(|id| session.pins.purged.contains(id)),
+        PinTarget::Result { index, k } => Some(result_id(index, k)).filter(|id| session.pins().is_purged(id)),
         PinTarget::Message { index } => session
-            .pins
-            .purged
-            .iter()
+            .pins()
+            .purged()
             .find(|id| parse_result_id(id).is_some_and(|(i, _)| i == index))
             .cloned(),
         PinTarget::Text { .. } => None,
@@ -488,10 +355,10 @@ fn check_target(session: &Session, target: &PinTarget) -> Result<(), EngineError
             format!("the session has {known} messages (0-{})", known.saturating_sub(1)),
         )),
         PinTarget::Result { index, k } => {
-            let live = session.entries.iter().find(|e| e.index == index);
+            let live = session.entries().iter().find(|e| e.index == index);
             let exists = match live {
                 Some(entry) => k < entry.offloaded.len(),
-                None => index < known && session.compactions.iter().any(|c| c.begun.indices.contains(&index)),
+                None => index < known && session.compactions().iter().any(|c| c.begun.indices.contains(&index)),
             };
             if exists {
                 Ok(())

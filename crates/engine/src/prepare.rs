@@ -2,15 +2,11 @@
 //! received messages, count the request, compact the older part when over the threshold,
 //! render what the model sees.
 
-mod request;
-
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
 use satchel_core::budget_note::{BUDGET_SECTION_KEY, BudgetFacts, budget_section_text};
-use satchel_core::hash::MessageHash;
-use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{CompactionDue, OverLimitReason, compaction_due, over_limit_message};
 use satchel_protocol::{
     Action, Config, ContextEvent, EventKind, FormatHint, MessageFormat, PrepareParams, PrepareResult, PromptSection,
@@ -19,7 +15,7 @@ use satchel_protocol::{
 use satchel_storage::SessionRecord;
 use serde_json::value::RawValue;
 
-use crate::assembly::{self, PromptRequest, PromptState};
+use crate::assembly::{self, PromptRequest};
 use crate::call::CallContext;
 use crate::compact::{CompactError, CompactionRequest};
 use crate::engine::Engine;
@@ -27,11 +23,10 @@ use crate::error::EngineError;
 use crate::ingest::{Incoming, Writes};
 use crate::live::Ticket;
 use crate::pruning::usage_after;
-use crate::requests::PhaseReached;
-use crate::session::{Session, format_or_default};
-use crate::usage::RequestExtras;
+use crate::request::{Request, RequestExtras};
+use crate::session::prompt::{PromptState, injected_candidates};
+use crate::session::{PhaseReached, SentRequest, Session, format_or_default};
 use crate::{Outcome, event_of, result_size};
-use request::Request;
 
 /// What `prepare` returns: the request with its messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;
@@ -74,15 +69,15 @@ impl Engine {
             }
             let session = slot.get_or_insert_with(|| Session::new(None, self.offloads.clone()));
             if let Some(expected) = params.expect_messages
-                && expected != session.original_hashes.len()
+                && expected != session.history_len()
             {
                 return Err(EngineError::StaleSession {
                     session_id: id.clone(),
                     expected,
-                    held: session.original_hashes.len(),
+                    held: session.history_len(),
                 });
             }
-            if let (Some(declared), Some(held)) = (declared, session.format)
+            if let (Some(declared), Some(held)) = (declared, session.format())
                 && declared != held
             {
                 return Err(EngineError::invalid_params(
@@ -99,48 +94,49 @@ impl Engine {
                 input_tokens: reported_usage.map(|u| u.input_tokens),
                 overrides: params.config.as_ref(),
             };
-            self.prepare_in(&id, session, incoming, declared, extras, reports, config, call)
+            let request = Request::new(config, extras);
+            let received = Received { incoming, declared };
+            self.prepare_in(&id, session, received, request, reports, call)
         })
     }
 
     /// The body of `prepare`, in the session's turn: ingest, count, compact when due, render,
-    /// then commit.
-    #[allow(clippy::too_many_arguments)]
+    /// then commit. The `request` sends the client's extras; the prompt assembled here
+    /// replaces its `system`.
     fn prepare_in(
         &self,
         id: &str,
         session: &mut Session,
-        incoming: Incoming,
-        declared: Option<MessageFormat>,
-        mut extras: RequestExtras,
+        received: Received,
+        mut request: Request<'_>,
         reports: Reports<'_>,
-        config: &Config,
         call: &CallContext<'_>,
     ) -> Result<Outcome<Prepared>, EngineError> {
+        let config = request.config;
         let _gate = self.gate.read().unwrap_or_else(|p| p.into_inner());
         let mut actions = Vec::new();
         let started = self.clock.now();
         // Ingest refuses a bad message before it changes anything, so it goes first: a
         // refused call must change nothing, and the records below change the session.
-        let mut ingested = self.ingest(id, session, incoming, declared, config, &mut actions)?;
+        let mut ingested = self.ingest(id, session, received.incoming, received.declared, config, &mut actions)?;
         if let Some(input_tokens) = reports.input_tokens {
             // A usage of a request a previous daemon prepared cannot be matched to a count.
-            if session.requests.last_factor.is_some() {
+            if session.requests().last_factor.is_some() {
                 self.record_usage(id, session, input_tokens)?;
             } else {
                 tracing::debug!(session = %id, "a usage report for a request of a previous daemon is ignored");
             }
         }
         self.remember_config(id, session, reports.overrides, config)?;
-        self.add_generated_sections(id, session, &mut extras, config);
+        self.add_generated_sections(id, session, &mut request.extras, config);
         let prompt_request = PromptRequest {
-            system: extras.system.as_ref(),
-            sections: extras.sections.as_deref(),
+            system: request.extras.system.as_ref(),
+            sections: request.extras.sections.as_deref(),
         };
         let prompt = assembly::assemble(session, prompt_request, config)?;
         if let Some(prompt) = &prompt {
-            extras.system = prompt.system();
-            extras.system_hash = prompt.system_hash();
+            request.extras.system = prompt.system();
+            request.extras.system_hash = prompt.system_hash();
             if let Some(over) = &prompt.built.assembled.kept_whole_over_budget {
                 actions.push(Action::PromptOverBudget {
                     keys: over.sections.iter().map(|(key, _)| key.clone()).collect(),
@@ -149,11 +145,6 @@ impl Engine {
                 });
             }
         }
-        let request = Request {
-            config,
-            counter: TokenCounter::of(&config.tokens),
-            extras,
-        };
         let counted_usage = request.usage(session, false);
         let counted = self.clock.now();
         let fitted = self.fit_to_window(id, session, &request, call, &counted_usage, &mut ingested.durable)?;
@@ -177,12 +168,12 @@ impl Engine {
         let cache_stable_prefix_tokens = request.stable_prefix_tokens(session, &messages, &output_hashes);
         let saved = counted_usage.total.saturating_sub(usage_now.total);
         let fits = usage_now.total < config.compact_threshold_tokens();
-        session.requests.record_phases(fitted.phases, saved, fits);
+        session.record_phases(fitted.phases, saved, fits);
         let (prompt_report, over_limit) =
             prompt_report_and_over_limit(id, session, prompt.as_deref(), &request, &usage_now, fitted.reason);
         let result = PrepareResult {
             session_id: id.to_owned(),
-            format: format_or_default(session.format),
+            format: format_or_default(session.format()),
             messages,
             tokens: usage_now,
             cache_stable_prefix_tokens,
@@ -196,7 +187,8 @@ impl Engine {
         result_size::check(result_size::json_bytes(&result), call.max_result_bytes)?;
         let sent = SentRequest {
             output_hashes,
-            extras: request.extras,
+            system: request.extras.system,
+            tools: request.extras.tools,
             prompt,
         };
         self.commit_prepare(id, session, call, &mut ingested.durable, sent, &result.tokens)?;
@@ -286,7 +278,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         pending_writes.wait()?;
         // The span `context.expand` brought back is carried by this request only.
-        if let Some(expansion) = &session.expansion {
+        if let Some(expansion) = session.expansion() {
             let done = SessionRecord::ExpandDone {
                 id: expansion.record.id.clone(),
             };
@@ -296,14 +288,12 @@ impl Engine {
         if !call.token.commit() {
             return Err(EngineError::Cancelled);
         }
-        session.expansion = None;
-        remember_request(session, sent.output_hashes, sent.extras, usage_now);
         if let Some(prompt) = &sent.prompt
-            && let Err(e) = self.candidates_injected(&assembly::injected_candidates(&prompt.built))
+            && let Err(e) = self.candidates_injected(&injected_candidates(&prompt.built))
         {
             tracing::warn!(session = %id, "could not mark learning candidates in use: {e}");
         }
-        session.requests.last_prompt = sent.prompt;
+        session.remember_sent(sent, usage_now);
         Ok(())
     }
 
@@ -324,7 +314,7 @@ impl Engine {
             action: None,
             reason: None,
         };
-        match compaction_due(&done.usage, session.futile_compaction_at, config) {
+        match compaction_due(&done.usage, session.futile_compaction_at(), config) {
             CompactionDue::No => return Ok(done),
             CompactionDue::Deferred => {
                 done.reason = Some(OverLimitReason::CompactionDeferred);
@@ -338,12 +328,12 @@ impl Engine {
             call,
             pending_writes: Some(pending_writes),
         };
-        match self.compact(id, session, config, &request.counter, &request.extras, how) {
+        match self.compact(id, session, request, how) {
             Ok(Some(report)) => done.action = Some(Action::Compacted(report)),
             Ok(None) => done.reason = Some(OverLimitReason::NothingCompactable),
             Err(CompactError::Summarize(reason)) => done.action = Some(Action::CompactionFailed { reason }),
             Err(CompactError::Futile(reason)) => {
-                session.futile_compaction_at = Some(done.usage.compactable);
+                session.compaction_futile_at(done.usage.compactable);
                 done.action = Some(Action::CompactionFailed { reason: reason.clone() });
                 done.reason = Some(OverLimitReason::CompactionFutile(reason));
             }
@@ -368,14 +358,12 @@ struct Fitted {
     reason: Option<OverLimitReason>,
 }
 
-/// What a committed `prepare` keeps of the request it returned.
-struct SentRequest {
-    /// Hashes of the messages returned, to recognise them when sent back.
-    output_hashes: Vec<MessageHash>,
-    /// The system prompt and tool definitions sent beside them.
-    extras: RequestExtras,
-    /// The assembled prompt, if any.
-    prompt: Option<Arc<PromptState>>,
+/// The messages a `prepare` received.
+struct Received {
+    /// The messages, or what is new of them.
+    incoming: Incoming,
+    /// The format the client declared (`format`), if it did.
+    declared: Option<MessageFormat>,
 }
 
 /// What a `prepare` reports besides its messages, recorded once its messages are ingested.
@@ -438,30 +426,12 @@ fn trace_stage_durations(
     );
 }
 
-/// Keeps what a committed call returned: its request, to recognise it when sent back, and
-/// its extras and usage, for a later manual compaction and for inspection.
-fn remember_request(
-    session: &mut Session,
-    output_hashes: Vec<MessageHash>,
-    extras: RequestExtras,
-    usage_now: &TokenUsage,
-) {
-    session.forget_fresh_texts();
-    session.peak_tokens = session.peak_tokens.max(usage_now.total);
-    session.last_output = output_hashes;
-    session.last_system = extras.system;
-    session.last_tools = extras.tools;
-    session.last_usage = Some(usage_now.clone());
-    session.requests.last_factor = Some(session.requests.calibration.factor);
-    session.requests.calibration_before_report = None;
-}
-
 /// The agent-visible budget section (`budget_section_enabled`), from the session's last
 /// request and last compaction.
 fn budget_section(session: &Session, config: &Config) -> Box<RawValue> {
-    let last = session.compactions.last();
+    let last = session.compactions().last();
     let facts = BudgetFacts {
-        used: session.last_usage.as_ref().map_or(0, |u| u.total),
+        used: session.last_usage().map_or(0, |u| u.total),
         limit: config.effective_window(),
         threshold: config.compact_threshold_tokens(),
         last_compaction: last.map(|c| (c.begun.id.as_str(), c.begun.indices.len(), &c.begun.dropped[..])),

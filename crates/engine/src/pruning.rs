@@ -32,7 +32,7 @@ impl Renderings {
             .renderings()
             .into_iter()
             .map(|(hash, (position, tokens))| {
-                let texts = session.entries[position]
+                let texts = session.entries()[position]
                     .offloaded
                     .iter()
                     .map(|t| (t.pointer.clone(), t.file.clone(), t.stats))

@@ -18,7 +18,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::inspection;
 use crate::live::Ticket;
-use crate::session::Session;
+use crate::session::{Session, prompt};
 
 /// Default `max_bytes` of `context.read`, the same as the first-phase limit.
 const DEFAULT_READ_BYTES: usize = 50_000;
@@ -32,13 +32,13 @@ impl Engine {
             };
             let session_config = self.session_config(session);
             let (prompt, detail) = self.inspect_prompt(session, &params, &session_config)?;
-            let tokens = session.last_usage.clone().unwrap_or_else(|| TokenUsage {
+            let tokens = session.last_usage().cloned().unwrap_or_else(|| TokenUsage {
                 limit: session_config.effective_window(),
                 threshold: session_config.compact_threshold_tokens(),
                 tokenizer: session_config.tokens.tokenizer,
                 ..TokenUsage::default()
             });
-            let loaded = session.last_usage.is_some();
+            let loaded = session.last_usage().is_some();
             let config = loaded.then_some(&*session_config);
             let message_tokens = match config {
                 Some(config) => inspection::role_tokens(session, config, tokens.messages),
@@ -46,30 +46,30 @@ impl Engine {
             };
             Ok(InspectResult {
                 session_id: params.session_id.clone(),
-                format: session.format,
+                format: session.format(),
                 loaded,
                 pressure: tokens.pressure(),
                 tokens,
                 message_tokens,
-                config_overrides: session.requests.config_overrides.clone(),
-                messages: session.entries.len(),
+                config_overrides: session.requests().config_overrides.clone(),
+                messages: session.entries().len(),
                 archived_messages: session.archived_count(),
                 summary: session.summary().cloned(),
                 offloaded: inspection::offloaded(session, config),
-                pins: session.pins.infos(),
+                pins: session.pins().infos(),
                 rejected_candidates: self.rejected_candidates(),
                 compactions: session
-                    .compactions
+                    .compactions()
                     .iter()
                     .map(|c| report_of(&c.begun, c.ranges()))
                     .collect(),
-                peak_tokens: session.peak_tokens,
-                monitor: session.requests.monitor(
-                    session.last_usage.as_ref(),
-                    session.peak_tokens,
-                    session.compactions.len(),
+                peak_tokens: session.peak_tokens(),
+                monitor: session.requests().monitor(
+                    session.last_usage(),
+                    session.peak_tokens(),
+                    session.compactions().len(),
                 ),
-                calibration: session.requests.calibration,
+                calibration: session.requests().calibration,
                 prompt,
                 detail,
             })
@@ -85,7 +85,7 @@ impl Engine {
         params: &InspectParams,
         config: &Config,
     ) -> Result<(Option<PromptAssembly>, Option<SectionDetail>), EngineError> {
-        let Some(state) = session.requests.last_prompt.clone() else {
+        let Some(state) = session.requests().last_prompt.clone() else {
             return match &params.detail_key {
                 Some(_) => Err(EngineError::invalid_params(
                     "detail_key",
@@ -99,8 +99,8 @@ impl Engine {
         let built = hinted.as_ref().unwrap_or(&state.built);
         let tokens =
             session.extras_tokens(built.system.as_ref(), None, None, &counter).0 + state.base_message_tokens(&counter);
-        let factor = session.requests.calibration.factor;
-        let report = assembly::report(&params.session_id, built, state.budget(), tokens, factor, config);
+        let factor = session.calibration_factor();
+        let report = prompt::report(&params.session_id, built, state.budget(), tokens, factor, config);
         let detail = params
             .detail_key
             .as_deref()
@@ -124,10 +124,10 @@ impl Engine {
                         let session = held.as_ref().expect("checked above");
                         SessionSummary {
                             live: true,
-                            messages: Some(session.entries.len()),
-                            tokens: session.last_usage.as_ref().map(|u| u.total),
-                            pressure: session.last_usage.as_ref().map(TokenUsage::pressure),
-                            compactions: Some(session.compactions.len()),
+                            messages: Some(session.entries().len()),
+                            tokens: session.last_usage().map(|u| u.total),
+                            pressure: session.last_usage().map(TokenUsage::pressure),
+                            compactions: Some(session.compactions().len()),
                             session_id: session_id.clone(),
                         }
                     }

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 
-use crate::pins::PinState;
 use satchel_core::format;
 use satchel_core::hash::MessageHash;
 use satchel_core::render::OffloadedText;
@@ -24,23 +23,20 @@ impl Engine {
         };
         let format = format_or_default(log.format);
         let mut session = Session::new(log.format, self.offloads.clone());
-        session.requests.calibration = log.calibration.unwrap_or_default();
-        session.requests.config_overrides = log.config_overrides;
-        session.original_hashes = log.original_hashes.iter().map(|h| stored_hash(h)).collect();
-        session.text_hashes = vec![None; session.original_hashes.len()];
+        session.restore_requests(log.calibration.unwrap_or_default(), log.config_overrides);
+        session.restore_history(log.original_hashes.iter().map(|h| stored_hash(h)).collect());
         for (index, stored) in log.messages {
             let logged_hash = stored.hash.parse::<MessageHash>().ok();
-            let (message, offloaded) = restore(stored, format, &session.entries);
-            let mut entry = Entry::new(index, session.original_hashes[index], message, offloaded, None);
+            let (message, offloaded) = restore(stored, format, session.entries());
+            let mut entry = Entry::new(index, session.original_hash(index), message, offloaded, None);
             // A log written by an older satchel holds another kind of hash: hash the message again.
             if logged_hash.is_none() {
                 entry.hash = MessageHash::of_value(&entry.full_message(&self.offloads));
-                session.original_hashes[index] = entry.hash;
             }
-            session.entries.push(entry);
+            session.restore_entry(entry);
         }
         let mut summary = log.summary;
-        session.compactions = log.compactions;
+        session.restore_compactions(log.compactions);
         if let Some((begun, removed)) = log.pending {
             let removed: Vec<Entry> = removed
                 .into_iter()
@@ -65,33 +61,22 @@ impl Engine {
                 summary.add_archive_ranges(&ranges, &begun.indices);
             }
             tracing::warn!(session = id, compaction = %begun.id, runs = ranges.len(), "finished a compaction interrupted by a crash");
-            session.compactions.push(CompactionInfo::archived(begun, ranges));
+            session.add_compaction(CompactionInfo::archived(begun, ranges));
         }
         session.set_summary(summary);
         // Rendered and counted as `context.expand` did: under the session's configuration.
         let config = self.session_config(&session);
-        session.expansion = log.expansion.and_then(|e| self.restore_expansion(e, &config));
-        session.pins.made = log.pins_made;
-        session.pins.purged = log.purged;
-        session.pins.pins = log
-            .pins
-            .into_iter()
-            .map(|record| PinState {
-                record,
-                text: None,
-                title: String::new(),
-            })
-            .collect();
+        session.set_expansion(log.expansion.and_then(|e| self.restore_expansion(e, &config)));
+        session.restore_pins(log.pins, log.pins_made, log.purged);
         if let Err(e) = self.resolve_pins(&mut session) {
             tracing::warn!(
                 session = id,
                 "pinned messages could not be read back from the archive: {e}"
             );
         }
-        session.apply_result_controls();
         tracing::debug!(
             session = id,
-            messages = session.entries.len(),
+            messages = session.entries().len(),
             "session restored from its log"
         );
         Ok(Some(session))

@@ -39,7 +39,7 @@ impl Engine {
         session: &mut Session,
         input_tokens: u64,
     ) -> Result<Calibration, EngineError> {
-        let (Some(last), Some(factor)) = (session.last_usage.as_ref(), session.requests.last_factor) else {
+        let (Some(last), Some(factor)) = (session.last_usage(), session.requests().last_factor) else {
             return Err(EngineError::invalid_params(
                 "input_tokens",
                 format!("session {id} has no request prepared since the daemon started to report usage for"),
@@ -49,14 +49,11 @@ impl Engine {
             return Err(EngineError::invalid_params("input_tokens", "must be positive"));
         }
         let counted = uncorrected(last.total, factor);
-        let before = session
-            .requests
-            .calibration_before_report
-            .unwrap_or(session.requests.calibration);
+        let requests = session.requests();
+        let before = requests.calibration_before_report.unwrap_or(requests.calibration);
         let calibration = calibrate(&before, input_tokens, counted);
         self.sessions.append(id, &[SessionRecord::Calibration(calibration)])?;
-        session.requests.calibration_before_report = Some(before);
-        session.requests.calibration = calibration;
+        session.calibrate(before, calibration);
         Ok(calibration)
     }
 }

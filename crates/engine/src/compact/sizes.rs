@@ -1,28 +1,27 @@
 //! How big a compaction's summary, the request after it and its `prepare` result are.
 
 use satchel_core::summary::render::{COMPACTED_OPENING, summary_message_text_for};
-use satchel_core::tokens::TokenCounter;
-use satchel_protocol::{CompactSummary, Config, ContextMode, TokenUsage};
+use satchel_protocol::{CompactSummary, ContextMode, TokenUsage};
 use satchel_storage::CompactionBegun;
 
 use super::CompactError;
 use crate::call::CallContext;
 use crate::error::EngineError;
+use crate::request::Request;
 use crate::result_size;
 use crate::session::Session;
-use crate::usage::{RequestExtras, usage};
 
 /// The request's usage once `begun` took effect, estimated from the summary's size: `Err`
 /// for an automatic compaction whose summary would not be smaller than the
 /// `compacted_tokens` (and previous summary) it replaces.
 pub(super) fn estimated_tokens_after(
     session: &mut Session,
-    config: &Config,
-    counter: &TokenCounter,
+    request: &Request<'_>,
     begun: &CompactionBegun,
     compacted_tokens: u64,
     manual: bool,
 ) -> Result<u64, CompactError> {
+    let (config, counter) = (request.config, &request.counter);
     let before_summary = session.summary_tokens(counter, config);
     let summary_tokens = counter.count_text(&summary_message_text_for(&begun.summary, config.window.context_mode)) + 4;
     // A summary that is not smaller than what it replaces would only be run again on the
@@ -39,15 +38,10 @@ pub(super) fn estimated_tokens_after(
 
 /// The size of the request returned after a compaction: with recent results cut to the
 /// old-phase limit too when it is still over the window, as `prepare` will do.
-pub(super) fn usage_after_compaction(
-    session: &mut Session,
-    config: &Config,
-    counter: &TokenCounter,
-    extras: &RequestExtras,
-) -> TokenUsage {
-    let after = usage(session, config, counter, extras, false);
-    if after.total > config.effective_window() {
-        return usage(session, config, counter, extras, true);
+pub(super) fn usage_after_compaction(session: &mut Session, request: &Request<'_>) -> TokenUsage {
+    let after = request.usage(session, false);
+    if after.total > request.config.effective_window() {
+        return request.usage(session, true);
     }
     after
 }
@@ -63,14 +57,15 @@ const RESULT_SLACK_PER_MESSAGE: usize = 512;
 /// it stands, plus the new summary as text and as fields, bounds the result.
 pub(super) fn check_result_bound(
     session: &mut Session,
-    config: &Config,
+    request: &Request<'_>,
     summary: &CompactSummary,
     call: &CallContext<'_>,
 ) -> Result<(), EngineError> {
+    let config = request.config;
     let Some(limit) = call.max_result_bytes else {
         return Ok(());
     };
-    let live = session.entries.len();
+    let live = session.entries().len();
     let (messages, _) = session.render(config, false).to_json();
     let bound = result_size::json_bytes(&messages)
         + result_size::json_bytes(summary)
@@ -82,11 +77,12 @@ pub(super) fn check_result_bound(
 
 /// Tokens the summary may take: its budget, less the `[COMPACTED]` opening it carries in
 /// `aceclaw` mode (which the summary's own budget does not see).
-pub(super) fn summary_budget(config: &Config, counter: &TokenCounter) -> u64 {
+pub(super) fn summary_budget(request: &Request<'_>) -> u64 {
+    let config = request.config;
     match config.window.context_mode {
         ContextMode::Qwenpaw => config.summary_budget_tokens(),
         ContextMode::Aceclaw => config
             .summary_budget_tokens()
-            .saturating_sub(counter.count_text(COMPACTED_OPENING)),
+            .saturating_sub(request.counter.count_text(COMPACTED_OPENING)),
     }
 }

@@ -17,28 +17,36 @@ use std::sync::Arc;
 
 use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
-use satchel_core::hash::{MessageHash, text_hash};
+use satchel_core::hash::MessageHash;
 use satchel_core::offload::batched_recent_start;
 use satchel_core::render::{RenderedText, ResultControl, insert_summary};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::is_system;
-use satchel_protocol::{CompactSummary, Config, ContextMode, Phase, RenderConfig};
+use satchel_protocol::{CompactSummary, Config, ContextMode, Phase, RenderConfig, TokenUsage};
 use satchel_storage::{CompactionInfo, OffloadStore};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::Xxh3;
 
+mod align;
 mod entry;
+mod expansion;
+mod pins;
+pub(crate) mod prompt;
+mod request_state;
+mod updates;
 
+pub use align::{Alignment, IncomingHashes};
 pub use entry::Entry;
 use entry::{OLD_SLOT, RECENT_SLOT, to_raw};
+pub use expansion::ExpandedSpan;
+pub use pins::{PinState, Pins};
+pub use request_state::{PhaseReached, RequestState};
+pub use updates::SentRequest;
 
-use crate::expand::ExpandedSpan;
 use crate::parallel::map_weighted;
-use crate::pins::Pins;
-use crate::requests::RequestState;
 
 /// A rendered message with at least one truncated text.
 #[derive(Debug)]
@@ -126,40 +134,46 @@ struct SummaryView {
 }
 
 /// The messages of one session.
+///
+/// Its fields are private: calls read them through getters and change them only through the
+/// methods of `updates.rs`, each of which keeps together the fields it touches (the history's
+/// hashes and its live messages, the last request and the calibration it was counted with,
+/// the pins and the controls of the results they name).
 #[derive(Debug)]
 pub struct Session {
     /// Where offloaded texts are read back from, to render a message or archive it.
     offloads: OffloadStore,
     /// Format, once known.
-    pub format: Option<MessageFormat>,
+    format: Option<MessageFormat>,
     /// Hash of every message of the original history, by original index (compacted ones too,
     /// so a client resending its full history is recognised).
-    pub original_hashes: Vec<MessageHash>,
-    /// By original index, the [`text_hash`] of the text a client last sent for that message,
-    /// when known: a resend in the same bytes is recognised without the structural hash.
-    pub text_hashes: Vec<Option<u128>>,
+    original_hashes: Vec<MessageHash>,
+    /// By original index, the [`text_hash`](satchel_core::hash::text_hash) of the text a
+    /// client last sent for that message, when known: a resend in the same bytes is recognised
+    /// without the structural hash.
+    text_hashes: Vec<Option<u128>>,
     /// Live messages in order.
-    pub entries: Vec<Entry>,
+    entries: Vec<Entry>,
     /// The summary in force; change it with [`Session::set_summary`].
     summary: Option<CompactSummary>,
     /// The summary's text and token count.
     summary_view: Option<SummaryView>,
     /// Finished compactions, oldest first.
-    pub compactions: Vec<CompactionInfo>,
+    compactions: Vec<CompactionInfo>,
     /// Hashes of the last request returned, to recognise a client that sends it back as its history.
-    pub last_output: Vec<MessageHash>,
+    last_output: Vec<MessageHash>,
     /// System prompt of the last `context.prepare`, to count a manual compaction's request.
-    pub last_system: Option<Value>,
+    last_system: Option<Value>,
     /// Tool definitions of the last `context.prepare`.
-    pub last_tools: Option<Vec<Value>>,
+    last_tools: Option<Vec<Value>>,
     /// Largest request since the daemon loaded the session.
-    pub peak_tokens: u64,
+    peak_tokens: u64,
     /// Token usage of the last request returned.
-    pub last_usage: Option<satchel_protocol::TokenUsage>,
+    last_usage: Option<TokenUsage>,
     /// Set when an automatic compaction was skipped because it could not make the request
     /// smaller: the compactable tokens then. It is not tried again until that many more have
     /// accrued (a summary's worth), so a small window does not thrash; any compaction clears it.
-    pub futile_compaction_at: Option<u64>,
+    futile_compaction_at: Option<u64>,
     /// What the cached renderings depend on ([`render_key`]); a change clears them.
     render_key: Option<u128>,
     /// What the cached token counts depend on besides the renderings ([`counter_key`]).
@@ -168,11 +182,11 @@ pub struct Session {
     extras_tokens: HashMap<(MessageHash, bool), u64>,
     /// Calibration, the last system prompt and the monitor's numbers; kept when the
     /// client's history starts over.
-    pub requests: RequestState,
+    requests: RequestState,
     /// A compacted span `context.expand` asked back, carried by the next request only.
-    pub expansion: Option<ExpandedSpan>,
+    expansion: Option<ExpandedSpan>,
     /// Pins and purged results (`context.pin`, `context.purge`).
-    pub pins: Pins,
+    pins: Pins,
     /// Messages of a lower original index are in the old phase for good. The recent window's
     /// start can compute earlier than before (a compaction shifts the batch boundaries, a
     /// boundary in a run of parallel results widens the window back, a squeezed request is
@@ -180,59 +194,6 @@ pub struct Session {
     /// again and rewrite the prefix a provider's prompt cache holds. In memory only: a reload
     /// starts from the window as computed.
     old_before: usize,
-}
-
-/// The hashes of a received list: exact-text hashes of every message, structural ones
-/// computed only where those do not decide.
-pub struct IncomingHashes<'a> {
-    texts: &'a [Box<RawValue>],
-    text_hashes: Vec<u128>,
-    hashes: Vec<Option<MessageHash>>,
-}
-
-impl<'a> IncomingHashes<'a> {
-    /// The hashes of `texts`.
-    pub fn new(texts: &'a [Box<RawValue>]) -> Self {
-        IncomingHashes {
-            texts,
-            text_hashes: texts.iter().map(|t| text_hash(t.get())).collect(),
-            hashes: vec![None; texts.len()],
-        }
-    }
-
-    /// Messages received.
-    pub fn len(&self) -> usize {
-        self.texts.len()
-    }
-
-    /// The exact-text hash of message `j`.
-    pub fn text_hash(&self, j: usize) -> u128 {
-        self.text_hashes[j]
-    }
-
-    /// The structural hash of message `j`.
-    pub fn hash(&mut self, j: usize) -> MessageHash {
-        *self.hashes[j]
-            .get_or_insert_with(|| MessageHash::of_json(self.texts[j].get()).expect("a RawValue holds valid JSON"))
-    }
-}
-
-/// How a received full list relates to the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alignment {
-    /// The first `consumed` received messages are known; the rest are new.
-    Extends {
-        /// Messages recognised.
-        consumed: usize,
-    },
-    /// The history diverges at original index `at`, after everything compacted: live
-    /// messages from there are replaced.
-    DivergesAt {
-        /// First differing original index.
-        at: usize,
-    },
-    /// The history diverges inside the compacted part: the session starts over.
-    Reset,
 }
 
 /// The format to process with when none is known yet: plain-text turns look the same in both.
@@ -284,12 +245,79 @@ impl Session {
         }
     }
 
-    /// Drops the offloaded texts the entries keep from the call they arrived in: once the
-    /// call's writes are durable the files hold them.
-    pub fn forget_fresh_texts(&mut self) {
-        for entry in &mut self.entries {
-            entry.fresh = Vec::new();
-        }
+    /// Format, once known.
+    pub fn format(&self) -> Option<MessageFormat> {
+        self.format
+    }
+
+    /// Messages of the client's history, compacted ones included.
+    pub fn history_len(&self) -> usize {
+        self.original_hashes.len()
+    }
+
+    /// The exact-text hash of what a client last sent for message `index`, when known.
+    pub fn text_hash(&self, index: usize) -> Option<u128> {
+        self.text_hashes.get(index).copied().flatten()
+    }
+
+    /// Live messages in order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Finished compactions, oldest first.
+    pub fn compactions(&self) -> &[CompactionInfo] {
+        &self.compactions
+    }
+
+    /// Hashes of the last request returned.
+    pub fn last_output(&self) -> &[MessageHash] {
+        &self.last_output
+    }
+
+    /// System prompt of the last `context.prepare`.
+    pub fn last_system(&self) -> Option<&Value> {
+        self.last_system.as_ref()
+    }
+
+    /// Tool definitions of the last `context.prepare`.
+    pub fn last_tools(&self) -> Option<&Vec<Value>> {
+        self.last_tools.as_ref()
+    }
+
+    /// Largest request since the daemon loaded the session.
+    pub fn peak_tokens(&self) -> u64 {
+        self.peak_tokens
+    }
+
+    /// Token usage of the last request returned.
+    pub fn last_usage(&self) -> Option<&TokenUsage> {
+        self.last_usage.as_ref()
+    }
+
+    /// The compactable tokens when an automatic compaction was last found futile.
+    pub fn futile_compaction_at(&self) -> Option<u64> {
+        self.futile_compaction_at
+    }
+
+    /// Calibration, the last system prompt and the monitor's numbers.
+    pub fn requests(&self) -> &RequestState {
+        &self.requests
+    }
+
+    /// The factor counts are corrected by now (the calibration's).
+    pub fn calibration_factor(&self) -> f64 {
+        self.requests.calibration.factor
+    }
+
+    /// The span `context.expand` asked back, carried by the next request.
+    pub fn expansion(&self) -> Option<&ExpandedSpan> {
+        self.expansion.as_ref()
+    }
+
+    /// Pins and purged results.
+    pub fn pins(&self) -> &Pins {
+        &self.pins
     }
 
     /// Messages compacted away.
@@ -391,58 +419,6 @@ impl Session {
             self.render_key = Some(key);
         }
         render
-    }
-
-    /// Aligns a full list sent by a client with what the session holds.
-    ///
-    /// A message matches when it is identical to what the client first sent, or to what
-    /// satchel returned for it; a client may also send back the whole last request (summary
-    /// message included) followed by new messages. Costs one hash comparison per message
-    /// unless a message differs from its original.
-    pub fn align(&mut self, incoming: &mut IncomingHashes<'_>, config: &Config) -> Alignment {
-        let render = self.check_render_key(config);
-        let known = self.original_hashes.len();
-        // Live entries are sorted by original index: find them by binary search.
-        let live_position = |entries: &[Entry], j: usize| entries.binary_search_by_key(&j, |e| e.index).ok();
-        let mut original_prefix = 0;
-        while original_prefix < incoming.len().min(known) {
-            let j = original_prefix;
-            let same_text = self.text_hashes[j] == Some(incoming.text_hash(j));
-            let matches = same_text
-                || incoming.hash(j) == self.original_hashes[j]
-                || live_position(&self.entries, j).is_some_and(|p| {
-                    let entry = &mut self.entries[p];
-                    !entry.offloaded.is_empty()
-                        && [Phase::Recent, Phase::Old]
-                            .into_iter()
-                            .any(|phase| entry.rendered_hash(phase, render, &self.offloads) == incoming.hash(j))
-                });
-            if matches && !same_text {
-                self.text_hashes[j] = Some(incoming.text_hash(j));
-            }
-            if !matches {
-                break;
-            }
-            original_prefix += 1;
-        }
-        if original_prefix == known {
-            return Alignment::Extends { consumed: known };
-        }
-        // After a restart the last view is not in memory: render it again.
-        if self.last_output.is_empty() && self.summary.is_some() {
-            let (_, hashes) = self.render(config, false).to_json();
-            self.last_output = hashes;
-        }
-        let view = self.last_output.len();
-        if view > 0 && incoming.len() >= view && (0..view).all(|j| incoming.hash(j) == self.last_output[j]) {
-            return Alignment::Extends { consumed: view };
-        }
-        let compacted_from_here = (original_prefix..known).any(|i| live_position(&self.entries, i).is_none());
-        if compacted_from_here {
-            Alignment::Reset
-        } else {
-            Alignment::DivergesAt { at: original_prefix }
-        }
     }
 
     /// Where the recent window starts; `squeeze` puts every message in the old phase (the

@@ -13,17 +13,24 @@ use crate::session::{Alignment, Entry, IncomingHashes, Session};
 /// A session holding `held`, sent as [`raw`] writes them, with its first `compacted`
 /// messages compacted away under a summary.
 fn held_session(offloads: OffloadStore, held: &[Value], compacted: usize) -> Session {
-    let mut session = Session::new(Some(MessageFormat::Openai), offloads);
-    for (index, message) in held.iter().enumerate() {
-        let hash = MessageHash::of_value(message);
-        session.original_hashes.push(hash);
-        session.text_hashes.push(Some(text_hash(raw(message).get())));
-        if index >= compacted {
-            session
-                .entries
-                .push(Entry::new(index, hash, message.clone(), Vec::new(), Some(raw(message))));
-        }
-    }
+    let format = Some(MessageFormat::Openai);
+    let mut session = Session::new(format, offloads);
+    let hashes: Vec<MessageHash> = held.iter().map(MessageHash::of_value).collect();
+    let text_hashes: Vec<Option<u128>> = held.iter().map(|m| Some(text_hash(raw(m).get()))).collect();
+    let entries = held
+        .iter()
+        .zip(&hashes)
+        .enumerate()
+        .skip(compacted)
+        .map(|(index, (message, hash))| Entry::new(index, *hash, message.clone(), Vec::new(), Some(raw(message))))
+        .collect();
+    session.take_in(
+        Alignment::Extends { consumed: 0 },
+        &hashes,
+        &text_hashes,
+        entries,
+        format,
+    );
     if compacted > 0 {
         session.set_summary(Some(CompactSummary {
             goal: vec!["Fix the failing tests in crates/parser.".into()],
@@ -85,7 +92,8 @@ fn the_same_messages_in_other_bytes_match_by_structure_and_are_remembered() {
     let session = check_align(&held, 0, &pretty, Alignment::Extends { consumed: 6 });
     // The exact text now decides the next resend in those bytes.
     let expect: Vec<Option<u128>> = pretty.iter().map(|t| Some(text_hash(t.get()))).collect();
-    assert_eq!(session.text_hashes, expect);
+    let remembered: Vec<Option<u128>> = (0..session.history_len()).map(|j| session.text_hash(j)).collect();
+    assert_eq!(remembered, expect);
 }
 
 #[test]

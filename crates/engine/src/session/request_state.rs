@@ -6,7 +6,7 @@ use std::sync::Arc;
 use satchel_protocol::{Calibration, Config, ContextMonitor, Pressure, TokenUsage};
 use serde_json::{Map, Value};
 
-use crate::assembly::PromptState;
+use super::prompt::PromptState;
 
 /// A phase a request reached on its way under its threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
