@@ -9,14 +9,11 @@
 
 mod cli_config;
 mod config;
-#[cfg(feature = "memory")]
-mod daily_merge;
 mod demo;
 mod error;
 mod handlers;
 mod inspect;
 mod llm;
-#[cfg(feature = "memory")]
 mod memory;
 mod panic_point;
 mod rpc;
@@ -278,26 +275,13 @@ fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     // median and up to 14 s, against 0.6 s at normal priority).
     let counter = satchel_core::tokens::TokenCounter::new(config.tokenizer, config.token_count_estimate_divisor);
     std::thread::spawn(move || counter.count_text("warm up"));
-    #[cfg(feature = "memory")]
-    let (workspace_copy, config_copy) = (workspace.clone(), config.clone());
     let engine = satchel_engine::Engine::new(workspace, config)
         .context("opening the dialog archive")?
         .with_overrides(std::sync::Arc::new(|base: &_, overrides: &_| {
             config::apply_overrides(base, overrides).map_err(|(key, why)| format!("{key}: {why}"))
         }));
-    let daemon = handlers::Daemon::new(engine);
-    #[cfg(feature = "memory")]
-    let daemon = {
-        let memory = if config_copy.memory_index_enabled {
-            Some(memory::MemoryService::open(&workspace_copy, &config_copy, |name| {
-                std::env::var(name).ok()
-            })?)
-        } else {
-            None
-        };
-        daemon.with_memory(memory)
-    };
-    Ok(daemon)
+    let memory = memory::Memory::open(engine.workspace(), engine.config(), |name| std::env::var(name).ok())?;
+    Ok(handlers::Daemon::new(engine).with_memory(memory))
 }
 
 fn serve(
@@ -325,8 +309,7 @@ fn serve(
             daemon.clone(),
             schedule::SystemClock,
         ));
-        #[cfg(feature = "memory")]
-        let merger = tokio::spawn(daily_merge::merge_daily(daemon.clone(), schedule::SystemClock));
+        let merger = tokio::spawn(memory::merge_daily(daemon.clone(), schedule::SystemClock));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {
@@ -369,7 +352,6 @@ fn serve(
         sweeper.abort();
         evicter.abort();
         candidate_gates.abort();
-        #[cfg(feature = "memory")]
         merger.abort();
         drop(bound);
         outcome

@@ -212,40 +212,11 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
                 register::<MemoryGet, _, _, _>(&mut module, |daemon, params, _| daemon.memory_get(params))
             }
             MethodKind::MemorySearch | MethodKind::MemoryMerge | MethodKind::MemoryStatus => {
-                register_memory_index(&mut module, kind)
+                crate::memory::register_index_method(&mut module, kind)
             }
         }?;
     }
     Ok(module)
-}
-
-/// Registers the methods that need the memory index (the `memory` feature).
-#[cfg(feature = "memory")]
-fn register_memory_index(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
-    use satchel_protocol::{MemoryMerge, MemorySearch, MemoryStatus};
-    match kind {
-        MethodKind::MemorySearch => {
-            register::<MemorySearch, _, _, _>(module, |daemon, params, _| daemon.memory_search(params))
-        }
-        MethodKind::MemoryMerge => {
-            register::<MemoryMerge, _, _, _>(module, |daemon, params, scope| daemon.memory_merge(params, scope))
-        }
-        MethodKind::MemoryStatus => {
-            register::<MemoryStatus, _, _, _>(module, |daemon, params, _| daemon.memory_status(params))
-        }
-        other => unreachable!("{} does not need the memory index", other.name()),
-    }
-}
-
-/// Without the `memory` feature, the methods that need the index answer that it is not built in.
-#[cfg(not(feature = "memory"))]
-fn register_memory_index(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
-    module.register_method(kind.name(), |_, _, _| {
-        Err::<(), _>(ErrorObjectOwned::from(RpcError::MemoryUnavailable(
-            "this satchel was built without the `memory` feature".into(),
-        )))
-    })?;
-    Ok(())
 }
 
 /// Wire names of the methods served, for `initialize`: the method table's, in its order.
@@ -255,7 +226,7 @@ fn method_names() -> Vec<String> {
 
 /// Registers method `M`, whose params decode as `P` and whose result encodes from `R`: the
 /// protocol's types, or for `context.prepare` the same shapes with messages kept as JSON text.
-fn register<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
+pub(crate) fn register<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
 where
     M: Method,
     P: DeserializeOwned + Send,

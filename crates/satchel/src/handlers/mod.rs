@@ -11,8 +11,6 @@ mod expand;
 mod initialize;
 mod inspect;
 mod memory;
-#[cfg(feature = "memory")]
-mod memory_index;
 mod pins;
 mod prepare;
 mod read;
@@ -31,12 +29,10 @@ use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::{Config, ContextEvent, ProgressToken};
 use serde_json::{Map, Value, json};
 
-#[cfg(feature = "memory")]
-pub use memory_index::next_merge;
-
 use crate::config::apply_overrides;
 use crate::error::RpcError;
 use crate::llm::{ClientCompleter, OpenAiCompleter};
+use crate::memory::Memory;
 use crate::transport::{CallScope, ClientHandle, ProgressCancel, ProgressRegistration};
 
 /// The engine, and what the daemon keeps per connection.
@@ -53,9 +49,9 @@ pub struct Daemon {
     /// Held by the memory write in progress (`memory.write`, `memory.append`, a merge):
     /// they run one at a time.
     memory_writes: Mutex<()>,
-    /// The memory index; `None` when `memory_index_enabled` is false.
-    #[cfg(feature = "memory")]
-    memory: Option<Arc<crate::memory::MemoryService>>,
+    /// The memory index (none when `memory_index_enabled` is false or the `memory` feature
+    /// is not built in), set once at start-up.
+    memory: Memory,
 }
 
 impl Daemon {
@@ -67,14 +63,12 @@ impl Daemon {
             progress_clients: Mutex::default(),
             watchers: Mutex::default(),
             memory_writes: Mutex::default(),
-            #[cfg(feature = "memory")]
-            memory: None,
+            memory: Memory::none(),
         }
     }
 
     /// The daemon with the memory index `memory`.
-    #[cfg(feature = "memory")]
-    pub fn with_memory(mut self, memory: Option<Arc<crate::memory::MemoryService>>) -> Self {
+    pub fn with_memory(mut self, memory: Memory) -> Self {
         self.memory = memory;
         self
     }
@@ -171,10 +165,10 @@ impl Daemon {
     }
 }
 
-/// The model backends one call may use.
-struct CallModels<'a> {
-    daemon: &'a Daemon,
-    client: &'a ClientHandle,
+/// The model backends one call may use (also a memory merge's).
+pub(crate) struct CallModels<'a> {
+    pub(crate) daemon: &'a Daemon,
+    pub(crate) client: &'a ClientHandle,
 }
 
 /// [`CallModels`] for a call that can be cancelled: a cancelled call stops waiting for the

@@ -1,43 +1,62 @@
-//! `memory.search`, `memory.merge` and `memory.status`: the calls that need the memory index
-//! (the `memory` feature). Without the feature, or with `memory_index_enabled` false, they
-//! answer `MemoryUnavailable` (-32010).
+//! `memory.search`, `memory.merge` and `memory.status`: the calls that need the memory index.
+//! With `memory_index_enabled` false they answer `MemoryUnavailable` (-32010), as they do
+//! without the `memory` feature (`disabled.rs`).
 
 use chrono::{DateTime, Datelike, Days, Local, NaiveDate, NaiveTime, TimeZone};
+use jsonrpsee::RpcModule;
+use jsonrpsee::core::RegisterMethodError;
 use satchel_core::summary::llm::{ChatMessage, Completer};
 use satchel_core::tokens::TokenCounter;
-use satchel_engine::ModelSource;
+use satchel_engine::{EngineError, ModelSource};
 use satchel_memory::merge::{
     CONSOLIDATION_SYSTEM, DailyLog, Merged, NewEntries, consolidated, consolidation_prompt, extractive, new_entries,
 };
-use satchel_protocol::Config;
 use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::memory::{
     MemoryMergeParams, MemoryMergeResult, MemorySearchParams, MemorySearchResult, MemoryStatusParams,
     MemoryStatusResult,
 };
+use satchel_protocol::{Config, MemoryMerge, MemorySearch, MemoryStatus, MethodKind};
 
-use super::{CallModels, Daemon};
+use super::MemoryService;
 use crate::error::RpcError;
+use crate::handlers::{CallModels, Daemon};
 use crate::llm::OpenAiCompleter;
-use crate::memory::MemoryService;
+use crate::rpc::register;
 use crate::transport::{CallScope, ClientHandle};
+
+/// Registers `kind`, one of the methods that need the memory index.
+pub fn register_index_method(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
+    match kind {
+        MethodKind::MemorySearch => {
+            register::<MemorySearch, _, _, _>(module, |daemon, params, _| daemon.memory_search(params))
+        }
+        MethodKind::MemoryMerge => {
+            register::<MemoryMerge, _, _, _>(module, |daemon, params, scope| daemon.memory_merge(params, scope))
+        }
+        MethodKind::MemoryStatus => {
+            register::<MemoryStatus, _, _, _>(module, |daemon, params, _| daemon.memory_status(params))
+        }
+        other => unreachable!("{} does not need the memory index", other.name()),
+    }
+}
 
 impl Daemon {
     /// `memory.search`.
-    pub fn memory_search(&self, params: MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
-        self.memory_service()?.search(&params)
+    fn memory_search(&self, params: MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+        self.memory().service()?.search(&params)
     }
 
     /// `memory.status`.
-    pub fn memory_status(&self, _: MemoryStatusParams) -> Result<MemoryStatusResult, RpcError> {
+    fn memory_status(&self, _: MemoryStatusParams) -> Result<MemoryStatusResult, RpcError> {
         let next = next_merge(self.engine().config(), Local::now()).map(|at| at.to_rfc3339());
-        Ok(self.memory_service()?.status(next))
+        Ok(self.memory().service()?.status(next))
     }
 
     /// `memory.merge`: folds the daily logs of the `memory_merge_days` days up to `through`
     /// (default today) into `MEMORY.md`, consolidated by the configured summariser's model
     /// (`client`: this connection's client, if it declared `summarizer_complete`).
-    pub fn memory_merge(&self, params: MemoryMergeParams, scope: &CallScope) -> Result<MemoryMergeResult, RpcError> {
+    fn memory_merge(&self, params: MemoryMergeParams, scope: &CallScope) -> Result<MemoryMergeResult, RpcError> {
         let through = match params.through.as_deref() {
             Some(day) => NaiveDate::parse_from_str(day, "%Y-%m-%d")
                 .ok()
@@ -54,7 +73,7 @@ impl Daemon {
                 format!("the merge reads the {days} days up to it, which must start on or after 0001-01-01"),
             ));
         }
-        let memory = self.memory_service()?;
+        let memory = self.memory().service()?;
         let _turn = self.memory_turn(scope);
         let stamp = Local::now().format("%Y%m%dT%H%M%S").to_string();
         self.merge_through(memory, through, &stamp, Some(&scope.client))
@@ -63,9 +82,9 @@ impl Daemon {
     /// The daily merge at its time: everything up to yesterday's log (today's is still
     /// being written). There is no client to ask, so with `summarizer: client` it is
     /// extractive.
-    pub fn scheduled_merge(&self, now: DateTime<Local>) {
-        let Ok(memory) = self.memory_service() else { return };
-        let _turn = super::lock(&self.memory_writes);
+    pub(super) fn scheduled_merge(&self, now: DateTime<Local>) {
+        let Ok(memory) = self.memory().service() else { return };
+        let _turn = self.memory_lock();
         let yesterday = now.date_naive() - Days::new(1);
         match self.merge_through(memory, yesterday, &now.format("%Y%m%dT%H%M%S").to_string(), None) {
             Ok(result) => {
@@ -101,14 +120,14 @@ impl Daemon {
                 continue;
             };
             let day = day.format("%Y-%m-%d").to_string();
-            if let Some(text) = files.read_daily(&day).map_err(super::memory::storage)? {
+            if let Some(text) = files.read_daily(&day).map_err(EngineError::from)? {
                 logs.push(DailyLog {
                     path: satchel_storage::Layout::memory_daily_rel(&day),
                     text,
                 });
             }
         }
-        let before = files.read_memory_file().map_err(super::memory::storage)?;
+        let before = files.read_memory_file().map_err(EngineError::from)?;
         let new = new_entries(&before, &logs);
         let (merged, summarizer, mut warnings) = self.consolidate(&before, &new, client);
         let backup = if merged.memory == before {
@@ -116,7 +135,7 @@ impl Daemon {
         } else {
             let backup = files
                 .replace_memory_file(&merged.memory, stamp)
-                .map_err(super::memory::storage)?;
+                .map_err(EngineError::from)?;
             warnings.extend(memory.reindex(satchel_storage::MEMORY_FILE).1);
             backup
         };
@@ -191,13 +210,6 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
         consolidated(memory, new, &reply).map_err(|why| format!("unusable reply: {why}"))
     }
-
-    /// The memory index, or why there is none.
-    fn memory_service(&self) -> Result<&MemoryService, RpcError> {
-        self.memory.as_deref().ok_or_else(|| {
-            RpcError::MemoryUnavailable("memory_index_enabled is false in this daemon's configuration".into())
-        })
-    }
 }
 
 /// The first day the merge of the `days` days up to `through` reads; `None` when it is before
@@ -207,7 +219,7 @@ fn first_day(through: NaiveDate, days: u32) -> Option<NaiveDate> {
 }
 
 /// When the next daily merge after `now` runs, `None` when it is off (or there is no index).
-pub fn next_merge(config: &Config, now: DateTime<Local>) -> Option<DateTime<Local>> {
+pub(super) fn next_merge(config: &Config, now: DateTime<Local>) -> Option<DateTime<Local>> {
     if !config.memory_merge_enabled || !config.memory_index_enabled {
         return None;
     }

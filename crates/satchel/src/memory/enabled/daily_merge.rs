@@ -4,14 +4,15 @@
 
 use std::sync::Arc;
 
-use crate::handlers::{self, Daemon};
+use super::methods::next_merge;
+use crate::handlers::Daemon;
 use crate::schedule::Clock;
 
 /// Runs the daily memory merge at `memory_merge_time` (local), until the daemon stops; returns
 /// at once when the merge is off.
 pub async fn merge_daily(daemon: Arc<Daemon>, clock: impl Clock) {
     loop {
-        let Some(at) = handlers::next_merge(daemon.engine().config(), clock.now()) else {
+        let Some(at) = next_merge(daemon.engine().config(), clock.now()) else {
             return;
         };
         clock.sleep_until(at).await;
@@ -33,7 +34,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::memory::MemoryService;
+    use crate::memory::Memory;
     use crate::schedule::ScriptedClock;
 
     fn local(day: u32, hour: u32, minute: u32) -> DateTime<Local> {
@@ -58,9 +59,9 @@ mod tests {
             ..Config::default()
         };
         let workspace = Workspace::open(dir.path()).unwrap();
-        let memory = MemoryService::open(&workspace, &config, |_| None).unwrap();
+        let memory = Memory::open(&workspace, &config, |_| None).unwrap();
         let engine = satchel_engine::Engine::new(workspace, config).unwrap();
-        let daemon = Arc::new(Daemon::new(engine).with_memory(Some(memory)));
+        let daemon = Arc::new(Daemon::new(engine).with_memory(memory));
 
         let (waits, mut waiting) = mpsc::unbounded_channel();
         let clock = ScriptedClock {
