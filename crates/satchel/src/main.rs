@@ -7,12 +7,10 @@
 //! (clap exits 2 on a usage error). Output cut short by a reader that went away (`satchel demo
 //! | head -3`) is not an error: the command stops quietly and exits 0.
 
-mod cli_config;
+mod cli;
 mod config;
-mod demo;
 mod error;
 mod handlers;
-mod inspect;
 mod llm;
 mod memory;
 mod panic_point;
@@ -75,13 +73,13 @@ enum Command {
         no_stdio: bool,
     },
     /// Attach to a running daemon and show a session's context, like `/context list`.
-    Inspect(inspect::InspectArgs),
+    Inspect(cli::inspect::InspectArgs),
     /// Run the bundled example conversation through a real `satchel serve` and show what it did
     /// (in a fresh temporary workspace, removed afterwards, unless --workspace is given).
     Demo,
     /// Show every configuration key: its value, default, source (default, file or env),
     /// `SATCHEL_` variable and meaning, as a daemon on the workspace would read them.
-    Config(cli_config::ConfigArgs),
+    Config(cli::config::ConfigArgs),
 }
 
 fn main() -> ExitCode {
@@ -147,13 +145,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             socket,
             no_stdio,
         ),
-        Command::Inspect(args) => inspect::run(&args, cli.workspace.as_deref()),
+        Command::Inspect(args) => cli::inspect::run(&args, cli.workspace.as_deref()),
         // The demo must not touch a real workspace (not even $SATCHEL_HOME) unless asked to.
         Command::Demo => match cli.workspace {
-            Some(dir) => demo::run(&dir, demo::Isolation::Given),
-            None => demo::run_isolated(),
+            Some(dir) => cli::demo::run(&dir, cli::demo::Isolation::Given),
+            None => cli::demo::run_isolated(),
         },
-        Command::Config(args) => cli_config::run(
+        Command::Config(args) => cli::config::run(
             &args,
             &match cli.workspace {
                 Some(dir) => dir,
