@@ -7,8 +7,6 @@
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use super::walk::Walk;
-
 /// A memory file: its name in the index and where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Target {
@@ -63,27 +61,14 @@ impl Roots {
         &self.root
     }
 
-    /// Every memory file that exists now, sorted by name, each once, none through a symbolic
-    /// link out of the workspace (see `walk`). Directories that cannot be read and links that
-    /// lead out add a warning.
-    pub fn discover(&self, warnings: &mut Vec<String>) -> Vec<Target> {
-        let mut walk = Walk::new(self, warnings);
-        walk.file(&self.root.join("MEMORY.md"));
-        walk.tree(&self.root.join("memory"));
-        for extra in &self.extra {
-            if fs::symlink_metadata(extra).is_ok_and(|m| m.is_file()) {
-                walk.file(extra);
-            } else {
-                walk.tree(extra);
-            }
-        }
-        walk.follow_links();
-        walk.found.into_iter().map(|(rel, abs)| Target { rel, abs }).collect()
+    /// The extra paths beside `MEMORY.md` and `memory/`, absolute and normalised.
+    pub fn extra(&self) -> &[PathBuf] {
+        &self.extra
     }
 
     /// Whether the existing `path` is reached without a symbolic link below the workspace
     /// root (or below the extra path it is in): then it is a memory file by its name alone.
-    /// One reached through a link is a memory file only if [`Roots::discover`] finds it.
+    /// One reached through a link is a memory file only if [`super::walk::discover`] finds it.
     pub fn is_plain(&self, path: &Path) -> bool {
         let base = if path.starts_with(&self.root) {
             &self.root

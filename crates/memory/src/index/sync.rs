@@ -18,6 +18,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::paths::Target;
 use super::tails::Tails;
+use super::walk;
 use super::{MemoryIndex, SyncReport, lock, now_ns};
 use crate::MemoryError;
 use crate::store::{Applied, FileChange, FileRecord, Store, Which};
@@ -42,7 +43,7 @@ impl MemoryIndex {
     /// embedded), deleted files removed, and chunks still lacking a vector embedded.
     pub fn sync_all(&self) -> Result<SyncReport, MemoryError> {
         let mut report = SyncReport::default();
-        let targets = self.roots.discover(&mut report.warnings);
+        let targets = walk::discover(&self.roots, &mut report.warnings);
         let mut store = lock(&self.writer);
         let known = store.files()?;
         let present: HashSet<&str> = targets.iter().map(|t| t.rel.as_str()).collect();
@@ -76,7 +77,7 @@ impl MemoryIndex {
                 at == abs || at.starts_with(&abs)
             };
             if abs.is_dir() {
-                let all = discovered.get_or_insert_with(|| self.roots.discover(&mut report.warnings));
+                let all = discovered.get_or_insert_with(|| walk::discover(&self.roots, &mut report.warnings));
                 let inside: Vec<&Target> = all.iter().filter(|t| t.abs.starts_with(&abs)).collect();
                 targets.extend(inside.iter().map(|t| (*t).clone()));
                 let present: HashSet<&str> = inside.iter().map(|t| t.rel.as_str()).collect();
@@ -91,7 +92,7 @@ impl MemoryIndex {
                 // this name: not out of the workspace, not a second name of another file.
                 let reached = self.roots.is_plain(&abs)
                     || discovered
-                        .get_or_insert_with(|| self.roots.discover(&mut report.warnings))
+                        .get_or_insert_with(|| walk::discover(&self.roots, &mut report.warnings))
                         .iter()
                         .any(|t| t.abs == abs);
                 if self.roots.is_memory_file(&abs) && reached {

@@ -13,11 +13,29 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::paths::{Roots, is_hidden, is_markdown};
+use super::paths::{Roots, Target, is_hidden, is_markdown};
 
 /// A directory tree deeper than this under a memory root is not walked further: a deep tree
 /// of notes is a mistake, and the walk's cost stays bounded.
 pub(super) const MAX_DEPTH: usize = 16;
+
+/// Every memory file under `roots` that exists now, sorted by name, each once, none through a
+/// symbolic link out of the workspace. Directories that cannot be read and links that lead
+/// out add a warning.
+pub(super) fn discover(roots: &Roots, warnings: &mut Vec<String>) -> Vec<Target> {
+    let mut walk = Walk::new(roots, warnings);
+    walk.file(&roots.root().join("MEMORY.md"));
+    walk.tree(&roots.root().join("memory"));
+    for extra in roots.extra() {
+        if fs::symlink_metadata(extra).is_ok_and(|m| m.is_file()) {
+            walk.file(extra);
+        } else {
+            walk.tree(extra);
+        }
+    }
+    walk.follow_links();
+    walk.found.into_iter().map(|(rel, abs)| Target { rel, abs }).collect()
+}
 
 /// One walk over the memory roots.
 pub(super) struct Walk<'a> {
