@@ -9,6 +9,7 @@
 
 mod cli;
 mod config;
+mod daily_merge;
 mod error;
 mod handlers;
 mod llm;
@@ -307,7 +308,7 @@ fn serve(
             daemon.clone(),
             schedule::SystemClock,
         ));
-        let merger = tokio::spawn(memory::merge_daily(daemon.clone(), schedule::SystemClock));
+        let merger = tokio::spawn(daily_merge::merge_daily(daemon.clone(), schedule::SystemClock));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
             Some(path) => {

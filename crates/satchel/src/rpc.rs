@@ -13,8 +13,8 @@ use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
     CandidatesEvaluate, CandidatesFeedback, CandidatesList, CandidatesObserve, CandidatesRemove, ContextCompact,
     ContextExpand, ContextInspect, ContextPin, ContextPrepare, ContextPurge, ContextRead, ContextSessions,
-    ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet, MemoryWrite, Method,
-    MethodKind, SessionsParams,
+    ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet, MemoryMerge,
+    MemorySearch, MemoryStatus, MemoryWrite, Method, MethodKind, SessionsParams,
 };
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -211,8 +211,14 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
             MethodKind::MemoryGet => {
                 register::<MemoryGet, _, _, _>(&mut module, |daemon, params, _| daemon.memory_get(params))
             }
-            MethodKind::MemorySearch | MethodKind::MemoryMerge | MethodKind::MemoryStatus => {
-                crate::memory::register_index_method(&mut module, kind)
+            MethodKind::MemorySearch => {
+                register_index::<MemorySearch, _, _, _>(&mut module, |daemon, params, _| daemon.memory_search(params))
+            }
+            MethodKind::MemoryMerge => register_index::<MemoryMerge, _, _, _>(&mut module, |daemon, params, scope| {
+                daemon.memory_merge(params, scope)
+            }),
+            MethodKind::MemoryStatus => {
+                register_index::<MemoryStatus, _, _, _>(&mut module, |daemon, params, _| daemon.memory_status(params))
             }
         }?;
     }
@@ -226,7 +232,7 @@ fn method_names() -> Vec<String> {
 
 /// Registers method `M`, whose params decode as `P` and whose result encodes from `R`: the
 /// protocol's types, or for `context.prepare` the same shapes with messages kept as JSON text.
-pub(crate) fn register<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
+fn register<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
 where
     M: Method,
     P: DeserializeOwned + Send,
@@ -251,6 +257,25 @@ where
             })
         },
     )?;
+    Ok(())
+}
+
+/// Registers `M`, a method that needs the memory index, as [`register`] does; a satchel built
+/// without the index (the `memory` feature) refuses every call of it without reading its
+/// params.
+fn register_index<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
+where
+    M: Method,
+    P: DeserializeOwned + Send,
+    R: Serialize + Clone + Send + 'static,
+    F: Fn(&Daemon, P, &CallScope) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
+{
+    let Some(why) = crate::memory::NOT_BUILT_IN else {
+        return register::<M, P, R, F>(module, handler);
+    };
+    module.register_method(M::NAME, move |_, _, _| {
+        Err::<(), _>(ErrorObjectOwned::from(RpcError::MemoryUnavailable(why.into())))
+    })?;
     Ok(())
 }
 

@@ -3,8 +3,7 @@
 //!
 //! The candidates' gates run here at start-up and every [`CANDIDATE_GATES_INTERVAL`]
 //! (AceClaw evaluates its candidates automatically; the engine also runs them after each
-//! compaction that observed one). The daily memory merge's schedule is the memory seam's
-//! [`crate::memory::merge_daily`].
+//! compaction that observed one). The daily memory merge is `daily_merge`.
 
 use std::future::Future;
 use std::sync::Arc;

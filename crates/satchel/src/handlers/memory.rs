@@ -1,6 +1,5 @@
-//! `memory.*`: the memory files (write, append, get: always served). Their index (search,
-//! merge, status: the `memory` feature, with `memory_index_enabled`) is the memory seam's,
-//! [`crate::memory`].
+//! `memory.*`: the memory files (write, append, get: always served) and their index (search,
+//! merge, status: `memory_index.rs`, through the memory seam, [`crate::memory`]).
 //!
 //! Writes (and the merge) run one at a time in arrival order ([`LockScope::Memory`]): each
 //! takes its place in the connection's arrival order, then the memory lock.
@@ -17,7 +16,6 @@ use satchel_storage::{MemoryFileInfo, MemoryFiles, MemoryLines};
 
 use super::{Daemon, lock};
 use crate::error::RpcError;
-use crate::memory::Memory;
 use crate::transport::CallScope;
 
 impl Daemon {
@@ -73,28 +71,18 @@ impl Daemon {
         })
     }
 
-    /// The memory index, or its absence.
-    pub(crate) fn memory(&self) -> &Memory {
-        &self.memory
-    }
-
     /// The memory files of the workspace.
-    pub(crate) fn memory_files(&self) -> MemoryFiles {
+    pub(super) fn memory_files(&self) -> MemoryFiles {
         MemoryFiles::new(self.engine().workspace())
     }
 
     /// This call's turn on the memory files: its place in the connection's arrival order,
     /// then the memory lock, held until the call returns.
-    pub(crate) fn memory_turn(&self, scope: &CallScope) -> MutexGuard<'_, ()> {
+    pub(super) fn memory_turn(&self, scope: &CallScope) -> MutexGuard<'_, ()> {
         match scope.admission.take() {
-            Some(admission) => admission.admit(|| self.memory_lock()),
-            None => self.memory_lock(),
+            Some(admission) => admission.admit(|| lock(&self.memory_writes)),
+            None => lock(&self.memory_writes),
         }
-    }
-
-    /// The memory lock, for a write that is no call (the scheduled merge), held until dropped.
-    pub(crate) fn memory_lock(&self) -> MutexGuard<'_, ()> {
-        lock(&self.memory_writes)
     }
 
     /// Whether `rel` is inside one of the configured `memory_extra_paths` (relative ones: an
@@ -110,7 +98,7 @@ impl Daemon {
     /// change is done by now, so the call succeeds whatever the index says (its warnings
     /// say when it is behind).
     fn indexed(&self, path: String, info: MemoryFileInfo) -> Result<MemoryFileChange, RpcError> {
-        let (chunks_indexed, warnings) = self.memory().reindex(&path);
+        let (chunks_indexed, warnings) = self.memory.reindex(&path);
         Ok(MemoryFileChange {
             path,
             bytes: info.bytes,

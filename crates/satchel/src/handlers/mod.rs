@@ -11,6 +11,7 @@ mod expand;
 mod initialize;
 mod inspect;
 mod memory;
+mod memory_index;
 mod pins;
 mod prepare;
 mod read;
@@ -165,10 +166,10 @@ impl Daemon {
     }
 }
 
-/// The model backends one call may use (also a memory merge's).
-pub(crate) struct CallModels<'a> {
-    pub(crate) daemon: &'a Daemon,
-    pub(crate) client: &'a ClientHandle,
+/// The model backends one call may use.
+struct CallModels<'a> {
+    daemon: &'a Daemon,
+    client: &'a ClientHandle,
 }
 
 /// [`CallModels`] for a call that can be cancelled: a cancelled call stops waiting for the

@@ -14,7 +14,7 @@ impl Daemon {
     pub fn prepare(&self, mut params: PrepareParams<Box<RawValue>>, scope: &CallScope) -> Result<Prepared, RpcError> {
         check_depth(&params)?;
         if let Some(recall) = params.memory.take() {
-            self.memory().add_recall(&mut params, &recall)?;
+            self.memory.add_recall(&mut params, &recall)?;
         }
         let config = self.effective_config(params.config.as_ref())?;
         let ticket = self.ticket(scope, &params.session_id)?;

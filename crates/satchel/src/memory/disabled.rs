@@ -1,22 +1,21 @@
 //! The memory seam without the `memory` feature: the memory files still work (they need no
-//! index), but there is no index to keep up to date, nothing to recall, and the methods that
-//! search, merge or describe the index say that it is not built in.
+//! index), but there is no index to keep up to date, nothing to recall, no merge to schedule,
+//! and the methods that search, merge or describe the index say that it is not built in.
 
-use std::sync::Arc;
-
-use jsonrpsee::RpcModule;
-use jsonrpsee::core::RegisterMethodError;
-use jsonrpsee::types::ErrorObjectOwned;
-use satchel_protocol::{Config, MemoryRecall, MethodKind, PrepareParams};
-use satchel_storage::Workspace;
+use chrono::{DateTime, Local, NaiveDate};
+use satchel_engine::ModelSource;
+use satchel_protocol::memory::{MemoryMergeResult, MemorySearchParams, MemorySearchResult, MemoryStatusResult};
+use satchel_protocol::{Config, MemoryRecall, PrepareParams};
+use satchel_storage::{MemoryFiles, Workspace};
 use serde_json::value::RawValue;
 
 use crate::error::RpcError;
-use crate::handlers::Daemon;
-use crate::schedule::Clock;
 
-/// Why a call that needs the index is refused.
-const NOT_BUILT_IN: &str = "this satchel was built without the `memory` feature";
+/// Why every call that needs the index is refused.
+const WHY: &str = "this satchel was built without the `memory` feature";
+
+/// The index methods are refused before their params are read.
+pub const NOT_BUILT_IN: Option<&str> = Some(WHY);
 
 /// No memory index: this satchel was built without one.
 pub struct Memory;
@@ -39,19 +38,42 @@ impl Memory {
 
     /// There is nothing to recall from.
     pub fn add_recall(&self, _: &mut PrepareParams<Box<RawValue>>, _: &MemoryRecall) -> Result<(), RpcError> {
-        Err(RpcError::MemoryUnavailable(NOT_BUILT_IN.into()))
+        Err(unavailable())
+    }
+
+    /// There is nothing to search.
+    pub fn search(&self, _: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+        Err(unavailable())
+    }
+
+    /// There is no index to describe.
+    pub fn status(&self, _next_merge: Option<String>) -> Result<MemoryStatusResult, RpcError> {
+        Err(unavailable())
+    }
+
+    /// There is no index.
+    pub fn require_index(&self) -> Result<(), RpcError> {
+        Err(unavailable())
+    }
+
+    /// There is no index to merge into.
+    pub fn merge(
+        &self,
+        _: &MemoryFiles,
+        _: &Config,
+        _through: NaiveDate,
+        _stamp: &str,
+        _: Option<&dyn ModelSource>,
+    ) -> Result<MemoryMergeResult, RpcError> {
+        Err(unavailable())
     }
 }
 
-/// Registers `kind` (`memory.search`, `memory.merge` or `memory.status`) as a method that
-/// answers, whatever its params, that the index is not built in.
-pub fn register_index_method(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
-    module.register_method(kind.name(), |_, _, _| {
-        Err::<(), _>(ErrorObjectOwned::from(RpcError::MemoryUnavailable(NOT_BUILT_IN.into())))
-    })?;
-    Ok(())
+/// No merge is ever due without the index.
+pub fn next_merge(_: &Config, _now: DateTime<Local>) -> Option<DateTime<Local>> {
+    None
 }
 
-/// There is no daily merge without the index: returns at once, as the schedule does when the
-/// merge is off.
-pub async fn merge_daily(_: Arc<Daemon>, _: impl Clock) {}
+fn unavailable() -> RpcError {
+    RpcError::MemoryUnavailable(WHY.into())
+}

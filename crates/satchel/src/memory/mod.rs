@@ -5,22 +5,24 @@
 //!
 //! - `enabled/` (`satchel-memory`): the index of the memory files with its watcher and
 //!   embedding backend (`mod.rs`), the changes it could not take, retried (`catch_up.rs`),
-//!   the recall section of `context.prepare` (`recall.rs`), `memory.search`, `memory.merge`
-//!   and `memory.status` (`methods.rs`) and the daily merge's schedule (`daily_merge.rs`);
-//! - `disabled.rs`: the same API without it: no index to update, nothing to recall, the three
-//!   index methods answer `MemoryUnavailable` (-32010), no schedule.
+//!   the recall section of `context.prepare` (`recall.rs`) and the daily merge (`merge.rs`);
+//! - `disabled.rs`: the same API without it: no index to update, nothing to recall, no merge
+//!   ever due, and search, status and merge answer `MemoryUnavailable` (-32010).
 //!
-//! The API: [`Memory`] (the daemon's index, or its absence: `open`, `reindex` after a memory
-//! file changed, `add_recall` for `context.prepare`'s `memory` param), [`register_index_method`]
-//! (registers one of the three index methods) and [`merge_daily`] (the schedule). The memory
-//! files themselves need no index: `handlers/memory.rs` serves them in both builds.
+//! The API: [`Memory`], the daemon's index or its absence (`open`; `reindex` after a memory
+//! file changed; `add_recall` for `context.prepare`'s `memory` param; `search`, `status`,
+//! `merge` for the methods of the same names), [`next_merge`] (when the schedule merges next)
+//! and [`NOT_BUILT_IN`] (why a build without the index refuses its methods whatever their
+//! params). The seam sits below the handlers and imports none of them: `handlers/memory.rs`
+//! (the memory files, which need no index) and `handlers/memory_index.rs` call it, and
+//! `daily_merge.rs` runs the schedule.
 
 #[cfg(feature = "memory")]
 mod enabled;
 #[cfg(feature = "memory")]
-pub use enabled::{Memory, merge_daily, register_index_method};
+pub use enabled::{Memory, NOT_BUILT_IN, next_merge};
 
 #[cfg(not(feature = "memory"))]
 mod disabled;
 #[cfg(not(feature = "memory"))]
-pub use disabled::{Memory, merge_daily, register_index_method};
+pub use disabled::{Memory, NOT_BUILT_IN, next_merge};

@@ -9,8 +9,7 @@
 //! is behind: it catches up in the background.
 
 mod catch_up;
-mod daily_merge;
-mod methods;
+mod merge;
 mod recall;
 
 use std::collections::HashMap;
@@ -28,8 +27,10 @@ use satchel_storage::{Layout, Workspace};
 
 use crate::error::RpcError;
 use catch_up::CatchUp;
-pub use daily_merge::merge_daily;
-pub use methods::register_index_method;
+pub use merge::next_merge;
+
+/// The index is built in: the index methods read their params and run.
+pub const NOT_BUILT_IN: Option<&str> = None;
 
 /// The daemon's memory index; none when `memory_index_enabled` is false.
 pub struct Memory {
@@ -66,6 +67,21 @@ impl Memory {
         }
     }
 
+    /// `memory.search`.
+    pub fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+        self.service()?.search(params)
+    }
+
+    /// `memory.status`; `next_merge` is when the daily merge runs next.
+    pub fn status(&self, next_merge: Option<String>) -> Result<MemoryStatusResult, RpcError> {
+        Ok(self.service()?.status(next_merge))
+    }
+
+    /// `MemoryUnavailable` when there is no index (checked before a merge takes its turn).
+    pub fn require_index(&self) -> Result<(), RpcError> {
+        self.service().map(|_| ())
+    }
+
     /// The index, or why there is none.
     fn service(&self) -> Result<&MemoryService, RpcError> {
         self.service.as_ref().ok_or_else(|| {
@@ -75,7 +91,7 @@ impl Memory {
 }
 
 /// The memory index of a workspace and what keeps it current.
-pub struct MemoryService {
+struct MemoryService {
     index: Arc<MemoryIndex>,
     /// Changes the index has not taken yet (a failed sync), retried in the background.
     catch_up: Arc<CatchUp>,
@@ -107,7 +123,7 @@ struct EmbeddingBackend {
 impl MemoryService {
     /// Opens the index of `workspace` as `config` says and starts its background sync and
     /// watcher; `env` is the daemon's environment (the embeddings API key is read there).
-    pub fn open(
+    fn open(
         workspace: &Workspace,
         config: &Config,
         env: impl Fn(&str) -> Option<String>,
@@ -183,7 +199,7 @@ impl MemoryService {
     /// warnings (an embedding backend down, the index behind). The write stands whatever
     /// happens here: when the index cannot take the change, it is retried in the background
     /// and the warning says so (an error would tell the client to retry a write that is done).
-    pub fn reindex(&self, rel: &str) -> (usize, Vec<String>) {
+    fn reindex(&self, rel: &str) -> (usize, Vec<String>) {
         let path = PathBuf::from(rel);
         match self.index.sync_paths(std::slice::from_ref(&path)) {
             Ok(report) => (report.chunks_added, report.warnings),
@@ -199,7 +215,7 @@ impl MemoryService {
     }
 
     /// `memory.search`.
-    pub fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+    fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
         let max_results = params.max_results.unwrap_or(self.defaults.max_results);
         if !(1..=100).contains(&max_results) {
             return Err(RpcError::invalid_params("max_results", "must be in [1, 100]"));
@@ -238,7 +254,7 @@ impl MemoryService {
     }
 
     /// `memory.status`.
-    pub fn status(&self, next_merge: Option<String>) -> MemoryStatusResult {
+    fn status(&self, next_merge: Option<String>) -> MemoryStatusResult {
         let mut modes = Vec::new();
         let stats = self.index.stats();
         let index = serde_json::to_value(&stats).unwrap_or_default();
