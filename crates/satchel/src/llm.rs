@@ -12,12 +12,11 @@
 use std::time::Duration;
 
 use satchel_core::summary::llm::{ChatMessage, Completer, CompletionError};
-use satchel_engine::CallToken;
 use satchel_protocol::Config;
 use satchel_protocol::config::REDACTED;
 use serde_json::{Value, json};
 
-use crate::transport::{ClientHandle, ClientRequestError};
+use crate::transport::{ClientHandle, ClientRequestError, EngineToken};
 
 /// Method satchel calls on its client to run a model.
 pub const CLIENT_COMPLETE_METHOD: &str = "summarizer.complete";
@@ -149,12 +148,12 @@ pub struct ClientCompleter {
     handle: ClientHandle,
     timeout: Duration,
     /// The call the summary is for: once it is cancelled nobody needs the answer.
-    token: CallToken,
+    token: EngineToken,
 }
 
 impl ClientCompleter {
     /// A completer that asks the client behind `handle` for the call holding `token`.
-    pub fn new(handle: ClientHandle, timeout: Duration, token: CallToken) -> Self {
+    pub fn new(handle: ClientHandle, timeout: Duration, token: EngineToken) -> Self {
         ClientCompleter { handle, timeout, token }
     }
 }

@@ -320,7 +320,7 @@ fn serve(
         };
         let listening = async {
             match &bound {
-                Some(bound) => socket::accept_loop(&bound.listener, service.clone(), limits).await,
+                Some(bound) => transport::accept_loop(&bound.listener, service.clone(), limits).await,
                 None => std::future::pending().await,
             }
         };

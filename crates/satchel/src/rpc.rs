@@ -5,6 +5,7 @@
 //! Every handler runs inside [`guarded`]: one that panics is answered with -32603 under its
 //! request's id, like any other failure, and the daemon keeps serving.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use jsonrpsee::core::RegisterMethodError;
@@ -14,29 +15,23 @@ use satchel_protocol::{
     CandidatesEvaluate, CandidatesFeedback, CandidatesList, CandidatesObserve, CandidatesRemove, ContextCompact,
     ContextExpand, ContextInspect, ContextPin, ContextPrepare, ContextPurge, ContextRead, ContextSessions,
     ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet, MemoryMerge,
-    MemorySearch, MemoryStatus, MemoryWrite, Method, MethodKind, SessionsParams,
+    MemorySearch, MemoryStatus, MemoryWrite, Method, MethodKind, PrepareParams, SessionsParams,
 };
-use std::borrow::Cow;
-use std::collections::HashMap;
-
-use jsonrpsee::types::Id;
-use jsonrpsee::{MethodResponse, ResponsePayload};
-use satchel_protocol::PrepareParams;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::error::RpcError;
 use crate::handlers::Daemon;
-use crate::transport::{CallScope, DirectHandler, Service, TransportLimits};
+use crate::transport::{CallScope, DirectHandler, Service, TransportLimits, answer_call};
 
-/// Everything the transports serve: every method through jsonrpsee, and `context.prepare`
-/// also directly (see [`DirectHandler`]).
+/// Everything the transports serve: every method through jsonrpsee's method table, and
+/// `context.prepare` also directly (see [`DirectHandler`]).
 pub fn service(daemon: Arc<Daemon>, limits: TransportLimits) -> Result<Service, RegisterMethodError> {
     let methods = module(daemon.clone())?.into();
     let prepare_daemon = daemon.clone();
     let prepare: DirectHandler = Arc::new(move |body, scope| {
-        direct_call(body, limits, |params: PrepareParams<Box<RawValue>>| {
+        answer_call(body, limits, |params: PrepareParams<Box<RawValue>>| {
             guarded(ContextPrepare::NAME, || prepare_daemon.prepare(params, &scope))
         })
     });
@@ -53,88 +48,6 @@ pub fn service(daemon: Arc<Daemon>, limits: TransportLimits) -> Result<Service, 
                 .collect(),
         ),
     })
-}
-
-/// A JSON-RPC call, read in one pass with its params.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Call<'a, P> {
-    #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
-    #[serde(borrow)]
-    id: Id<'a>,
-    // Routing already chose the method; it is read only because a call carries it.
-    #[serde(borrow, rename = "method")]
-    _method: Cow<'a, str>,
-    params: Option<ByName<P>>,
-}
-
-/// Params given by name. serde would also read a struct from an array, field by field, which
-/// the protocol does not allow: an array fails here and jsonrpsee answers it.
-struct ByName<P>(P);
-
-impl<'de, P: Deserialize<'de>> Deserialize<'de> for ByName<P> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields<P>(std::marker::PhantomData<P>);
-        impl<'de, P: Deserialize<'de>> serde::de::Visitor<'de> for Fields<P> {
-            type Value = ByName<P>;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("params by name (an object)")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                P::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(ByName)
-            }
-        }
-        deserializer.deserialize_map(Fields(std::marker::PhantomData))
-    }
-}
-
-/// Answers one call directly: decodes it with its params in a single pass, runs `handler`
-/// and encodes the reply as jsonrpsee would. Anything unusual about the message (bad params
-/// included) returns `None`, so that jsonrpsee answers it with the error it always gives.
-fn direct_call<P, R>(
-    body: &[u8],
-    limits: TransportLimits,
-    handler: impl FnOnce(P) -> Result<R, RpcError>,
-) -> Option<Vec<u8>>
-where
-    P: DeserializeOwned,
-    R: Serialize + Clone,
-{
-    let text = std::str::from_utf8(body).ok()?;
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let call: Call<'_, P> = Call::deserialize(&mut deserializer).ok()?;
-    deserializer.end().ok()?;
-    let ByName(params) = call.params.filter(|_| call.jsonrpc == "2.0")?;
-    let id = call.id.into_owned();
-    let max_bytes = limits.max_response_bytes as usize;
-    let reply = match handler(params) {
-        Ok(result) => match success_reply(&id, &result, max_bytes) {
-            Some(reply) => return Some(reply),
-            // jsonrpsee's own answer to a result it cannot write: -32008 when too large.
-            None => MethodResponse::response(id, ResponsePayload::success(result), max_bytes),
-        },
-        Err(e) => MethodResponse::error(id, ErrorObjectOwned::from(e)),
-    };
-    let json: Box<str> = reply.into_json().into();
-    Some(json.into_boxed_bytes().into_vec())
-}
-
-/// The reply jsonrpsee would write for `result`, written straight into one buffer; `None` if
-/// it is over `max_bytes` or cannot be written.
-///
-/// jsonrpsee's `MethodResponse::response` grows its buffer from 128 bytes and then parses the
-/// whole reply again to check it: for a reply of megabytes, more work than the call itself.
-fn success_reply<R: Serialize>(id: &Id, result: &R, max_bytes: usize) -> Option<Vec<u8>> {
-    let mut reply = Vec::with_capacity(64 << 10);
-    reply.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    serde_json::to_writer(&mut reply, id).ok()?;
-    reply.extend_from_slice(br#","result":"#);
-    serde_json::to_writer(&mut reply, result).ok()?;
-    reply.push(b'}');
-    (reply.len() <= max_bytes).then_some(reply)
 }
 
 /// The module serving every method of [`satchel_protocol`]'s method table ([`MethodKind`]).

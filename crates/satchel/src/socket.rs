@@ -1,5 +1,6 @@
 //! The local socket: the same protocol as stdio, for tools that attach to a running daemon
-//! (`satchel inspect`, Python agents, live views).
+//! (`satchel inspect`, Python agents, live views); `satchel-transport`'s `accept_loop` serves
+//! its connections.
 //!
 //! One daemon owns a workspace: it holds `run/satchel.lock` for its lifetime, so a second one
 //! is refused instead of interleaving writes to the same session logs. The socket is created
@@ -16,8 +17,6 @@ use satchel_storage::Layout;
 use satchel_storage::perms::{FILE_MODE, create_private_dir_all};
 use serde::{Deserialize, Serialize};
 use tokio::net::UnixListener;
-
-use crate::transport::{self, Service, TransportLimits};
 
 /// `sun_path` holds 108 bytes including the terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
@@ -143,26 +142,4 @@ pub fn bind(workspace: &Layout, path: &Path, _lock: &WorkspaceLock) -> anyhow::R
 /// A random number for the staging name (no extra dependency: a v4 uuid's bits).
 fn rand_u32() -> u32 {
     uuid::Uuid::new_v4().as_u128() as u32
-}
-
-/// Serves every connection accepted on `listener` with the same methods as stdio; each
-/// connection gets its own client handle, sessions are shared through the daemon.
-pub async fn accept_loop(listener: &UnixListener, service: Service, limits: TransportLimits) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let service = service.clone();
-                tokio::spawn(async move {
-                    let (reader, writer) = stream.into_split();
-                    if let Err(e) = transport::serve(reader, writer, service, limits).await {
-                        tracing::debug!("socket connection ended: {e}");
-                    }
-                });
-            }
-            Err(e) => {
-                tracing::warn!("accepting a socket connection failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        }
-    }
 }

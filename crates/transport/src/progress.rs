@@ -1,6 +1,6 @@
-//! LSP's `window/workDoneProgress/cancel {token}`: satchel's progress `begin` says
-//! `cancellable: true`, so a client may cancel a call by the token its progress runs under.
-//! It has the same effect as `$/cancelRequest` for that call.
+//! LSP's `window/workDoneProgress/cancel {token}`: a client may cancel a call by the token
+//! its progress runs under, when the progress `begin` said `cancellable: true`. It has the
+//! same effect as `$/cancelRequest` for that call.
 //!
 //! A call's handler registers the token when it begins its progress ([`ProgressCancel::register`])
 //! and the registration ends when it is dropped; the connection looks the token up here.
@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use jsonrpsee::types::Id;
 use serde_json::Value;
 
-use super::IdKey;
+use crate::peek::IdKey;
 
 /// The running calls of one connection by the progress token they report under (as an
 /// [`IdKey`], so `7` and `7.0` are one token): the call's id in the in-flight map and its
 /// sequence number (which tells it apart from a later call that reuses the id).
-pub(super) type ProgressCalls = Arc<Mutex<HashMap<IdKey, (Id<'static>, u64)>>>;
+pub(crate) type ProgressCalls = Arc<Mutex<HashMap<IdKey, (Id<'static>, u64)>>>;
 
 /// What lets one call be cancelled by its progress token.
 #[derive(Clone)]
@@ -28,7 +28,7 @@ pub struct ProgressCancel {
 }
 
 impl ProgressCancel {
-    pub(super) fn new(calls: ProgressCalls, call: Option<(Id<'static>, u64)>) -> Self {
+    pub(crate) fn new(calls: ProgressCalls, call: Option<(Id<'static>, u64)>) -> Self {
         ProgressCancel { calls, call }
     }
 
@@ -67,7 +67,7 @@ impl Drop for ProgressRegistration {
 
 /// The call reporting under the token named by a `window/workDoneProgress/cancel` message
 /// `body`, if any.
-pub(super) fn call_of(calls: &ProgressCalls, body: &[u8]) -> Option<(Id<'static>, u64)> {
+pub(crate) fn call_of(calls: &ProgressCalls, body: &[u8]) -> Option<(Id<'static>, u64)> {
     #[derive(serde::Deserialize)]
     struct Cancel<'a> {
         #[serde(borrow)]

@@ -11,27 +11,27 @@ use serde_json::value::RawValue;
 
 /// The fields of a message needed to route it, borrowed from the message.
 #[derive(Default)]
-pub(super) struct Peek<'a> {
-    pub(super) id: Option<Id<'a>>,
-    pub(super) method: Option<Cow<'a, str>>,
+pub(crate) struct Peek<'a> {
+    pub(crate) id: Option<Id<'a>>,
+    pub(crate) method: Option<Cow<'a, str>>,
     /// `Some` whenever the member is there, even as `null` (a valid result).
-    pub(super) result: Option<&'a RawValue>,
-    pub(super) error: Option<&'a RawValue>,
+    pub(crate) result: Option<&'a RawValue>,
+    pub(crate) error: Option<&'a RawValue>,
     /// An `id` member that is not a valid id (a boolean, an array, an object): the message
     /// gets -32600 with a null id, as JSON-RPC requires, rather than no answer.
-    pub(super) bad_id: bool,
+    pub(crate) bad_id: bool,
     /// An id jsonrpsee would not give back as sent: a number it cannot hold (negative,
     /// fractional, with an exponent, beyond 64 bits), or a string with escapes (which it would
     /// write back unescaped). Valid JSON-RPC, so it is carried through under an alias
-    /// ([`IdAlias`]) and comes back byte for byte.
-    pub(super) aliased_id: Option<&'a RawValue>,
+    /// ([`IdAlias`](crate::ids::IdAlias)) and comes back byte for byte.
+    pub(crate) aliased_id: Option<&'a RawValue>,
     /// The text of the first `id` member, whatever its type.
-    pub(super) raw_id: Option<&'a RawValue>,
+    pub(crate) raw_id: Option<&'a RawValue>,
     /// Whether an `id` member was read (a second one makes the id invalid).
-    pub(super) saw_id: bool,
+    pub(crate) saw_id: bool,
     /// Whether `jsonrpc` is `"2.0"`: only then is a message without an id a notification
     /// (otherwise jsonrpsee answers it -32600).
-    pub(super) version_2: bool,
+    pub(crate) version_2: bool,
     /// Whether a `result` or `error` member began, even if its value was not read (an
     /// oversized response is cut inside it).
     saw_outcome: bool,
@@ -42,7 +42,7 @@ impl<'a> Peek<'a> {
     ///
     /// Reading stops once a call's `method` and `id` are known: what follows is its params,
     /// which can be megabytes, and jsonrpsee or the method reads those anyway.
-    pub(super) fn of(body: &'a [u8]) -> Option<Peek<'a>> {
+    pub(crate) fn of(body: &'a [u8]) -> Option<Peek<'a>> {
         // serde would also read an array into the struct, field by field.
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return None;
@@ -64,7 +64,7 @@ impl<'a> Peek<'a> {
     /// The id of a message of which only the first bytes `prefix` are known (an oversized
     /// one), as JSON text, when it can be read there: a string or a number (`None` for any
     /// other, or when the id is not in the prefix).
-    pub(super) fn id_in_prefix(prefix: &[u8]) -> Option<&RawValue> {
+    pub(crate) fn id_in_prefix(prefix: &[u8]) -> Option<&RawValue> {
         let peek = Self::of_prefix(prefix)?;
         let raw = peek.raw_id.filter(|_| !peek.bad_id)?;
         // A number cut by the end of the prefix would read as another number.
@@ -78,7 +78,7 @@ impl<'a> Peek<'a> {
     /// Whether the message of which only the first bytes `prefix` are known (an oversized
     /// one) is a response to one of our requests: a `result` or `error` member began before
     /// any `method`. A response is never answered, however large.
-    pub(super) fn response_in_prefix(prefix: &[u8]) -> bool {
+    pub(crate) fn response_in_prefix(prefix: &[u8]) -> bool {
         Self::of_prefix(prefix).is_some_and(|peek| peek.method.is_none() && peek.saw_outcome)
     }
 
@@ -99,29 +99,29 @@ impl<'a> Peek<'a> {
         Some(peek)
     }
 
-    pub(super) fn is_call(&self) -> bool {
+    pub(crate) fn is_call(&self) -> bool {
         self.method.is_some() && self.id.is_some()
     }
 
     /// Whether jsonrpsee takes this message for a notification: a `method` string and
     /// `"jsonrpc": "2.0"`, without an `id` member.
-    pub(super) fn is_notification(&self) -> bool {
+    pub(crate) fn is_notification(&self) -> bool {
         self.method.is_some() && self.version_2 && !self.saw_id
     }
     /// Whether this is the client's response to one of our requests rather than a call.
     ///
     /// The `id` is not required: answering an id-less error response would only invite
     /// the client to answer that in turn.
-    pub(super) fn is_response(&self) -> bool {
+    pub(crate) fn is_response(&self) -> bool {
         self.method.is_none() && (self.result.is_some() || self.error.is_some())
     }
 }
 
 /// Fills a [`Peek`] member by member, and stops (with an error the caller expects) as soon
 /// as the message is known to be a call with an id.
-pub(super) struct PeekVisitor<'p, 'a> {
-    pub(super) peek: &'p mut Peek<'a>,
-    pub(super) stopped_early: &'p mut bool,
+pub(crate) struct PeekVisitor<'p, 'a> {
+    pub(crate) peek: &'p mut Peek<'a>,
+    pub(crate) stopped_early: &'p mut bool,
 }
 
 impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
@@ -187,32 +187,22 @@ impl<'de> Visitor<'de> for PeekVisitor<'_, 'de> {
     }
 }
 
-/// Gives the notification `body` (a JSON object) an id of satchel's own, unique to this
-/// connection's call `seq`, so that it runs like a call.
-pub(super) fn give_id(body: &mut Vec<u8>, seq: u64) -> Id<'static> {
-    let id = format!("satchel-notification-{seq}");
-    let open = body.iter().position(|b| *b == b'{').map_or(0, |at| at + 1);
-    let field = format!(r#""id":"{id}","#);
-    body.splice(open..open, field.bytes());
-    Id::Str(id.into())
-}
-
 /// An LSP `$/cancelRequest` notification.
 #[derive(Deserialize)]
-pub(super) struct Cancel<'a> {
+pub(crate) struct Cancel<'a> {
     #[serde(borrow)]
-    pub(super) params: CancelParams<'a>,
+    pub(crate) params: CancelParams<'a>,
 }
 
 #[derive(Deserialize)]
-pub(super) struct CancelParams<'a> {
+pub(crate) struct CancelParams<'a> {
     /// Any id a call may have; see [`IdKey`].
     #[serde(borrow)]
-    pub(super) id: &'a RawValue,
+    pub(crate) id: &'a RawValue,
 }
 
 /// An error reply carrying `id` (JSON text, written as it is; `None` for `null`).
-pub(super) fn error_reply(id: Option<&RawValue>, error: &ErrorObject<'_>) -> Vec<u8> {
+pub(crate) fn error_reply(id: Option<&RawValue>, error: &ErrorObject<'_>) -> Vec<u8> {
     #[derive(Serialize)]
     struct Reply<'a> {
         jsonrpc: &'static str,
@@ -230,7 +220,7 @@ pub(super) fn error_reply(id: Option<&RawValue>, error: &ErrorObject<'_>) -> Vec
 /// A call's id as a `$/cancelRequest` names it: a string by its value, a number by its value
 /// (so `-7`, `1.5`, `1e3` cancel the calls sent with them, and `1e3` also the call `1000`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) enum IdKey {
+pub(crate) enum IdKey {
     Str(String),
     /// [`canonical_number`]'s text.
     Num(String),
@@ -238,7 +228,7 @@ pub(super) enum IdKey {
 
 impl IdKey {
     /// The key of the id whose JSON text is `raw`; `None` if it is neither a string nor a number.
-    pub(super) fn of(raw: &str) -> Option<IdKey> {
+    pub(crate) fn of(raw: &str) -> Option<IdKey> {
         let raw = raw.trim();
         if raw.starts_with('"') {
             serde_json::from_str(raw).ok().map(IdKey::Str)
@@ -251,7 +241,7 @@ impl IdKey {
 /// The JSON number `raw` as `[-]<digits>e<exponent>`, its digits without leading or trailing
 /// zeros (`0` for zero): the same text for the same value, however it was written, and exact
 /// for any number of digits. `None` if `raw` is not a JSON number (or its exponent is huge).
-pub(super) fn canonical_number(raw: &str) -> Option<String> {
+pub(crate) fn canonical_number(raw: &str) -> Option<String> {
     let (negative, rest) = match raw.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, raw),
@@ -275,4 +265,57 @@ pub(super) fn canonical_number(raw: &str) -> Option<String> {
     let exponent = exponent.checked_add(shift)?;
     let sign = if negative { "-" } else { "" };
     Some(format!("{sign}{trimmed}e{exponent}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_name_the_same_id_by_value() {
+        let key = |raw: &str| IdKey::of(raw);
+        for (a, b) in [
+            ("1e3", "1000"),
+            ("1000", "1.000e+3"),
+            ("-0", "0.0"),
+            ("-7", "-70e-1"),
+            ("0.25", "25E-2"),
+        ] {
+            assert_eq!(key(a), key(b), "{a} {b}");
+            assert!(key(a).is_some());
+        }
+        for (a, b) in [
+            ("1", "-1"),
+            ("18446744073709551616", "18446744073709551617"),
+            ("1", r#""1""#),
+        ] {
+            assert_ne!(key(a), key(b), "{a} {b}");
+        }
+        assert_eq!(key(r#""q\u00e9""#), key(r#""qé""#));
+        for invalid in ["true", "null", "{}", "1.", ".5", "1e", "--1", "1e99999999999999999999"] {
+            assert_eq!(key(invalid), None, "{invalid}");
+        }
+    }
+
+    #[test]
+    fn an_oversized_message_s_id_is_read_from_its_prefix() {
+        let id = |prefix: &str| Peek::id_in_prefix(prefix.as_bytes()).map(|raw| raw.get().to_owned());
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":7,"method":"m","params":{"a":"xx"#).as_deref(),
+            Some("7")
+        );
+        assert_eq!(id(r#" {"id":-1.5e3,"params":["#).as_deref(), Some("-1.5e3"));
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":"a\"b","#).as_deref(), Some(r#""a\"b""#));
+        // Cut inside the id, after params, of a type JSON-RPC does not allow, or not an object.
+        for prefix in [
+            r#"{"id":12"#,
+            r#"{"id":"ab"#,
+            r#"{"params":{"id":1},"x":"#,
+            r#"{"id":true,"#,
+            "[1,",
+            r#"{"id":1,"id":2,"#,
+        ] {
+            assert_eq!(id(prefix), None, "{prefix}");
+        }
+    }
 }

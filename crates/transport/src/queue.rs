@@ -2,7 +2,7 @@
 //!
 //! Replies wait for room in the queue, so a peer that stops reading slows the daemon down
 //! instead of growing memory. Frames a method handler sends to its client
-//! ([`ClientHandle`](super::ClientHandle)) must not wait: the handler may run on a runtime
+//! ([`ClientHandle`](crate::ClientHandle)) must not wait: the handler may run on a runtime
 //! worker, where blocking is forbidden, and it may send while the writer is busy. They take a
 //! free slot when there is one and go over the limit otherwise; there are only as many as
 //! handlers send. One FIFO holds both kinds, so a handler's notification is always written
@@ -15,14 +15,14 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// One frame for the writer, holding its queue slot until it has been written.
-pub(super) struct Outgoing {
+pub(crate) struct Outgoing {
     frame: Vec<u8>,
     _slot: Option<OwnedSemaphorePermit>,
 }
 
 /// The sending side of the write queue. The writer ends once every `WriteQueue` is dropped.
 #[derive(Clone)]
-pub(super) struct WriteQueue {
+pub(crate) struct WriteQueue {
     tx: mpsc::UnboundedSender<Outgoing>,
     slots: Arc<Semaphore>,
 }
@@ -52,9 +52,9 @@ impl WriteQueue {
     }
 }
 
-/// A [`WriteQueue`] that does not keep the writer alive, for [`ClientHandle`](super::ClientHandle)s
+/// A [`WriteQueue`] that does not keep the writer alive, for [`ClientHandle`](crate::ClientHandle)s
 /// that a handler may keep after the connection is gone.
-pub(super) struct WeakWriteQueue {
+pub(crate) struct WeakWriteQueue {
     tx: mpsc::WeakUnboundedSender<Outgoing>,
     slots: Arc<Semaphore>,
 }
@@ -72,10 +72,10 @@ impl WeakWriteQueue {
 }
 
 /// The writer's end of the queue.
-pub(super) type Receiver = mpsc::UnboundedReceiver<Outgoing>;
+pub(crate) type Receiver = mpsc::UnboundedReceiver<Outgoing>;
 
 /// Writes whole frames in the order they are queued, flushing each so the peer sees it now.
-pub(super) async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: Receiver) -> io::Result<()> {
+pub(crate) async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: Receiver) -> io::Result<()> {
     while let Some(outgoing) = rx.recv().await {
         writer.write_all(&outgoing.frame).await?;
         writer.flush().await?;
@@ -84,7 +84,7 @@ pub(super) async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut rx: R
 }
 
 /// [`write_frames`] with blocking writes, for a thread of its own.
-pub(super) fn write_frames_blocking<W: io::Write>(mut writer: W, mut rx: Receiver) -> io::Result<()> {
+pub(crate) fn write_frames_blocking<W: io::Write>(mut writer: W, mut rx: Receiver) -> io::Result<()> {
     while let Some(outgoing) = rx.blocking_recv() {
         io::Write::write_all(&mut writer, &outgoing.frame)?;
         io::Write::flush(&mut writer)?;

@@ -1,15 +1,15 @@
 //! Messages from a method handler back to the client that called it, over the same stream.
 //!
 //! Language servers ask their client things in the middle of a call
-//! (`workspace/configuration`) and report progress on it (`$/progress`). jsonrpsee's HTTP
-//! entry point knows nothing of the stream, so [`serve`](super::serve) puts a [`ClientHandle`] (in a `CallScope`)
-//! into every request's extensions. Its requests carry string ids (`"satchel-1"`, …) from a
-//! counter of their own, so they never collide with the client's ids; the read loop hands the
-//! client's responses to the waiting request here instead of to jsonrpsee, which would answer
-//! a response with -32600.
+//! (`workspace/configuration`) and report progress on it (`$/progress`). jsonrpsee's method
+//! table knows nothing of the stream, so [`serve`](crate::serve()) puts a [`ClientHandle`]
+//! (in a [`CallScope`](crate::CallScope)) into every request's extensions. Its requests carry
+//! string ids (`"satchel-1"`, …) from a counter of their own, so they never collide with the
+//! client's ids; the read loop hands the client's responses to the waiting request here
+//! instead of to the method table, which would answer a response with -32600.
 //!
 //! The daemon's handlers run on the blocking pool, so a waiter is a std channel with
-//! `recv_timeout`, and sending never blocks (see [`queue`](super::queue)): a blocked
+//! `recv_timeout`, and sending never blocks (see [`queue`](crate::queue)): a blocked
 //! handler can never hold up the writer or the read loop that delivers its answer. When the
 //! stream ends nobody can answer any more, so every waiting request fails at once with
 //! [`ClientRequestError::Disconnected`] instead of sitting out its timeout.
@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 
 use jsonrpsee::types::Id;
 use jsonrpsee::types::error::ErrorCode;
-use satchel_engine::CallToken;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::framing::{self, Framing};
-use super::queue::WeakWriteQueue;
+use crate::Cancellation;
+use crate::framing::{self, Framing};
+use crate::queue::WeakWriteQueue;
 
 /// Prefix of the ids of requests sent to the client.
 const ID_PREFIX: &str = "satchel-";
@@ -76,8 +76,8 @@ type Reply = Result<Value, ClientRequestError>;
 
 /// A way to talk to the client on the other end of the stream a request came in on.
 ///
-/// [`serve`](super::serve) inserts one into the extensions of every request it hands to
-/// jsonrpsee, so a method handler gets it with `extensions.get::<CallScope>()`. Clones
+/// [`serve`](crate::serve()) inserts one into the extensions of every request it hands to
+/// the method table, so a method handler gets it with `extensions.get::<CallScope<T>>()`. Clones
 /// talk to the same client. A handle kept after its connection ended does no harm:
 /// notifications are dropped and requests fail with [`ClientRequestError::Disconnected`].
 #[derive(Clone)]
@@ -114,7 +114,7 @@ impl ClientHandle {
     }
 
     /// Sends a request to this client and waits up to `timeout` for its response; for
-    /// handlers on the blocking pool (`register_blocking_method`, a [`DirectHandler`](super::DirectHandler)).
+    /// handlers on the blocking pool (`register_blocking_method`, a [`DirectHandler`](crate::DirectHandler)).
     ///
     /// Returns the response's `result`, or an error on timeout, on an error response, or
     /// when the connection is gone. Blocks the calling thread, so never call it from an
@@ -133,26 +133,28 @@ impl ClientHandle {
     }
 
     /// [`request_blocking`](Self::request_blocking) on behalf of a call: it stops waiting
-    /// (within [`CANCEL_POLL`]) with [`ClientRequestError::Cancelled`] once `token` is
+    /// (it looks every `CANCEL_POLL`) with [`ClientRequestError::Cancelled`] once `token` is
     /// cancelled, and the client gets a `$/cancelRequest` for the request.
-    pub fn request_for_call(
+    pub fn request_for_call<T: Cancellation>(
         &self,
         method: &str,
         params: Value,
         timeout: Duration,
-        token: &CallToken,
+        token: &T,
     ) -> Result<Value, ClientRequestError> {
-        self.request_waiting(method, params, timeout, Some(token))
+        self.request_waiting(method, params, timeout, Some(&|| token.is_cancelled()))
     }
 
+    /// Sends a request and waits for its answer, polling `cancelled` (when given) meanwhile.
     fn request_waiting(
         &self,
         method: &str,
         params: Value,
         timeout: Duration,
-        token: Option<&CallToken>,
+        cancelled: Option<&dyn Fn() -> bool>,
     ) -> Result<Value, ClientRequestError> {
-        if token.is_some_and(CallToken::is_cancelled) {
+        let is_cancelled = || cancelled.is_some_and(|cancelled| cancelled());
+        if is_cancelled() {
             return Err(ClientRequestError::Cancelled);
         }
         let (tx, rx) = std_mpsc::sync_channel(1);
@@ -163,13 +165,17 @@ impl ClientHandle {
             if left.is_zero() {
                 return self.abandon(&id, &rx, ClientRequestError::Timeout);
             }
-            let wait = if token.is_some() { left.min(CANCEL_POLL) } else { left };
+            let wait = if cancelled.is_some() {
+                left.min(CANCEL_POLL)
+            } else {
+                left
+            };
             match rx.recv_timeout(wait) {
                 Ok(reply) => return reply,
                 // `close` took the waiter (and sent the cancel if it could).
                 Err(std_mpsc::RecvTimeoutError::Disconnected) => return Err(ClientRequestError::Disconnected),
                 Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                    if token.is_some_and(CallToken::is_cancelled) {
+                    if is_cancelled() {
                         return self.abandon(&id, &rx, ClientRequestError::Cancelled);
                     }
                 }
@@ -229,7 +235,7 @@ struct Pending {
 }
 
 /// The client side of one served stream, shared by the read loop and every [`ClientHandle`].
-pub(super) struct Peer {
+pub(crate) struct Peer {
     queue: WeakWriteQueue,
     /// Framing of the latest incoming message, used for messages to the client.
     content_length: AtomicBool,
@@ -438,9 +444,9 @@ mod tests {
     use jsonrpsee::{Extensions, Methods, RpcModule};
     use serde_json::json;
 
-    use super::super::TransportLimits;
-    use super::super::tests::{Client, by_id, call, notify, start_with};
     use super::*;
+    use crate::TransportLimits;
+    use crate::tests::{Client, Scope, by_id, call, notify, start_with};
 
     /// How a test method reports a failed request to the client: its own error code.
     fn failure(error: ClientRequestError) -> ErrorObjectOwned {
@@ -457,11 +463,7 @@ mod tests {
     /// The handle `serve` put into the request, and the test method's `[params, timeout_ms]`.
     fn ask_args(params: &Params, ext: &Extensions) -> Result<(ClientHandle, Value, Duration), ErrorObjectOwned> {
         let (forwarded, ms): (Value, u64) = params.parse()?;
-        let client = ext
-            .get::<super::super::CallScope>()
-            .expect("serve inserts a CallScope")
-            .client
-            .clone();
+        let client = ext.get::<Scope>().expect("serve inserts a CallScope").client.clone();
         Ok((client, forwarded, Duration::from_millis(ms)))
     }
 
@@ -480,10 +482,7 @@ mod tests {
         module
             .register_blocking_method("ask_for_call", |params, _, ext| {
                 let (client, forwarded, timeout) = ask_args(&params, &ext)?;
-                let token = &ext
-                    .get::<super::super::CallScope>()
-                    .expect("serve inserts a CallScope")
-                    .token;
+                let token = &ext.get::<Scope>().expect("serve inserts a CallScope").token;
                 client
                     .request_for_call("client.echo", forwarded, timeout, token)
                     .map_err(failure)
@@ -491,10 +490,7 @@ mod tests {
             .expect("fresh name");
         module
             .register_blocking_method("progress", |_, _, ext| {
-                let client = &ext
-                    .get::<super::super::CallScope>()
-                    .expect("serve inserts a CallScope")
-                    .client;
+                let client = &ext.get::<Scope>().expect("serve inserts a CallScope").client;
                 client.notify("$/progress", json!({"n": 1}));
                 client.notify("$/progress", json!({"n": 2}));
                 "done"
@@ -502,10 +498,7 @@ mod tests {
             .expect("fresh name");
         module
             .register_async_method("progress_async", |_, _, ext| async move {
-                let client = &ext
-                    .get::<super::super::CallScope>()
-                    .expect("serve inserts a CallScope")
-                    .client;
+                let client = &ext.get::<Scope>().expect("serve inserts a CallScope").client;
                 client.notify("$/progress", json!({"n": 1}));
                 client.notify("$/progress", Value::Null);
                 "done"

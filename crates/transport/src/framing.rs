@@ -14,11 +14,11 @@ const MAX_HEADER_LINE: usize = 8 * 1024;
 
 /// How much of an oversized body is kept, to read its request's id from (the envelope comes
 /// first in the messages clients write: `{"jsonrpc":"2.0","id":7,"method":...`).
-pub(super) const KEPT_PREFIX: usize = 4 * 1024;
+pub(crate) const KEPT_PREFIX: usize = 4 * 1024;
 
 /// How a message is delimited on the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
+pub(crate) enum Framing {
     /// One JSON document per line.
     Ndjson,
     /// `Content-Length: N` headers, a blank line, then N bytes of body.
@@ -27,7 +27,7 @@ pub(super) enum Framing {
 
 /// What was read for one message.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Frame {
+pub(crate) enum Frame {
     /// A complete message body.
     Message(Vec<u8>),
     /// The body was over the size limit and has been skipped; its first bytes (at most
@@ -39,7 +39,7 @@ pub(super) enum Frame {
 
 /// One message read from the stream, with the framing it came in.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Incoming {
+pub(crate) struct Incoming {
     /// Framing to use for the reply.
     pub framing: Framing,
     /// The message, or why there is none.
@@ -56,7 +56,7 @@ enum Line {
 }
 
 /// Reads framed messages from a buffered byte stream.
-pub(super) struct FrameReader<R> {
+pub(crate) struct FrameReader<R> {
     reader: R,
     max_body: usize,
 }
@@ -204,7 +204,7 @@ fn parse_length(value: &[u8]) -> Result<usize, String> {
 }
 
 /// Frames a reply `body` for the wire; an NDJSON frame reuses an owned body's buffer.
-pub(super) fn encode(framing: Framing, body: impl Into<Vec<u8>>) -> Vec<u8> {
+pub(crate) fn encode(framing: Framing, body: impl Into<Vec<u8>>) -> Vec<u8> {
     let mut body = body.into();
     match framing {
         Framing::Ndjson => {

@@ -1,13 +1,13 @@
 //! The order calls arrived in on one connection, kept for handlers that run in parallel.
 //!
-//! Only the methods a [`Service`](super::Service) names as ordered take part: those that
-//! queue on a session, and those that change the connection's state (which later calls must
-//! see). The others run as soon as they arrive.
+//! Only the methods a [`Service`](crate::Service) names as ordered take part (the daemon
+//! names those that queue on a session, and those that change the connection's state, which
+//! later calls must see). The others run as soon as they arrive.
 //!
-//! Every message runs in its own task, and a handler learns which session it is about only
-//! once it has read its params. So each call gets an [`Admission`]: a place in the
+//! Every message runs in its own task, and a handler learns which queue (a session's) it
+//! needs only once it has read its params. So each call gets an [`Admission`]: a place in the
 //! connection's chain. A handler waits until every earlier call of the connection has been
-//! admitted (taken its place in its session's queue, or said it needs none), takes its own
+//! admitted (taken its place in its queue, or said it needs none), takes its own
 //! place, and lets the next call in. Params are still read in parallel; only the cheap step
 //! of queueing is serialised. A call that ends without using its admission (an error, a
 //! method with no session) releases it when dropped, so the chain never stalls.
@@ -61,7 +61,7 @@ impl Gate {
 }
 
 /// Hands out admissions in arrival order; owned by the connection's read loop.
-pub(super) struct Arrivals {
+pub(crate) struct Arrivals {
     last: Arc<Gate>,
 }
 
@@ -75,7 +75,7 @@ impl Default for Arrivals {
 
 impl Arrivals {
     /// The admission of the call that just arrived.
-    pub(super) fn next(&mut self) -> AdmissionSlot {
+    pub(crate) fn next(&mut self) -> AdmissionSlot {
         let mine = Arc::new(Gate::default());
         let previous = std::mem::replace(&mut self.last, Arc::clone(&mine));
         AdmissionSlot(Arc::new(Mutex::new(Some(Admission { previous, mine }))))
@@ -125,7 +125,7 @@ impl AdmissionSlot {
 
     /// No place in the arrival order: for a call that neither queues on a session nor
     /// changes its connection's state.
-    pub(super) fn unordered() -> Self {
+    pub(crate) fn unordered() -> Self {
         AdmissionSlot(Arc::new(Mutex::new(None)))
     }
 
@@ -133,24 +133,6 @@ impl AdmissionSlot {
     pub fn take(&self) -> Option<Admission> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
-}
-
-/// What the transport gives each request's handler besides the params.
-#[derive(Clone)]
-pub struct CallScope {
-    /// The client that sent it.
-    pub client: super::ClientHandle,
-    /// Its cancellation: `$/cancelRequest` cancels it unless the call has committed.
-    pub token: satchel_engine::CallToken,
-    /// Its place in the connection's arrival order.
-    pub admission: AdmissionSlot,
-    /// The largest `result` a reply on this connection may carry, in bytes of JSON: the
-    /// transport's reply limit less room for the envelope. A handler must fail a call whose
-    /// result would be larger before the call takes effect.
-    pub max_result_bytes: usize,
-    /// Lets `window/workDoneProgress/cancel` cancel the call by its progress token, like
-    /// `$/cancelRequest` by its id.
-    pub progress: super::ProgressCancel,
 }
 
 #[cfg(test)]
