@@ -11,11 +11,11 @@ use satchel_core::compact::plan_split;
 use satchel_core::phase0::{self, Phase0};
 use satchel_core::summary::dropped::SpanIdentifiers;
 use satchel_core::summary::extractive::ExtractiveSummarizer;
-use satchel_core::summary::llm::{Language, LlmSummarizer};
+use satchel_core::summary::llm::LlmSummarizer;
 use satchel_core::summary::memory::memory_note;
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::summary::{Summarizer, SummaryInput};
-use satchel_protocol::config::{SummarizerKind, SummaryLanguage};
+use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::{
     Action, ArchiveRange, CompactParams, CompactResult, CompactSummary, CompactionEvent, CompactionReport, Config,
     ContextEvent, ContextMode, EventKind, TokenUsage,
@@ -434,13 +434,9 @@ fn summarize(
         Ok(completer) => completer,
         Err(why) => return extractive(&format!("extractive (fallback: {why})")),
     };
-    let language = match config.summary.summary_language {
-        SummaryLanguage::En => Language::En,
-        SummaryLanguage::Zh => Language::Zh,
-    };
     let progress = call.progress.clone();
     let summary = LlmSummarizer::new(completer)
-        .with_language(language)
+        .with_language(config.summary.summary_language)
         .with_input_budget(config.summary.llm_input_budget_tokens)
         .with_max_output(config.summary.llm_max_output_tokens)
         .with_progress(move |stage, stages| progress(stage, stages))

@@ -16,6 +16,7 @@ pub mod expand;
 pub mod inspect;
 pub mod memory;
 pub mod memory_config;
+pub mod method;
 pub mod methods;
 pub mod openrpc;
 pub mod pins;
@@ -36,6 +37,7 @@ pub use candidates::{
 pub use config::{Config, ConfigError, ContextMode, DaemonConfig, OffloadNoticePath, RenderConfig, TokenConfig};
 pub use errors::ErrorCode;
 pub use expand::{ContextExpand, ExpandParams, ExpandRange, ExpandResult};
+pub use method::Method;
 pub use methods::*;
 pub use pins::{
     ContextPin, ContextPurge, ContextUnpin, MAX_PIN_TEXT_CHARS, PINNED_WINDOW_SHARE_DIVISOR, PinInfo, PinKind,
@@ -49,20 +51,3 @@ pub use summary::{
 
 /// Version of the wire protocol, bumped on incompatible changes; `initialize` reports it.
 pub const PROTOCOL_VERSION: &str = "0.1.0";
-
-/// A JSON-RPC method: its wire name and the types of its params and result.
-///
-/// Declaring each method once as a type (as rust-analyzer's `lsp/ext.rs` does) lets the daemon
-/// register handlers and the schema generator describe them from the same declaration. The
-/// method table, [`MethodKind`], lists every such type once, with its [`LockScope`]: the daemon
-/// registers, `initialize` reports and `openrpc.json` describes exactly its methods.
-pub trait Method {
-    /// The wire name, e.g. `context.prepare`.
-    const NAME: &'static str;
-    /// One-line description, copied into the OpenRPC document.
-    const SUMMARY: &'static str;
-    /// The `params` object.
-    type Params: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema;
-    /// The `result` value.
-    type Result: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema;
-}

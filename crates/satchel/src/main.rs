@@ -7,16 +7,12 @@
 //! (clap exits 2 on a usage error). Output cut short by a reader that went away (`satchel demo
 //! | head -3`) is not an error: the command stops quietly and exits 0.
 
-mod cli_config;
+mod cli;
 mod config;
-#[cfg(feature = "memory")]
 mod daily_merge;
-mod demo;
 mod error;
 mod handlers;
-mod inspect;
 mod llm;
-#[cfg(feature = "memory")]
 mod memory;
 mod panic_point;
 mod rpc;
@@ -78,13 +74,13 @@ enum Command {
         no_stdio: bool,
     },
     /// Attach to a running daemon and show a session's context, like `/context list`.
-    Inspect(inspect::InspectArgs),
+    Inspect(cli::inspect::InspectArgs),
     /// Run the bundled example conversation through a real `satchel serve` and show what it did
     /// (in a fresh temporary workspace, removed afterwards, unless --workspace is given).
     Demo,
     /// Show every configuration key: its value, default, source (default, file or env),
     /// `SATCHEL_` variable and meaning, as a daemon on the workspace would read them.
-    Config(cli_config::ConfigArgs),
+    Config(cli::config::ConfigArgs),
 }
 
 fn main() -> ExitCode {
@@ -150,13 +146,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             socket,
             no_stdio,
         ),
-        Command::Inspect(args) => inspect::run(&args, cli.workspace.as_deref()),
+        Command::Inspect(args) => cli::inspect::run(&args, cli.workspace.as_deref()),
         // The demo must not touch a real workspace (not even $SATCHEL_HOME) unless asked to.
         Command::Demo => match cli.workspace {
-            Some(dir) => demo::run(&dir, demo::Isolation::Given),
-            None => demo::run_isolated(),
+            Some(dir) => cli::demo::run(&dir, cli::demo::Isolation::Given),
+            None => cli::demo::run_isolated(),
         },
-        Command::Config(args) => cli_config::run(
+        Command::Config(args) => cli::config::run(
             &args,
             &match cli.workspace {
                 Some(dir) => dir,
@@ -278,24 +274,11 @@ fn open_daemon(workspace: Workspace) -> anyhow::Result<handlers::Daemon> {
     // median and up to 14 s, against 0.6 s at normal priority).
     let counter = satchel_core::tokens::TokenCounter::of(&config.tokens);
     std::thread::spawn(move || counter.count_text("warm up"));
-    #[cfg(feature = "memory")]
-    let (workspace_copy, config_copy) = (workspace.clone(), config.clone());
     let engine = satchel_engine::Engine::new(workspace, config)
         .context("opening the dialog archive")?
         .with_overrides(std::sync::Arc::new(config::apply_overrides));
-    let daemon = handlers::Daemon::new(engine);
-    #[cfg(feature = "memory")]
-    let daemon = {
-        let memory = if config_copy.daemon.memory_index.memory_index_enabled {
-            Some(memory::MemoryService::open(&workspace_copy, &config_copy, |name| {
-                std::env::var(name).ok()
-            })?)
-        } else {
-            None
-        };
-        daemon.with_memory(memory)
-    };
-    Ok(daemon)
+    let memory = memory::Memory::open(engine.workspace(), engine.config(), |name| std::env::var(name).ok())?;
+    Ok(handlers::Daemon::new(engine).with_memory(memory))
 }
 
 fn serve(
@@ -323,7 +306,6 @@ fn serve(
             daemon.clone(),
             schedule::SystemClock,
         ));
-        #[cfg(feature = "memory")]
         let merger = tokio::spawn(daily_merge::merge_daily(daemon.clone(), schedule::SystemClock));
         let service = rpc::service(daemon.clone(), limits)?;
         let bound = match socket_path {
@@ -367,7 +349,6 @@ fn serve(
         sweeper.abort();
         evicter.abort();
         candidate_gates.abort();
-        #[cfg(feature = "memory")]
         merger.abort();
         drop(bound);
         outcome

@@ -14,8 +14,8 @@ use jsonrpsee::{Extensions, RpcModule};
 use satchel_protocol::{
     CandidatesEvaluate, CandidatesFeedback, CandidatesList, CandidatesObserve, CandidatesRemove, ContextCompact,
     ContextExpand, ContextInspect, ContextPin, ContextPrepare, ContextPurge, ContextRead, ContextSessions,
-    ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet, MemoryWrite, Method,
-    MethodKind, PrepareParams, SessionsParams,
+    ContextUnpin, ContextUsage, ContextWatch, Initialize, LockScope, MemoryAppend, MemoryGet, MemoryMerge,
+    MemorySearch, MemoryStatus, MemoryWrite, Method, MethodKind, PrepareParams, SessionsParams,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -124,41 +124,18 @@ pub fn module(daemon: Arc<Daemon>) -> Result<RpcModule<Daemon>, RegisterMethodEr
             MethodKind::MemoryGet => {
                 register::<MemoryGet, _, _, _>(&mut module, |daemon, params, _| daemon.memory_get(params))
             }
-            MethodKind::MemorySearch | MethodKind::MemoryMerge | MethodKind::MemoryStatus => {
-                register_memory_index(&mut module, kind)
+            MethodKind::MemorySearch => {
+                register_index::<MemorySearch, _, _, _>(&mut module, |daemon, params, _| daemon.memory_search(params))
+            }
+            MethodKind::MemoryMerge => register_index::<MemoryMerge, _, _, _>(&mut module, |daemon, params, scope| {
+                daemon.memory_merge(params, scope)
+            }),
+            MethodKind::MemoryStatus => {
+                register_index::<MemoryStatus, _, _, _>(&mut module, |daemon, params, _| daemon.memory_status(params))
             }
         }?;
     }
     Ok(module)
-}
-
-/// Registers the methods that need the memory index (the `memory` feature).
-#[cfg(feature = "memory")]
-fn register_memory_index(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
-    use satchel_protocol::{MemoryMerge, MemorySearch, MemoryStatus};
-    match kind {
-        MethodKind::MemorySearch => {
-            register::<MemorySearch, _, _, _>(module, |daemon, params, _| daemon.memory_search(params))
-        }
-        MethodKind::MemoryMerge => {
-            register::<MemoryMerge, _, _, _>(module, |daemon, params, scope| daemon.memory_merge(params, scope))
-        }
-        MethodKind::MemoryStatus => {
-            register::<MemoryStatus, _, _, _>(module, |daemon, params, _| daemon.memory_status(params))
-        }
-        other => unreachable!("{} does not need the memory index", other.name()),
-    }
-}
-
-/// Without the `memory` feature, the methods that need the index answer that it is not built in.
-#[cfg(not(feature = "memory"))]
-fn register_memory_index(module: &mut RpcModule<Daemon>, kind: MethodKind) -> Result<(), RegisterMethodError> {
-    module.register_method(kind.name(), |_, _, _| {
-        Err::<(), _>(ErrorObjectOwned::from(RpcError::MemoryUnavailable(
-            "this satchel was built without the `memory` feature".into(),
-        )))
-    })?;
-    Ok(())
 }
 
 /// Wire names of the methods served, for `initialize`: the method table's, in its order.
@@ -193,6 +170,25 @@ where
             })
         },
     )?;
+    Ok(())
+}
+
+/// Registers `M`, a method that needs the memory index, as [`register`] does; a satchel built
+/// without the index (the `memory` feature) refuses every call of it without reading its
+/// params.
+fn register_index<M, P, R, F>(module: &mut RpcModule<Daemon>, handler: F) -> Result<(), RegisterMethodError>
+where
+    M: Method,
+    P: DeserializeOwned + Send,
+    R: Serialize + Clone + Send + 'static,
+    F: Fn(&Daemon, P, &CallScope) -> Result<R, RpcError> + Clone + Send + Sync + 'static,
+{
+    let Some(why) = crate::memory::NOT_BUILT_IN else {
+        return register::<M, P, R, F>(module, handler);
+    };
+    module.register_method(M::NAME, move |_, _, _| {
+        Err::<(), _>(ErrorObjectOwned::from(RpcError::MemoryUnavailable(why.into())))
+    })?;
     Ok(())
 }
 

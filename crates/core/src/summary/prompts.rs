@@ -14,7 +14,7 @@
 //! outputs in it may contain text that reads like a prompt. The Chinese prompts keep the English
 //! `##` headings so one parser serves both languages.
 
-use super::llm::Language;
+use satchel_protocol::config::SummaryLanguage;
 
 /// The `# conversation` section heading.
 pub const CONVERSATION_HEADING: &str = "# conversation";
@@ -212,27 +212,27 @@ const UPDATE_ZH: &str = "# 任务
 请按照上面的格式输出更新后的结构化摘要。";
 
 /// The system prompt.
-pub fn system_prompt(language: Language) -> &'static str {
+pub fn system_prompt(language: SummaryLanguage) -> &'static str {
     match language {
-        Language::En => SYSTEM_EN,
-        Language::Zh => SYSTEM_ZH,
+        SummaryLanguage::En => SYSTEM_EN,
+        SummaryLanguage::Zh => SYSTEM_ZH,
     }
 }
 
 /// The task for a first compaction (no previous summary), with `budget_tokens` filled in.
-pub fn initial_template(language: Language, budget_tokens: u64) -> String {
+pub fn initial_template(language: SummaryLanguage, budget_tokens: u64) -> String {
     let template = match language {
-        Language::En => INITIAL_EN,
-        Language::Zh => INITIAL_ZH,
+        SummaryLanguage::En => INITIAL_EN,
+        SummaryLanguage::Zh => INITIAL_ZH,
     };
     template.replace(BUDGET, &budget_tokens.to_string())
 }
 
 /// The task for an incremental compaction (merging into a previous summary).
-pub fn update_template(language: Language, budget_tokens: u64) -> String {
+pub fn update_template(language: SummaryLanguage, budget_tokens: u64) -> String {
     let template = match language {
-        Language::En => UPDATE_EN,
-        Language::Zh => UPDATE_ZH,
+        SummaryLanguage::En => UPDATE_EN,
+        SummaryLanguage::Zh => UPDATE_ZH,
     };
     template.replace(BUDGET, &budget_tokens.to_string())
 }
@@ -241,7 +241,7 @@ pub fn update_template(language: Language, budget_tokens: u64) -> String {
 /// the update task when `previous` is given (the initial task otherwise), then
 /// `# extra-instruction` when `instruction` is non-blank.
 pub fn user_prompt(
-    language: Language,
+    language: SummaryLanguage,
     history: &str,
     previous: Option<&str>,
     instruction: Option<&str>,
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn llm_templates_list_the_rendered_sections_in_order_in_both_languages() {
-        for language in [Language::En, Language::Zh] {
+        for language in [SummaryLanguage::En, SummaryLanguage::Zh] {
             for template in [initial_template(language, 2000), update_template(language, 2000)] {
                 let headings: Vec<&str> = template.lines().filter(|l| l.starts_with("##")).collect();
                 assert_eq!(headings, SECTIONS, "{language:?}");
@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn llm_user_prompt_sections_follow_the_peer_order() {
-        let initial = user_prompt(Language::En, "[user]\nhi", None, Some("  "), 100);
+        let initial = user_prompt(SummaryLanguage::En, "[user]\nhi", None, Some("  "), 100);
         assert!(initial.starts_with("# conversation\n[user]\nhi\n\n# Task\nCreate a structured summary"));
         assert!(!initial.contains(PREVIOUS_SUMMARY_HEADING));
         assert!(
@@ -300,7 +300,7 @@ mod tests {
         );
 
         let update = user_prompt(
-            Language::En,
+            SummaryLanguage::En,
             "[user]\nhi",
             Some("## Goal\n\n- x"),
             Some("keep it short"),

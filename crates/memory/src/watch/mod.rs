@@ -9,7 +9,8 @@
 //! timer, [`SyntheticEvents`] — feeds the same channel and the same filter, so a test driving the
 //! synthetic source runs the code path real events take.
 //!
-//! - `worker`: the thread, its messages, the batch filter and the poller.
+//! - [`Msg`] (here): what every source sends the worker, down one channel.
+//! - `worker`: the thread, the batch filter and the poller.
 //! - `native`: notify and the watch set, which follows roots as they appear and disappear.
 //! - `scan`: which paths are memory files, fingerprints, directory walks.
 //!
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use self::worker::{Msg, Source, WorkerHandle};
+use self::worker::{Source, WorkerHandle};
 
 /// 200 ms: long enough to fold the events of one save (truncate, write, close, sometimes a
 /// rename) into one report, short enough that an edit is searchable well within a second.
@@ -38,6 +39,18 @@ const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
 /// latency under a second where notify sees nothing (network file systems, exhausted inotify
 /// watches).
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What reaches the worker.
+enum Msg {
+    /// Paths that changed, from a notify batch or a synthetic send; not yet filtered.
+    Paths(Vec<PathBuf>),
+    /// notify failed while running (events lost, watch limit reached in a new directory).
+    NotifyError(String),
+    /// Acknowledge once everything before has been handled (`SyntheticEvents::flush`).
+    Flush(Sender<()>),
+    /// Stop: the watcher is being dropped.
+    Shutdown,
+}
 
 /// The callback, as the worker thread keeps it.
 type OnChange = Box<dyn Fn(Vec<PathBuf>) + Send + Sync>;

@@ -11,8 +11,8 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventHandler, EventKind, RecommendedWatcher, RecursiveMode, Watcher, WatcherKind};
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer_opt};
 
+use super::Msg;
 use super::scan::Roots;
-use super::worker::Msg;
 
 /// Bound on re-planning rounds in one [`NativeWatches::sync`]: each round can only move a
 /// watch one directory level down, and memory roots are a few levels below an existing parent.

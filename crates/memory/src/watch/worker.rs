@@ -1,5 +1,5 @@
 //! The watcher's thread: it owns notify, the poller and the callback, takes every event from one
-//! channel, turns the paths into memory files and calls back, one batch at a time.
+//! channel ([`Msg`]), turns the paths into memory files and calls back, one batch at a time.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -13,23 +13,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::native::NativeWatches;
 use super::scan::{Fingerprint, Roots, is_memory_file_name, scan_dir};
-use super::{DEFAULT_POLL_INTERVAL, MemoryWatcher, OnChange, WatchBackend, WatcherState, lock_state};
+use super::{DEFAULT_POLL_INTERVAL, MemoryWatcher, Msg, OnChange, WatchBackend, WatcherState, lock_state};
 
 /// How late notify's report may land after its debounce window (a busy machine delays the
 /// debouncer thread) before the poller reports a change it found itself.
 const NOTIFY_GRACE: Duration = Duration::from_millis(100);
-
-/// What reaches the worker.
-pub(super) enum Msg {
-    /// Paths that changed, from a notify batch or a synthetic send; not yet filtered.
-    Paths(Vec<PathBuf>),
-    /// notify failed while running (events lost, watch limit reached in a new directory).
-    NotifyError(String),
-    /// Acknowledge once everything before has been handled (`SyntheticEvents::flush`).
-    Flush(Sender<()>),
-    /// Stop: the watcher is being dropped.
-    Shutdown,
-}
 
 /// Where a new watcher's events come from.
 pub(super) enum Source {

@@ -1,5 +1,5 @@
 //! `memory.*`: the memory files (write, append, get: always served) and their index (search,
-//! merge, status: the `memory` feature, with `memory_index_enabled`).
+//! merge, status: `memory_index.rs`, through the memory seam, [`crate::memory`]).
 //!
 //! Writes (and the merge) run one at a time in arrival order ([`LockScope::Memory`]): each
 //! takes its place in the connection's arrival order, then the memory lock.
@@ -104,7 +104,7 @@ impl Daemon {
     /// change is done by now, so the call succeeds whatever the index says (its warnings
     /// say when it is behind).
     fn indexed(&self, path: String, info: MemoryFileInfo) -> Result<MemoryFileChange, RpcError> {
-        let (chunks_indexed, warnings) = self.reindex_memory_file(&path);
+        let (chunks_indexed, warnings) = self.memory.reindex(&path);
         Ok(MemoryFileChange {
             path,
             bytes: info.bytes,
@@ -112,21 +112,6 @@ impl Daemon {
             chunks_indexed,
             warnings,
         })
-    }
-
-    /// Re-indexes the memory file `rel`, if the daemon has an index.
-    #[cfg(feature = "memory")]
-    fn reindex_memory_file(&self, rel: &str) -> (usize, Vec<String>) {
-        match &self.memory {
-            Some(memory) => memory.reindex(rel),
-            None => (0, Vec::new()),
-        }
-    }
-
-    /// Without the `memory` feature there is no index to update.
-    #[cfg(not(feature = "memory"))]
-    fn reindex_memory_file(&self, _rel: &str) -> (usize, Vec<String>) {
-        (0, Vec::new())
     }
 }
 

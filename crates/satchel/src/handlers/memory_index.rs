@@ -1,16 +1,8 @@
-//! `memory.search`, `memory.merge` and `memory.status`: the calls that need the memory index
-//! (the `memory` feature). Without the feature, or with `memory_index_enabled` false, they
-//! answer `MemoryUnavailable` (-32010).
+//! `memory.search`, `memory.merge` and `memory.status`: the calls that need the memory index,
+//! served through the memory seam ([`crate::memory`]). Without the `memory` feature, or with
+//! `memory_index_enabled` false, they answer `MemoryUnavailable` (-32010).
 
-use chrono::{DateTime, Datelike, Days, Local, NaiveDate, NaiveTime, TimeZone};
-use satchel_core::summary::llm::{ChatMessage, Completer};
-use satchel_core::tokens::TokenCounter;
-use satchel_engine::ModelSource;
-use satchel_memory::merge::{
-    CONSOLIDATION_SYSTEM, DailyLog, Merged, NewEntries, consolidated, consolidation_prompt, extractive, new_entries,
-};
-use satchel_protocol::Config;
-use satchel_protocol::config::SummarizerKind;
+use chrono::{DateTime, Datelike, Days, Local, NaiveDate};
 use satchel_protocol::memory::{
     MemoryMergeParams, MemoryMergeResult, MemorySearchParams, MemorySearchResult, MemoryStatusParams,
     MemoryStatusResult,
@@ -18,20 +10,19 @@ use satchel_protocol::memory::{
 
 use super::{CallModels, Daemon};
 use crate::error::RpcError;
-use crate::llm::OpenAiCompleter;
-use crate::memory::MemoryService;
-use crate::transport::{CallScope, ClientHandle};
+use crate::memory;
+use crate::transport::CallScope;
 
 impl Daemon {
     /// `memory.search`.
     pub fn memory_search(&self, params: MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
-        self.memory_service()?.search(&params)
+        self.memory.search(&params)
     }
 
     /// `memory.status`.
     pub fn memory_status(&self, _: MemoryStatusParams) -> Result<MemoryStatusResult, RpcError> {
-        let next = next_merge(self.engine().config(), Local::now()).map(|at| at.to_rfc3339());
-        Ok(self.memory_service()?.status(next))
+        let next = self.next_merge(Local::now()).map(|at| at.to_rfc3339());
+        self.memory.status(next)
     }
 
     /// `memory.merge`: folds the daily logs of the `memory_merge_days` days up to `through`
@@ -47,27 +38,39 @@ impl Daemon {
                 })?,
             None => Local::now().date_naive(),
         };
-        let days = self.engine().config().daemon.memory_index.memory_merge_days;
+        let config = self.engine().config();
+        let days = config.daemon.memory_index.memory_merge_days;
         if first_day(through, days).is_none_or(|first| first.year() < 1) {
             return Err(RpcError::invalid_params(
                 "through",
                 format!("the merge reads the {days} days up to it, which must start on or after 0001-01-01"),
             ));
         }
-        let memory = self.memory_service()?;
+        self.memory.require_index()?;
         let _turn = self.memory_turn(scope);
         let stamp = Local::now().format("%Y%m%dT%H%M%S").to_string();
-        self.merge_through(memory, through, &stamp, Some(&scope.client))
+        let models = CallModels {
+            daemon: self,
+            client: &scope.client,
+        };
+        self.memory
+            .merge(&self.memory_files(), config, through, &stamp, Some(&models))
     }
 
     /// The daily merge at its time: everything up to yesterday's log (today's is still
     /// being written). There is no client to ask, so with `summarizer: client` it is
     /// extractive.
     pub fn scheduled_merge(&self, now: DateTime<Local>) {
-        let Ok(memory) = self.memory_service() else { return };
+        if self.memory.require_index().is_err() {
+            return;
+        }
         let _turn = super::lock(&self.memory_writes);
         let yesterday = now.date_naive() - Days::new(1);
-        match self.merge_through(memory, yesterday, &now.format("%Y%m%dT%H%M%S").to_string(), None) {
+        let stamp = now.format("%Y%m%dT%H%M%S").to_string();
+        match self
+            .memory
+            .merge(&self.memory_files(), self.engine().config(), yesterday, &stamp, None)
+        {
             Ok(result) => {
                 for warning in &result.warnings {
                     tracing::warn!("daily memory merge: {warning}");
@@ -83,120 +86,9 @@ impl Daemon {
         }
     }
 
-    /// Merges the logs of the `memory_merge_days` days up to `through`; `client` is the calling
-    /// connection, `None` for the scheduled merge.
-    fn merge_through(
-        &self,
-        memory: &MemoryService,
-        through: NaiveDate,
-        stamp: &str,
-        client: Option<&ClientHandle>,
-    ) -> Result<MemoryMergeResult, RpcError> {
-        let files = self.memory_files();
-        let days = self.engine().config().daemon.memory_index.memory_merge_days;
-        let mut logs = Vec::new();
-        for back in (0..days).rev() {
-            // `memory.merge` checked the range; the scheduled merge's is today's.
-            let Some(day) = through.checked_sub_days(Days::new(u64::from(back))) else {
-                continue;
-            };
-            let day = day.format("%Y-%m-%d").to_string();
-            if let Some(text) = files.read_daily(&day).map_err(super::memory::storage)? {
-                logs.push(DailyLog {
-                    path: satchel_storage::Layout::memory_daily_rel(&day),
-                    text,
-                });
-            }
-        }
-        let before = files.read_memory_file().map_err(super::memory::storage)?;
-        let new = new_entries(&before, &logs);
-        let (merged, summarizer, mut warnings) = self.consolidate(&before, &new, client);
-        let backup = if merged.memory == before {
-            None
-        } else {
-            let backup = files
-                .replace_memory_file(&merged.memory, stamp)
-                .map_err(super::memory::storage)?;
-            warnings.extend(memory.reindex(satchel_storage::MEMORY_FILE).1);
-            backup
-        };
-        Ok(MemoryMergeResult {
-            merged: logs.into_iter().map(|log| log.path).collect(),
-            added: merged.added,
-            duplicates: merged.duplicates,
-            backup,
-            summarizer,
-            warnings,
-        })
-    }
-
-    /// `memory` with the `new` entries, consolidated by the configured model when there is one
-    /// and something to merge; on any failure of the model, the extractive merge and why. Also
-    /// returns which summariser wrote the entries.
-    fn consolidate(
-        &self,
-        memory: &str,
-        new: &NewEntries,
-        client: Option<&ClientHandle>,
-    ) -> (Merged, String, Vec<String>) {
-        let config = self.engine().config();
-        let backend = match config.summary.summarizer {
-            SummarizerKind::Extractive => None,
-            SummarizerKind::Openai => Some("openai"),
-            // The scheduled merge has no connection to ask.
-            SummarizerKind::Client => client.map(|_| "client"),
-        };
-        let Some(backend) = backend.filter(|_| new.count() > 0) else {
-            return (extractive(memory, new), "extractive".into(), Vec::new());
-        };
-        match self.consolidate_with_model(memory, new, client, config) {
-            Ok(merged) => {
-                tracing::info!(backend, entries = new.count(), "memory merge consolidated by the model");
-                (merged, backend.into(), Vec::new())
-            }
-            Err(why) => {
-                let warning =
-                    format!("the {backend} summariser did not merge the entries ({why}); they were merged as written");
-                tracing::warn!("memory merge: {warning}");
-                (extractive(memory, new), "extractive".into(), vec![warning])
-            }
-        }
-    }
-
-    /// Asks the configured model to consolidate `new` with `memory`, one request; `Err` says
-    /// why it could not (already redacted of the endpoint's secrets).
-    fn consolidate_with_model(
-        &self,
-        memory: &str,
-        new: &NewEntries,
-        client: Option<&ClientHandle>,
-        config: &Config,
-    ) -> Result<Merged, String> {
-        let completer: Box<dyn Completer> = match client {
-            Some(client) => CallModels { daemon: self, client }.completer(config.summary.summarizer, config)?,
-            None => Box::new(OpenAiCompleter::from_config(config)),
-        };
-        let prompt = consolidation_prompt(memory, new);
-        let counter = TokenCounter::of(&config.tokens);
-        let tokens = counter.count_text(CONSOLIDATION_SYSTEM) + counter.count_text(&prompt);
-        if tokens > config.summary.llm_input_budget_tokens {
-            return Err(format!(
-                "the request, {tokens} tokens, is over llm_input_budget_tokens ({})",
-                config.summary.llm_input_budget_tokens
-            ));
-        }
-        let messages = [ChatMessage::system(CONSOLIDATION_SYSTEM), ChatMessage::user(prompt)];
-        let reply = completer
-            .complete(&messages, config.summary.llm_max_output_tokens)
-            .map_err(|e| e.to_string())?;
-        consolidated(memory, new, &reply).map_err(|why| format!("unusable reply: {why}"))
-    }
-
-    /// The memory index, or why there is none.
-    fn memory_service(&self) -> Result<&MemoryService, RpcError> {
-        self.memory.as_deref().ok_or_else(|| {
-            RpcError::MemoryUnavailable("memory_index_enabled is false in this daemon's configuration".into())
-        })
+    /// When the next daily merge after `now` runs, `None` when it is off (or there is no index).
+    pub fn next_merge(&self, now: DateTime<Local>) -> Option<DateTime<Local>> {
+        memory::next_merge(self.engine().config(), now)
     }
 }
 
@@ -204,58 +96,4 @@ impl Daemon {
 /// any date there is.
 fn first_day(through: NaiveDate, days: u32) -> Option<NaiveDate> {
     through.checked_sub_days(Days::new(u64::from(days.saturating_sub(1))))
-}
-
-/// When the next daily merge after `now` runs, `None` when it is off (or there is no index).
-pub fn next_merge(config: &Config, now: DateTime<Local>) -> Option<DateTime<Local>> {
-    if !config.daemon.memory_index.memory_merge_enabled || !config.daemon.memory_index.memory_index_enabled {
-        return None;
-    }
-    let (hour, minute) = config.daemon.memory_index.merge_time()?;
-    next_at(now, NaiveTime::from_hms_opt(hour, minute, 0)?)
-}
-
-/// The first instant after `now` whose local time is `time`, skipping a day whose `time` does
-/// not exist (a daylight-saving gap).
-fn next_at<Tz: TimeZone>(now: DateTime<Tz>, time: NaiveTime) -> Option<DateTime<Tz>> {
-    let zone = now.timezone();
-    (0..3).find_map(|days| {
-        let day = now.date_naive().checked_add_days(Days::new(days))?;
-        let at = zone.from_local_datetime(&day.and_time(time)).earliest()?;
-        (at > now && at.date_naive().day() == day.day()).then_some(at)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::FixedOffset;
-
-    #[test]
-    fn the_next_merge_is_today_if_its_time_is_still_ahead_else_tomorrow() {
-        let zone = FixedOffset::east_opt(3600).unwrap();
-        let morning = zone.with_ymd_and_hms(2026, 11, 24, 8, 0, 0).unwrap();
-        let midnight = NaiveTime::from_hms_opt(0, 0, 0).unwrap();
-        let nine = NaiveTime::from_hms_opt(9, 0, 0).unwrap();
-        assert_eq!(
-            next_at(morning, midnight).unwrap(),
-            zone.with_ymd_and_hms(2026, 11, 25, 0, 0, 0).unwrap()
-        );
-        assert_eq!(
-            next_at(morning, nine).unwrap(),
-            zone.with_ymd_and_hms(2026, 11, 24, 9, 0, 0).unwrap()
-        );
-        let exactly = zone.with_ymd_and_hms(2026, 11, 24, 9, 0, 0).unwrap();
-        assert_eq!(
-            next_at(exactly, nine).unwrap(),
-            zone.with_ymd_and_hms(2026, 11, 25, 9, 0, 0).unwrap()
-        );
-    }
-
-    #[test]
-    fn no_merge_is_scheduled_when_it_is_off() {
-        let mut config = Config::default();
-        config.daemon.memory_index.memory_merge_enabled = false;
-        assert_eq!(next_merge(&config, Local::now()), None);
-    }
 }

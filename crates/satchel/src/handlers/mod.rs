@@ -12,7 +12,6 @@ mod expand;
 mod initialize;
 mod inspect;
 mod memory;
-#[cfg(feature = "memory")]
 mod memory_index;
 mod pins;
 mod prepare;
@@ -32,12 +31,10 @@ use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::{Config, ContextEvent, ProgressToken};
 use serde_json::{Map, Value};
 
-#[cfg(feature = "memory")]
-pub use memory_index::next_merge;
-
 use crate::config::apply_overrides;
 use crate::error::RpcError;
 use crate::llm::{ClientCompleter, OpenAiCompleter};
+use crate::memory::Memory;
 use crate::transport::{CallScope, ClientHandle, EngineToken};
 use work_done::{WorkDone, progress_sink};
 
@@ -55,9 +52,9 @@ pub struct Daemon {
     /// Held by the memory write in progress (`memory.write`, `memory.append`, a merge):
     /// they run one at a time.
     memory_writes: Mutex<()>,
-    /// The memory index; `None` when `memory_index_enabled` is false.
-    #[cfg(feature = "memory")]
-    memory: Option<Arc<crate::memory::MemoryService>>,
+    /// The memory index (none when `memory_index_enabled` is false or the `memory` feature
+    /// is not built in), set once at start-up.
+    memory: Memory,
 }
 
 impl Daemon {
@@ -69,14 +66,12 @@ impl Daemon {
             progress_clients: Mutex::default(),
             watchers: Mutex::default(),
             memory_writes: Mutex::default(),
-            #[cfg(feature = "memory")]
-            memory: None,
+            memory: Memory::none(),
         }
     }
 
     /// The daemon with the memory index `memory`.
-    #[cfg(feature = "memory")]
-    pub fn with_memory(mut self, memory: Option<Arc<crate::memory::MemoryService>>) -> Self {
+    pub fn with_memory(mut self, memory: Memory) -> Self {
         self.memory = memory;
         self
     }

@@ -21,6 +21,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use satchel_protocol::CompactSummary;
+use satchel_protocol::config::SummaryLanguage;
 
 use super::budget;
 use super::extractive::{self, ExtractiveSummarizer};
@@ -112,30 +113,6 @@ impl<C: Completer + ?Sized> Completer for &C {
     }
 }
 
-/// Language of the prompts (the `##` headings stay English in both, so parsing is the same).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Language {
-    /// English.
-    #[default]
-    En,
-    /// Chinese: instructions in Chinese, summary text in Chinese, headings in English.
-    Zh,
-}
-
-impl Language {
-    /// Parses a language code: `en…` or `zh…` (case-insensitive, e.g. `zh-CN`); `None` otherwise.
-    pub fn from_code(code: &str) -> Option<Language> {
-        let code = code.trim().to_ascii_lowercase();
-        if code == "en" || code.starts_with("en-") || code.starts_with("en_") {
-            Some(Language::En)
-        } else if code == "zh" || code.starts_with("zh-") || code.starts_with("zh_") {
-            Some(Language::Zh)
-        } else {
-            None
-        }
-    }
-}
-
 /// Called before each model call with the 1-based stage and the number of stages.
 pub type ProgressHook = Box<dyn Fn(usize, usize) + Send + Sync>;
 
@@ -161,8 +138,8 @@ const ATTEMPTS: usize = 2;
 pub struct LlmSummarizer<C> {
     /// Runs the model.
     pub completer: C,
-    /// Language of the prompts.
-    pub language: Language,
+    /// Language of the prompts (the `##` headings stay English in both, so parsing is the same).
+    pub language: SummaryLanguage,
     /// Token budget of one model input (prompt + history), counted with the input's counter;
     /// larger spans are summarised in stages.
     pub input_budget_tokens: u64,
@@ -194,7 +171,7 @@ impl<C: Completer> LlmSummarizer<C> {
     pub fn new(completer: C) -> Self {
         LlmSummarizer {
             completer,
-            language: Language::En,
+            language: SummaryLanguage::En,
             input_budget_tokens: DEFAULT_INPUT_BUDGET_TOKENS,
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             progress: None,
@@ -202,7 +179,7 @@ impl<C: Completer> LlmSummarizer<C> {
     }
 
     /// Sets the prompt language.
-    pub fn with_language(mut self, language: Language) -> Self {
+    pub fn with_language(mut self, language: SummaryLanguage) -> Self {
         self.language = language;
         self
     }

@@ -6,8 +6,9 @@ use std::io::Write;
 use satchel_protocol::{ContextEvent, EventKind, InspectResult};
 use serde_json::Value;
 
-use super::window::{k, plural};
-use super::{Connection, pressure_label};
+use super::window::k;
+use super::{plural, pressure_label};
+use crate::cli::client::Client;
 
 /// What the previous line (or the list view) showed, to print the change.
 #[derive(Debug, Clone, Copy, Default)]
@@ -120,7 +121,7 @@ pub(super) fn event_line(time: &str, event: &ContextEvent, seen: Seen, colour: b
 /// `json`). The watch was subscribed before `seen` was read, so no event is missed.
 pub(super) fn follow(
     out: &mut impl Write,
-    conn: &mut Connection,
+    conn: &mut Client,
     mut seen: Seen,
     json: bool,
     colour: bool,

@@ -5,21 +5,10 @@ use std::io::{self, Write};
 
 use satchel_protocol::{OffloadedResult, Phase};
 
-use super::window::plural;
+use super::{plural, size};
 
 /// Rows of the table; `--json` lists every result.
 pub(super) const TOP: usize = 10;
-
-/// `n` bytes, decimal units: `950 B`, `3.4 KB`, `52 KB`, `1.2 MB`.
-pub(super) fn size(n: u64) -> String {
-    let (value, unit) = match n {
-        0..1_000 => return format!("{n} B"),
-        1_000..1_000_000 => (n as f64 / 1e3, "KB"),
-        _ => (n as f64 / 1e6, "MB"),
-    };
-    let text = format!("{value:.1}");
-    format!("{} {unit}", text.strip_suffix(".0").unwrap_or(&text))
-}
 
 /// The offloaded results added up: full texts against what is sent of them.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -124,7 +113,7 @@ pub(super) fn write_offloads(out: &mut impl Write, offloaded: &[OffloadedResult]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::fixture;
+    use crate::cli::inspect::fixture;
 
     fn result(index: usize, total: usize, sent: Option<usize>) -> OffloadedResult {
         OffloadedResult {
@@ -139,20 +128,6 @@ mod tests {
             tool: Some("bash".into()),
             phase: sent.map(|_| Phase::Old),
             sent_bytes: sent,
-        }
-    }
-
-    #[test]
-    fn sizes_in_decimal_units() {
-        for (n, expected) in [
-            (0, "0 B"),
-            (999, "999 B"),
-            (1_000, "1 KB"),
-            (3_400, "3.4 KB"),
-            (212_345, "212.3 KB"),
-            (1_250_000, "1.2 MB"),
-        ] {
-            assert_eq!(size(n), expected);
         }
     }
 

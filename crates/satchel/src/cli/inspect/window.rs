@@ -7,8 +7,8 @@ use std::io::{self, Write};
 
 use satchel_protocol::InspectResult;
 
-use super::offloads::{Savings, size};
-use super::paint;
+use super::offloads::Savings;
+use super::{paint, size};
 
 /// Cells of the bar.
 pub(super) const BAR_WIDTH: usize = 60;
@@ -23,16 +23,6 @@ pub(super) fn k(n: u64) -> String {
     }
     let text = format!("{:.1}", n as f64 / 1000.0);
     format!("{}k", text.strip_suffix(".0").unwrap_or(&text))
-}
-
-/// `1 message`, `2 messages`.
-pub(super) fn plural(n: impl Into<u64>, word: &str) -> String {
-    let n = n.into();
-    if n == 1 {
-        format!("{n} {word}")
-    } else {
-        format!("{n} {word}s")
-    }
 }
 
 /// One part of the window (a blank glyph: a subtotal line of the legend, not in the bar).
@@ -172,7 +162,7 @@ pub(super) fn write_window(out: &mut impl Write, r: &InspectResult, colour: bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::fixture;
+    use crate::cli::inspect::fixture;
 
     fn window(r: &InspectResult, colour: bool) -> String {
         fixture::render(|out| write_window(out, r, colour))
@@ -194,13 +184,6 @@ mod tests {
         ] {
             assert_eq!(k(n), expected);
         }
-    }
-
-    #[test]
-    fn plurals() {
-        assert_eq!(plural(1u64, "message"), "1 message");
-        assert_eq!(plural(0u64, "message"), "0 messages");
-        assert_eq!(plural(2u64, "message"), "2 messages");
     }
 
     #[test]

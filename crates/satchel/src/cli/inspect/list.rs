@@ -6,8 +6,8 @@ use std::io::{self, Write};
 use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PinInfo, PinKind, PromptAssembly, RequestFocus};
 use serde_json::{Map, Value};
 
-use super::window::{NOT_LOADED, k, plural, write_window};
-use super::{offloads, pressure_label, sections, share};
+use super::window::{NOT_LOADED, k, write_window};
+use super::{offloads, plural, pressure_label, sections, share};
 
 /// How to print the list view.
 pub(super) struct ListOptions<'a> {
@@ -274,7 +274,7 @@ fn write_pins(out: &mut impl Write, pins: &[PinInfo]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::fixture;
+    use crate::cli::inspect::fixture;
 
     fn list(r: &InspectResult, query: Option<&str>) -> String {
         fixture::render(|out| write_list(out, r, &ListOptions { colour: false, query }))
@@ -416,12 +416,12 @@ mod tests {
                 chars: 0,
             },
         ];
-        let text = crate::inspect::fixture::render(|out| write_pins(out, &pins));
+        let text = crate::cli::inspect::fixture::render(|out| write_pins(out, &pins));
         assert_eq!(
             text,
             "\npins 2\n  p1   text           in the pinned block, 46 chars  \"repo rule\"\n  \
              p2   result r3      live, sent whole where it is\n"
         );
-        assert_eq!(crate::inspect::fixture::render(|out| write_pins(out, &[])), "");
+        assert_eq!(crate::cli::inspect::fixture::render(|out| write_pins(out, &[])), "");
     }
 }

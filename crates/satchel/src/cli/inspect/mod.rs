@@ -3,7 +3,9 @@
 //! tokens and pressure, the monitor and calibration, compaction statistics, per-zone costs,
 //! offloaded results and the system prompt's sections (cost per source type, one row each).
 //!
-//! The printers write to any [`Write`], so tests render the views to a string.
+//! The printers write to any [`Write`], so tests render the views to a string. The small
+//! helpers the views share (`plural`, `size`, `share`, `paint`) live here, so no view imports
+//! from another for them. It speaks to the daemon through [`Client`].
 
 mod list;
 mod memory;
@@ -12,9 +14,7 @@ mod sections;
 mod watch;
 mod window;
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::os::unix::net::UnixStream;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -25,6 +25,7 @@ use satchel_protocol::{
 use satchel_storage::Layout;
 use serde_json::{Value, json};
 
+use super::client::{Client, RpcFailure};
 use crate::socket::read_daemon_info;
 
 /// Arguments of `satchel inspect`.
@@ -56,114 +57,11 @@ pub struct InspectArgs {
     memory: bool,
 }
 
-/// A blocking line-delimited JSON-RPC connection to the daemon.
-struct Connection {
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-    next_id: u64,
-    /// Notifications that arrived while a call waited for its reply (a watch subscribed
-    /// before the call), in order.
-    events: VecDeque<Value>,
-}
-
-/// An error reply of the daemon.
-#[derive(Debug)]
-struct RpcFailure {
-    method: String,
-    code: i64,
-    message: String,
-}
-
-impl std::fmt::Display for RpcFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.method, self.message)
-    }
-}
-
-impl std::error::Error for RpcFailure {}
-
 /// Whether `error` is the daemon saying the session does not exist.
 fn is_unknown_session(error: &anyhow::Error) -> bool {
     error
         .downcast_ref::<RpcFailure>()
-        .is_some_and(|e| e.code == i64::from(ErrorCode::UnknownSession.code()))
-}
-
-impl Connection {
-    /// Connects to the socket at `path`. `workspace` is the workspace whose `run/daemon.json`
-    /// named it, if that is how it was found: a socket nobody listens on then means a daemon
-    /// that died without cleaning up.
-    fn open(path: &Path, workspace: Option<&Path>) -> anyhow::Result<Self> {
-        let stream = match UnixStream::connect(path) {
-            Ok(stream) => stream,
-            Err(e) => {
-                let gone = matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-                );
-                return Err(match workspace {
-                    Some(workspace) if gone => anyhow::anyhow!(
-                        "no daemon running on {} (connecting to {}: {e}; its run/daemon.json is stale)",
-                        workspace.display(),
-                        path.display()
-                    ),
-                    _ if gone => {
-                        anyhow::anyhow!("no daemon running on socket {} (connecting to it: {e})", path.display())
-                    }
-                    _ => anyhow::anyhow!("connecting to {}: {e}", path.display()),
-                });
-            }
-        };
-        Ok(Connection {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-            next_id: 1,
-            events: VecDeque::new(),
-        })
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        writeln!(
-            self.writer,
-            "{}",
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-        )?;
-        loop {
-            let message = self.next_message()?;
-            if message["id"] == json!(id) {
-                if let Some(error) = message.get("error") {
-                    return Err(RpcFailure {
-                        method: method.to_owned(),
-                        code: error["code"].as_i64().unwrap_or(0),
-                        message: error["message"].as_str().unwrap_or("error").to_owned(),
-                    }
-                    .into());
-                }
-                return Ok(message["result"].clone());
-            }
-            if message.get("method").is_some() {
-                self.events.push_back(message);
-            }
-        }
-    }
-
-    /// The next notification, those that arrived during a call first.
-    fn next_event(&mut self) -> anyhow::Result<Value> {
-        match self.events.pop_front() {
-            Some(event) => Ok(event),
-            None => self.next_message(),
-        }
-    }
-
-    fn next_message(&mut self) -> anyhow::Result<Value> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            bail!("the daemon closed the connection");
-        }
-        Ok(serde_json::from_str(&line)?)
-    }
+        .is_some_and(|e| e.is(ErrorCode::UnknownSession))
 }
 
 /// The params of `context.inspect` for `session`, with the query hint and section key given.
@@ -202,7 +100,7 @@ pub fn run(args: &InspectArgs, workspace: Option<&Path>) -> anyhow::Result<()> {
             (read_daemon_info(&layout)?.socket, Some(workspace))
         }
     };
-    let mut conn = Connection::open(&socket, found_in.as_deref())?;
+    let mut conn = Client::connect(&socket, found_in.as_deref())?;
     let stdout = std::io::stdout();
     let colour = use_colour(stdout.is_terminal(), std::env::var_os("NO_COLOR").is_some());
     let mut out = stdout.lock();
@@ -313,6 +211,27 @@ fn pressure_label(pressure: Pressure, colour: bool) -> String {
     paint(name, code, colour)
 }
 
+/// `1 message`, `2 messages`.
+fn plural(n: impl Into<u64>, word: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+/// `n` bytes, decimal units: `950 B`, `3.4 KB`, `52 KB`, `1.2 MB`.
+fn size(n: u64) -> String {
+    let (value, unit) = match n {
+        0..1_000 => return format!("{n} B"),
+        1_000..1_000_000 => (n as f64 / 1e3, "KB"),
+        _ => (n as f64 / 1e6, "MB"),
+    };
+    let text = format!("{value:.1}");
+    format!("{} {unit}", text.strip_suffix(".0").unwrap_or(&text))
+}
+
 fn share(part: u64, whole: u64) -> String {
     format!("{:.1}%", 100.0 * part as f64 / whole.max(1) as f64)
 }
@@ -349,7 +268,7 @@ fn write_sessions(out: &mut impl Write, result: &SessionsResult, colour: bool) -
     Ok(())
 }
 
-fn write_detail(out: &mut impl Write, conn: &mut Connection, r: &InspectResult, key: &str) -> anyhow::Result<()> {
+fn write_detail(out: &mut impl Write, conn: &mut Client, r: &InspectResult, key: &str) -> anyhow::Result<()> {
     if let Some(section) = section_key(Some(key)) {
         return sections::write_section_detail(out, sections::find_detail(r, section)?).map_err(Into::into);
     }
@@ -394,7 +313,7 @@ fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std
             "automatic, over the threshold"
         }
     )?;
-    writeln!(out, "  compacted   {}", window::plural(c.messages as u64, "message"))?;
+    writeln!(out, "  compacted   {}", plural(c.messages as u64, "message"))?;
     writeln!(
         out,
         "  tokens      {} -> {} (saved {})",
@@ -413,7 +332,7 @@ fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std
                     a.file,
                     a.start_line,
                     a.end_line,
-                    window::plural(a.messages as u64, "message"),
+                    plural(a.messages as u64, "message"),
                     a.first_index,
                     a.last_index
                 )?;
@@ -431,7 +350,7 @@ fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std
     writeln!(
         out,
         "  dropped     {} the summary no longer names (context.expand with compaction_id {} brings the span back):",
-        window::plural(c.dropped.len() as u64, "identifier"),
+        plural(c.dropped.len() as u64, "identifier"),
         c.id
     )?;
     for d in &c.dropped {
@@ -444,7 +363,7 @@ fn write_compaction(out: &mut impl Write, n: usize, c: &CompactionReport) -> std
             "    {kind:<13} {}  (message {}, {})",
             d.text,
             d.index,
-            window::plural(d.mentions as u64, "mention")
+            plural(d.mentions as u64, "mention")
         )?;
     }
     Ok(())
@@ -458,8 +377,8 @@ fn write_offload(out: &mut impl Write, n: usize, o: &OffloadedResult) -> std::io
     writeln!(
         out,
         "  size     {}, {}",
-        window::plural(o.total_bytes as u64, "byte"),
-        window::plural(o.total_lines as u64, "line")
+        plural(o.total_bytes as u64, "byte"),
+        plural(o.total_lines as u64, "line")
     )
 }
 
@@ -610,6 +529,27 @@ pub(crate) mod fixture {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plurals() {
+        assert_eq!(plural(1u64, "message"), "1 message");
+        assert_eq!(plural(0u64, "message"), "0 messages");
+        assert_eq!(plural(2u64, "message"), "2 messages");
+    }
+
+    #[test]
+    fn sizes_in_decimal_units() {
+        for (n, expected) in [
+            (0, "0 B"),
+            (999, "999 B"),
+            (1_000, "1 KB"),
+            (3_400, "3.4 KB"),
+            (212_345, "212.3 KB"),
+            (1_250_000, "1.2 MB"),
+        ] {
+            assert_eq!(size(n), expected);
+        }
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {

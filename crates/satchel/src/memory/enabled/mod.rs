@@ -1,6 +1,6 @@
-//! The glue to `satchel-memory` (the `memory` feature): the index of the workspace's memory
-//! files, its watcher and embedding backend, built from the configuration, and what the
-//! `memory.*` methods and `context.prepare`'s recall ask of them.
+//! The memory seam with the `memory` feature: the glue to `satchel-memory`. The index of the
+//! workspace's memory files, its watcher and embedding backend, built from the configuration,
+//! and what the `memory.*` methods and `context.prepare`'s recall ask of them.
 //!
 //! The index is derived: it is opened (rebuilt when corrupt) and brought up to date in the
 //! background at start-up, kept up to date by the watcher, and synchronously for the file a
@@ -9,6 +9,8 @@
 //! is behind: it catches up in the background.
 
 mod catch_up;
+mod merge;
+mod recall;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,28 +20,78 @@ use std::time::Duration;
 use satchel_memory::embed::{CachedEmbedder, Embedder, EmbeddingCacheConfig, HttpEmbeddingConfig, OpenAiEmbedder};
 use satchel_memory::index::{IndexOptions, MemoryIndex, SearchOptions};
 use satchel_memory::watch::{MemoryWatcher, WatchOptions};
-use satchel_protocol::memory::{
-    MemoryHit, MemoryRecall, MemorySearchParams, MemorySearchResult, MemoryStatusResult, SearchMode,
-};
+use satchel_protocol::memory::{MemorySearchParams, MemorySearchResult, MemoryStatusResult, SearchMode};
 use satchel_protocol::memory_config::EmbeddingChoice;
 use satchel_protocol::{Config, PromptSection};
 use satchel_storage::{Layout, Workspace};
 
 use crate::error::RpcError;
 use catch_up::CatchUp;
+pub use merge::next_merge;
 
-/// Hits `context.prepare` recalls when the client does not say.
-const RECALL_MAX_RESULTS: usize = 3;
-/// Lowest score of a recalled hit when the client does not say: higher than a search's,
-/// because nobody asked for these.
-const RECALL_MIN_SCORE: f64 = 0.3;
-/// Priority of the recall section when the client does not say.
-const RECALL_PRIORITY: i64 = 60;
-/// Sessions whose last recall is remembered (for the calls that bring no new user message).
-const RECALLS_KEPT: usize = 1024;
+/// The index is built in: the index methods read their params and run.
+pub const NOT_BUILT_IN: Option<&str> = None;
+
+/// The daemon's memory index; none when `memory_index_enabled` is false.
+pub struct Memory {
+    service: Option<MemoryService>,
+}
+
+impl Memory {
+    /// No index.
+    pub fn none() -> Memory {
+        Memory { service: None }
+    }
+
+    /// The index of `workspace` when `config` enables it, opened with its background sync and
+    /// watcher started ([`MemoryService::open`]).
+    pub fn open(
+        workspace: &Workspace,
+        config: &Config,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Memory> {
+        let service = if config.daemon.memory_index.memory_index_enabled {
+            Some(MemoryService::open(workspace, config, env)?)
+        } else {
+            None
+        };
+        Ok(Memory { service })
+    }
+
+    /// Re-indexes the memory file `rel`, just written, if there is an index (see
+    /// [`MemoryService::reindex`]).
+    pub fn reindex(&self, rel: &str) -> (usize, Vec<String>) {
+        match &self.service {
+            Some(service) => service.reindex(rel),
+            None => (0, Vec::new()),
+        }
+    }
+
+    /// `memory.search`.
+    pub fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+        self.service()?.search(params)
+    }
+
+    /// `memory.status`; `next_merge` is when the daily merge runs next.
+    pub fn status(&self, next_merge: Option<String>) -> Result<MemoryStatusResult, RpcError> {
+        Ok(self.service()?.status(next_merge))
+    }
+
+    /// `MemoryUnavailable` when there is no index (checked before a merge takes its turn).
+    pub fn require_index(&self) -> Result<(), RpcError> {
+        self.service().map(|_| ())
+    }
+
+    /// The index, or why there is none.
+    fn service(&self) -> Result<&MemoryService, RpcError> {
+        self.service.as_ref().ok_or_else(|| {
+            RpcError::MemoryUnavailable("memory_index_enabled is false in this daemon's configuration".into())
+        })
+    }
+}
 
 /// The memory index of a workspace and what keeps it current.
-pub struct MemoryService {
+struct MemoryService {
     index: Arc<MemoryIndex>,
     /// Changes the index has not taken yet (a failed sync), retried in the background.
     catch_up: Arc<CatchUp>,
@@ -71,11 +123,11 @@ struct EmbeddingBackend {
 impl MemoryService {
     /// Opens the index of `workspace` as `config` says and starts its background sync and
     /// watcher; `env` is the daemon's environment (the embeddings API key is read there).
-    pub fn open(
+    fn open(
         workspace: &Workspace,
         config: &Config,
         env: impl Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Arc<MemoryService>> {
+    ) -> anyhow::Result<MemoryService> {
         let embedding = embedding_backend(workspace.root(), config, &env)?;
         if !config.daemon.memory_index.fts_enabled && embedding.is_none() {
             anyhow::bail!(
@@ -135,7 +187,7 @@ impl MemoryService {
                     behind.failed(syncing.watch_roots(), &e);
                 }
             })?;
-        Ok(Arc::new(MemoryService {
+        Ok(MemoryService {
             index,
             catch_up,
             watcher,
@@ -146,14 +198,14 @@ impl MemoryService {
                 max_results: config.daemon.memory_index.memory_max_results,
                 min_score: config.daemon.memory_index.memory_min_score,
             },
-        }))
+        })
     }
 
     /// Re-indexes the memory file `rel` (just written); returns the chunks indexed and any
     /// warnings (an embedding backend down, the index behind). The write stands whatever
     /// happens here: when the index cannot take the change, it is retried in the background
     /// and the warning says so (an error would tell the client to retry a write that is done).
-    pub fn reindex(&self, rel: &str) -> (usize, Vec<String>) {
+    fn reindex(&self, rel: &str) -> (usize, Vec<String>) {
         let path = PathBuf::from(rel);
         match self.index.sync_paths(std::slice::from_ref(&path)) {
             Ok(report) => (report.chunks_added, report.warnings),
@@ -169,7 +221,7 @@ impl MemoryService {
     }
 
     /// `memory.search`.
-    pub fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
+    fn search(&self, params: &MemorySearchParams) -> Result<MemorySearchResult, RpcError> {
         let max_results = params.max_results.unwrap_or(self.defaults.max_results);
         if !(1..=100).contains(&max_results) {
             return Err(RpcError::invalid_params("max_results", "must be in [1, 100]"));
@@ -208,7 +260,7 @@ impl MemoryService {
     }
 
     /// `memory.status`.
-    pub fn status(&self, next_merge: Option<String>) -> MemoryStatusResult {
+    fn status(&self, next_merge: Option<String>) -> MemoryStatusResult {
         let mut modes = Vec::new();
         let stats = self.index.stats();
         let index = serde_json::to_value(&stats).unwrap_or_default();
@@ -237,68 +289,6 @@ impl MemoryService {
             next_merge,
         }
     }
-
-    /// The recall section of `session_id` for `context.prepare`: the top hits for `query`
-    /// (the newest user message), or, when the call brought none, the session's last one.
-    pub fn recall(&self, session_id: &str, query: Option<&str>, recall: &MemoryRecall) -> Option<PromptSection> {
-        let mut recalls = self.recalls.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(query) = query.filter(|q| !q.trim().is_empty()) else {
-            return recalls.get(session_id).cloned();
-        };
-        let options = SearchOptions {
-            max_results: recall.max_results.unwrap_or(RECALL_MAX_RESULTS).clamp(1, 20),
-            min_score: recall.min_score.unwrap_or(RECALL_MIN_SCORE).clamp(0.0, 1.0),
-            mode: SearchMode::Auto,
-        };
-        let hits = match self.index.search(query, &options) {
-            Ok(outcome) => outcome.hits,
-            Err(e) => {
-                tracing::warn!("memory recall failed: {e}");
-                self.catch_up.rebuild_if_damaged(&e);
-                Vec::new()
-            }
-        };
-        let section = recall_section(&hits, recall.priority.unwrap_or(RECALL_PRIORITY));
-        if recalls.len() >= RECALLS_KEPT {
-            recalls.clear();
-        }
-        match &section {
-            Some(section) => recalls.insert(session_id.to_owned(), section.clone()),
-            None => recalls.remove(session_id),
-        };
-        section
-    }
-}
-
-/// The prompt section holding `hits`; `None` when there are none.
-fn recall_section(hits: &[MemoryHit], priority: i64) -> Option<PromptSection> {
-    if hits.is_empty() {
-        return None;
-    }
-    let mut content = String::from("Relevant long-term memory (from the memory files; `memory.get` reads more):\n");
-    let mut evidence = Vec::new();
-    for hit in hits {
-        let lines = if hit.start_line == hit.end_line {
-            format!("{}:{}", hit.path, hit.start_line)
-        } else {
-            format!("{}:{}-{}", hit.path, hit.start_line, hit.end_line)
-        };
-        content.push_str(&format!("\n[{lines}]\n{}\n", hit.snippet.trim_end()));
-        evidence.push(format!("{lines} ({:.2})", hit.score));
-    }
-    Some(PromptSection {
-        key: "memory:recall".into(),
-        content,
-        priority: priority.clamp(0, 100),
-        protected: false,
-        source_type: Some("memory".into()),
-        scope: Some("task-local".into()),
-        reason: Some(format!(
-            "memory search for the newest user message: {}",
-            evidence.join(", ")
-        )),
-        paths: Vec::new(),
-    })
 }
 
 /// Re-indexes `paths` reported by the watcher; a failure is logged and the paths wait for

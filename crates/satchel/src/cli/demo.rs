@@ -9,15 +9,17 @@
 //! variable, no user config file), whatever `$SATCHEL_HOME` says.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
+use super::client::Client;
+
 /// The example conversation (synthetic; regenerate with `examples/make_conversation.py`).
-const CONVERSATION: &str = include_str!("../../../examples/conversation.openai.json");
+const CONVERSATION: &str = include_str!("../../../../examples/conversation.openai.json");
 
 /// Where the demo runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,17 +48,16 @@ pub fn run_isolated() -> anyhow::Result<()> {
     run(&dir.0, Isolation::Fresh)
 }
 
-/// A minimal line-delimited JSON-RPC client over a child's stdio. Dropped before
-/// [`close`](Client::close) (the demo stopped early), it kills the child.
-struct Client {
+/// A `satchel serve` the demo spawned, and the client speaking to it over the child's stdio.
+/// Dropped before [`close`](Served::close) (the demo stopped early), it kills the child.
+struct Served {
     child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
+    /// Taken by `close`: dropping it closes the child's stdin, which ends `serve`.
+    client: Option<Client>,
     closed: bool,
 }
 
-impl Drop for Client {
+impl Drop for Served {
     fn drop(&mut self) {
         if !self.closed {
             let _ = self.child.kill();
@@ -75,7 +76,7 @@ fn configuring(var: &OsString) -> bool {
             .any(|alias| alias.var == var)
 }
 
-impl Client {
+impl Served {
     fn spawn(workspace: &Path, isolation: Isolation) -> anyhow::Result<Self> {
         let mut command = Command::new(std::env::current_exe()?);
         command.args(["--workspace".as_ref(), workspace.as_os_str(), "serve".as_ref()]);
@@ -94,37 +95,20 @@ impl Client {
             .context("spawning satchel serve")?;
         let stdin = child.stdin.take().context("child stdin")?;
         let stdout = BufReader::new(child.stdout.take().context("child stdout")?);
-        Ok(Client {
+        Ok(Served {
             child,
-            stdin: Some(stdin),
-            stdout,
-            next_id: 1,
+            client: Some(Client::new(stdin, stdout)),
             closed: false,
         })
     }
 
-    fn call(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(
-            self.stdin.as_mut().context("satchel serve's stdin is closed")?,
-            "{request}"
-        )
-        .with_context(|| format!("sending {method} to satchel serve"))?;
-        let mut line = String::new();
-        if self.stdout.read_line(&mut line)? == 0 {
-            bail!("satchel exited before answering {method}");
-        }
-        let mut reply: Value = serde_json::from_str(&line)?;
-        if let Some(error) = reply.get("error") {
-            bail!("{method} failed: {error}");
-        }
-        Ok(reply["result"].take())
+    /// The client of the running `serve`.
+    fn client(&mut self) -> anyhow::Result<&mut Client> {
+        self.client.as_mut().context("satchel serve's stdin is closed")
     }
 
     fn close(mut self) -> anyhow::Result<()> {
-        drop(self.stdin.take());
+        drop(self.client.take());
         let status = self.child.wait()?;
         self.closed = true;
         if !status.success() {
@@ -146,7 +130,8 @@ pub fn run(workspace: &Path, isolation: Isolation) -> anyhow::Result<()> {
         .clone();
     let session = format!("demo-{}", uuid::Uuid::new_v4().simple());
 
-    let mut client = Client::spawn(workspace, isolation)?;
+    let mut served = Served::spawn(workspace, isolation)?;
+    let client = served.client()?;
     let init = client.call("initialize", json!({}))?;
     writeln!(
         out,
@@ -189,11 +174,12 @@ pub fn run(workspace: &Path, isolation: Isolation) -> anyhow::Result<()> {
         last["tokens"]["tokenizer"].as_str().unwrap_or("?"),
     )?;
 
-    show_read_back(out, &mut client, &messages, returned)?;
-    client.close()?;
+    show_read_back(out, client, &messages, returned)?;
+    served.close()?;
 
     // A restart loses nothing: a new daemon recognises the whole conversation.
-    let mut client = Client::spawn(workspace, isolation)?;
+    let mut served = Served::spawn(workspace, isolation)?;
+    let client = served.client()?;
     let again = client.call("context.prepare", json!({"session_id": session, "messages": messages}))?;
     writeln!(
         out,
@@ -207,8 +193,8 @@ pub fn run(workspace: &Path, isolation: Isolation) -> anyhow::Result<()> {
             "NO"
         }
     )?;
-    show_compaction(out, &mut client, &messages)?;
-    client.close()?;
+    show_compaction(out, client, &messages)?;
+    served.close()?;
     if isolation == Isolation::Fresh {
         writeln!(
             out,

@@ -278,7 +278,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::inspect::fixture;
+    use crate::cli::inspect::fixture;
 
     /// The fixture with `detail` set to the section `key` (as `context.inspect {detail_key}`
     /// returns it), content and original content as given.
