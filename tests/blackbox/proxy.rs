@@ -20,7 +20,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::support::builders::tool_output;
-use crate::support::{MARKER, SocketClient, archived};
+use crate::support::{Daemon, MARKER, SocketClient, archived, wait_for_path};
 use harness::{
     Proxy, Received, Reply, SECRET_KEY, Upstream, assert_no_secret, calibrated, client, workspace, workspace_holds,
 };
@@ -345,4 +345,40 @@ fn an_openai_chat_tool_loop_is_cut_and_compacted_and_the_archive_keeps_the_origi
     assert!(sessions_list(&ws, "thread-42"));
     assert_eq!(calibrated(&ws, "thread-42"), REPORTED_INPUT);
     assert_no_secret(&ws, &proxy);
+}
+
+/// `serve --proxy` serves the proxy beside stdio on one engine: a proxied session is listed
+/// by `context.sessions` on stdio at once.
+#[test]
+fn serve_with_a_proxy_shares_its_engine_with_stdio() {
+    let (_dir, ws) = workspace();
+    let upstream = Upstream::start(|r| openai_model(r, 0));
+    let env = [("SATCHEL_PROXY_UPSTREAM_OPENAI", upstream.url.as_str())];
+    let mut daemon = Daemon::start_with_args(&ws, &env, &["--proxy", "127.0.0.1:0"]);
+    let info = ws.join("run").join("proxy.json");
+    wait_for_path(&info);
+    let addr = loop {
+        if let Ok(info) = serde_json::from_str::<Value>(&std::fs::read_to_string(&info).unwrap_or_default()) {
+            break info["listen"].as_str().unwrap().to_owned();
+        }
+    };
+    let body = json!({"model": "m", "user": "agent-7", "messages": [{"role": "user", "content": "hi"}]});
+    let response = client()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-satchel-session"], "agent-7");
+    let listed = daemon.call("context.sessions", json!({}));
+    assert!(
+        listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["session_id"] == "agent-7"),
+        "{listed}"
+    );
+    daemon.shutdown();
+    assert!(!info.exists(), "run/proxy.json leaves with the daemon");
 }

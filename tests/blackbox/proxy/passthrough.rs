@@ -56,7 +56,7 @@ fn a_stream_is_relayed_byte_for_byte_as_it_arrives() {
 }
 
 /// The upstream's errors come back as it sent them: status, body and the headers a client
-/// acts on.
+/// acts on; a redirect too, never followed (it would carry the client's key elsewhere).
 #[test]
 fn upstream_errors_pass_through_as_sent() {
     let (_dir, ws) = workspace();
@@ -72,10 +72,15 @@ fn upstream_errors_pass_through_as_sent() {
         );
         reply.headers.push(("retry-after".into(), "7".into()));
         reply.headers.push(("request-id".into(), format!("req_{status}")));
+        if status == 307 {
+            reply
+                .headers
+                .push(("location".into(), "http://127.0.0.1:9/elsewhere".into()));
+        }
         reply
     });
     let proxy = Proxy::start(&ws, &upstream, &[]);
-    for status in [400u16, 429, 500] {
+    for status in [400u16, 429, 500, 307] {
         let body =
             json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": status.to_string()}]});
         let response = client()
@@ -92,6 +97,7 @@ fn upstream_errors_pass_through_as_sent() {
             json!({"type": "error", "error": {"type": "scripted_error", "message": format!("scripted {status}")}});
         assert_eq!(text, expected.to_string());
     }
+    assert_eq!(upstream.received().len(), 4, "the redirect was not followed");
 }
 
 /// Every other path and method goes to the upstream untouched (exact path, query, body and
