@@ -2,7 +2,7 @@
 //! message format satchel is told, and the provider's own error shape.
 
 use bytes::Bytes;
-use hyper::{Method, StatusCode};
+use hyper::{HeaderMap, Method, StatusCode};
 use satchel_protocol::FormatHint;
 
 use crate::Upstreams;
@@ -36,16 +36,22 @@ pub enum Family {
 }
 
 impl Route {
-    /// The route of `method path` (`path` without its query). A path is Anthropic's when it
-    /// is one of its API (`/v1/messages…`, `/v1/complete`, or `HEAD /`, Claude Code's
-    /// pre-warm); every other path is OpenAI's (`/v1/models`, `/v1/embeddings`, …).
-    pub fn of(method: &Method, path: &str) -> Route {
+    /// The route of `method path` (`path` without its query) with `headers`. Any other
+    /// request is Anthropic's when its path is only Anthropic's (`/v1/messages…`,
+    /// `/v1/complete`, or `/`: Claude Code's `HEAD /` pre-warm) or it carries the
+    /// `anthropic-version` header every Anthropic client sends (`GET /v1/models` is both
+    /// APIs'); else OpenAI's.
+    pub fn of(method: &Method, path: &str, headers: &HeaderMap) -> Route {
         let post = method == Method::POST;
         match path.trim_end_matches('/') {
             "/v1/messages" if post => Route::Managed(Provider::Anthropic),
             "/v1/chat/completions" if post => Route::Managed(Provider::OpenAiChat),
             "/v1/responses" if post => Route::Passthrough(Family::OpenAi, Some("format not managed yet")),
-            p if p.starts_with("/v1/messages") || p == "/v1/complete" || p.is_empty() => {
+            p if p.starts_with("/v1/messages")
+                || p == "/v1/complete"
+                || p.is_empty()
+                || headers.contains_key("anthropic-version") =>
+            {
                 Route::Passthrough(Family::Anthropic, None)
             }
             _ => Route::Passthrough(Family::OpenAi, None),
@@ -127,30 +133,29 @@ mod tests {
 
     #[test]
     fn routes() {
+        let none = HeaderMap::new();
+        let mut anthropic = HeaderMap::new();
+        anthropic.insert("anthropic-version", "2023-06-01".parse().unwrap());
+        let of = |method: &Method, path| Route::of(method, path, &none);
         let post = Method::POST;
-        assert_eq!(Route::of(&post, "/v1/messages"), Route::Managed(Provider::Anthropic));
+        assert_eq!(of(&post, "/v1/messages"), Route::Managed(Provider::Anthropic));
+        assert_eq!(of(&post, "/v1/chat/completions"), Route::Managed(Provider::OpenAiChat));
         assert_eq!(
-            Route::of(&post, "/v1/chat/completions"),
-            Route::Managed(Provider::OpenAiChat)
-        );
-        assert_eq!(
-            Route::of(&post, "/v1/messages/count_tokens"),
+            of(&post, "/v1/messages/count_tokens"),
             Route::Passthrough(Family::Anthropic, None)
         );
+        assert_eq!(of(&Method::HEAD, "/"), Route::Passthrough(Family::Anthropic, None));
         assert_eq!(
-            Route::of(&Method::HEAD, "/"),
+            of(&Method::GET, "/v1/messages"),
             Route::Passthrough(Family::Anthropic, None)
         );
+        assert_eq!(of(&Method::GET, "/v1/models"), Route::Passthrough(Family::OpenAi, None));
         assert_eq!(
-            Route::of(&Method::GET, "/v1/messages"),
+            Route::of(&Method::GET, "/v1/models", &anthropic),
             Route::Passthrough(Family::Anthropic, None)
-        );
-        assert_eq!(
-            Route::of(&Method::GET, "/v1/models"),
-            Route::Passthrough(Family::OpenAi, None)
         );
         assert!(matches!(
-            Route::of(&post, "/v1/responses"),
+            of(&post, "/v1/responses"),
             Route::Passthrough(Family::OpenAi, Some(_))
         ));
     }

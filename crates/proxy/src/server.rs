@@ -78,7 +78,7 @@ struct Managed {
 impl Proxy {
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<ProxyBody> {
         let (parts, body) = request.into_parts();
-        let route = Route::of(&parts.method, parts.uri.path());
+        let route = Route::of(&parts.method, parts.uri.path(), &parts.headers);
         let family = route.family();
         if !self.authorised(&parts.headers) {
             let message = "satchel proxy: missing or wrong Proxy-Authorization bearer token";
@@ -98,9 +98,9 @@ impl Proxy {
                 return own_error(family, StatusCode::BAD_REQUEST, &message);
             }
         };
-        let managed = match route {
+        let mut managed = match route {
             Route::Managed(provider) => match self.prepare(provider, &parts.headers, &body).await {
-                Ok(managed) => Some((provider, managed)),
+                Ok(managed) => Some(managed),
                 Err(message) => return own_error(family, StatusCode::BAD_REQUEST, &message),
             },
             Route::Passthrough(_, Some(reason)) => {
@@ -114,10 +114,7 @@ impl Proxy {
             method: parts.method.clone(),
             url: format!("{}{path}", family.base(&self.settings.upstreams).trim_end_matches('/')),
             headers: &parts.headers,
-            body: match &managed {
-                Some((_, Managed { body: Some(body), .. })) => Bytes::from(body.clone()),
-                _ => body,
-            },
+            body: managed.as_mut().and_then(|m| m.body.take()).map_or(body, Bytes::from),
             identity: managed.is_some(),
         };
         let upstream = match forward::send(&self.client, outgoing).await {
@@ -125,7 +122,7 @@ impl Proxy {
             Err(e) => {
                 tracing::warn!(path = parts.uri.path(), "proxy: the upstream could not be reached: {e}");
                 let message = format!("satchel proxy: the upstream could not be reached: {e}");
-                let extra = managed.map(|(_, m)| m.headers).unwrap_or_default();
+                let extra = managed.map(|m| m.headers).unwrap_or_default();
                 return forward::own_response(
                     StatusCode::BAD_GATEWAY,
                     family.error_body(StatusCode::BAD_GATEWAY, &message),
@@ -134,7 +131,7 @@ impl Proxy {
             }
         };
         match managed {
-            Some((_, managed)) => {
+            Some(managed) => {
                 let sink = UsageSink {
                     hook: self.hook.clone(),
                     session_id: managed.session_id,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::harness::Proxy;
-use super::harness::{Reply, SECRET_KEY, Upstream, assert_no_secret, calibrated, client, workspace};
+use super::harness::{Received, Reply, SECRET_KEY, Upstream, assert_no_secret, calibrated, client, workspace};
 
 /// A stream is relayed byte for byte and event by event: the client reads the first event
 /// while the upstream is still writing the rest, and the stream's usage calibrates the session.
@@ -105,24 +105,30 @@ fn upstream_errors_pass_through_as_sent() {
 #[test]
 fn other_paths_pass_through_untouched() {
     let (_dir, ws) = workspace();
-    let upstream =
-        Upstream::start(|request| Reply::json(200, &json!({"echo": request.target, "method": request.method})));
-    let proxy = Proxy::start(&ws, &upstream, &[]);
+    let echo = |request: &Received| Reply::json(200, &json!({"echo": request.target, "method": request.method}));
+    let anthropic = Upstream::start(echo);
+    let openai = Upstream::start(echo);
+    let proxy = Proxy::start(&ws, &anthropic, &[("SATCHEL_PROXY_UPSTREAM_OPENAI", &openai.url)]);
     let http = client();
     let count = r#"{"model":"m", "messages":[{"role":"user","content":"count me"}],"n":1e2}"#;
     let responses =
         r#"{"model":"m","input":[{"type":"message","role":"user","content":"hi"}],"previous_response_id":"resp_1"}"#;
+    // (method, path, body, sent with `anthropic-version`, so Anthropic's)
     let cases = [
-        ("POST", "/v1/messages/count_tokens?beta=true", Some(count)),
-        ("POST", "/v1/responses", Some(responses)),
-        ("GET", "/v1/models?limit=2", None),
-        ("HEAD", "/", None),
+        ("POST", "/v1/messages/count_tokens?beta=true", Some(count), false),
+        ("HEAD", "/", None, false),
+        ("GET", "/v1/models?limit=2", None, true),
+        ("POST", "/v1/responses", Some(responses), false),
+        ("GET", "/v1/models", None, false),
     ];
-    for (method, path, body) in cases {
+    for (method, path, body, versioned) in cases {
         let mut request = http
             .request(method.parse().unwrap(), proxy.url(path))
             .header("x-api-key", SECRET_KEY)
             .header("anthropic-beta", "tools-2024");
+        if versioned {
+            request = request.header("anthropic-version", "2023-06-01");
+        }
         if let Some(body) = body {
             request = request.header("content-type", "application/json").body(body);
         }
@@ -139,9 +145,13 @@ fn other_paths_pass_through_untouched() {
             );
         }
     }
-    let received = upstream.received();
-    assert_eq!(received.len(), cases.len());
-    for ((method, path, body), got) in cases.iter().zip(&received) {
+    let (to_anthropic, to_openai) = (anthropic.received(), openai.received());
+    assert_eq!(
+        (to_anthropic.len(), to_openai.len()),
+        (3, 2),
+        "each went to its provider"
+    );
+    for ((method, path, body, _), got) in cases.iter().zip(to_anthropic.iter().chain(&to_openai)) {
         assert_eq!((got.method.as_str(), got.target.as_str()), (*method, *path));
         assert_eq!(
             got.body,
