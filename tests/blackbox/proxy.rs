@@ -243,6 +243,18 @@ fn an_anthropic_tool_loop_reaches_the_model_cut_and_paired_and_the_workspace_kee
         sessions_list(&ws, "cc-session-1"),
         "context.sessions lists the proxied session"
     );
+    let inspect = std::process::Command::new(crate::support::satchel_bin())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["inspect", "cc-session-1", "--json"])
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+    let shown: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(
+        shown["session_id"], "cc-session-1",
+        "satchel inspect shows the proxied session"
+    );
     assert_eq!(
         calibrated(&ws, "cc-session-1"),
         REPORTED_INPUT,
