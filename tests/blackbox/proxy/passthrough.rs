@@ -12,25 +12,44 @@ use super::harness::{Received, Reply, SECRET_KEY, Upstream, assert_no_secret, ca
 /// A stream is relayed byte for byte and event by event: the client reads the first event
 /// while the upstream is still writing the rest, and the stream's usage calibrates the session.
 #[test]
-fn a_stream_is_relayed_byte_for_byte_as_it_arrives() {
-    const PAUSE: Duration = Duration::from_millis(400);
-    let events: Vec<String> = vec![
-        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_s\",\"usage\":{\"input_tokens\":777,\"output_tokens\":1}}}\n\n".into(),
-        "event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"h\\u00e9llo \u{2603}\"}}\r\n\r\n".into(),
-        ": keep-alive comment\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5}}\n\n".into(),
-        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".into(),
+fn an_anthropic_stream_is_relayed_byte_for_byte_as_it_arrives() {
+    let events = [
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_s\",\"usage\":{\"input_tokens\":777,\"output_tokens\":1}}}\n\n",
+        "event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"h\\u00e9llo \u{2603}\"}}\r\n\r\n",
+        ": keep-alive comment\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
     ];
+    let body = json!({"model": "claude-test", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    check_stream("/v1/messages", &body, &events, 777);
+}
+
+/// The same for OpenAI Chat, whose usage comes in the last chunk before `[DONE]`.
+#[test]
+fn an_openai_chat_stream_is_relayed_byte_for_byte_as_it_arrives() {
+    let events = [
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"h\u{e9}llo\"}}]}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":555,\"completion_tokens\":2}}\n\n",
+        "data: [DONE]\n\n",
+    ];
+    let body = json!({"model": "gpt-test", "stream": true, "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "hi"}]});
+    check_stream("/v1/chat/completions", &body, &events, 555);
+}
+
+/// Sends `body` to `path` and checks the upstream's `events`, written with pauses between
+/// them, come back exactly and as they are written, and that `usage` calibrates the session.
+fn check_stream(path: &str, body: &Value, events: &[&str], usage: u64) {
+    const PAUSE: Duration = Duration::from_millis(400);
     let (_dir, ws) = workspace();
-    let script = events.clone();
+    let script: Vec<String> = events.iter().map(|e| e.to_string()).collect();
     let upstream = Upstream::start(move |_| Reply::stream(&script, PAUSE));
     let proxy = Proxy::start(&ws, &upstream, &[]);
-    let body = json!({"model": "claude-test", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let started = Instant::now();
     let mut response = client()
-        .post(proxy.url("/v1/messages"))
+        .post(proxy.url(path))
         .header("x-satchel-session", "stream-1")
         .header("x-api-key", SECRET_KEY)
-        .json(&body)
+        .json(body)
         .send()
         .unwrap();
     assert_eq!(response.status(), 200);
@@ -52,7 +71,7 @@ fn a_stream_is_relayed_byte_for_byte_as_it_arrives() {
         "the first event came at {first_at:?}, the whole stream at {total:?}"
     );
     assert_eq!(upstream.received()[0].json()["stream"], true);
-    assert_eq!(calibrated(&ws, "stream-1"), 777);
+    assert_eq!(calibrated(&ws, "stream-1"), usage);
 }
 
 /// The upstream's errors come back as it sent them: status, body and the headers a client
