@@ -78,6 +78,7 @@ fn every_rule_names_its_own_key() {
         ("proxy_listen", "localhost".into()),
         ("proxy_upstream_anthropic", "api.anthropic.com".into()),
         ("proxy_upstream_openai", "ftp://x".into()),
+        ("proxy_upstream_openai", "https://api.openai.com/v1/".into()),
     ];
     let defaults = match serde_json::to_value(Config::default()).unwrap() {
         serde_json::Value::Object(map) => map,

@@ -60,6 +60,12 @@ impl Config {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(ConfigError::new(key, "must be an http:// or https:// base URL"));
             }
+            if url.trim_end_matches('/').ends_with("/v1") {
+                return Err(ConfigError::new(
+                    key,
+                    "must not end in /v1: the request's own path (/v1/...) is appended to it",
+                ));
+            }
         }
         Ok(())
     }
