@@ -82,7 +82,12 @@ impl Proxy {
         let family = route.family();
         if !self.authorised(&parts.headers) {
             let message = "satchel proxy: missing or wrong Proxy-Authorization bearer token";
-            return own_error(family, StatusCode::PROXY_AUTHENTICATION_REQUIRED, message);
+            let status = StatusCode::PROXY_AUTHENTICATION_REQUIRED;
+            let challenge = (
+                hyper::header::PROXY_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"satchel\""),
+            );
+            return forward::own_response(status, family.error_body(status, message), vec![challenge]);
         }
         let body = match Limited::new(body, self.settings.max_body_bytes).collect().await {
             Ok(collected) => collected.to_bytes(),

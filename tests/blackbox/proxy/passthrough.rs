@@ -265,6 +265,7 @@ fn the_proxy_token_guards_it_and_print_env_points_agents_at_it() {
         .send()
         .unwrap();
     assert_eq!(refused.status(), 407);
+    assert_eq!(refused.headers()["proxy-authenticate"], "Bearer realm=\"satchel\"");
     assert_eq!(
         refused.json::<Value>().unwrap()["error"]["type"],
         "authentication_error"
