@@ -16,6 +16,9 @@ pub enum Provider {
     OpenAiChat,
 }
 
+/// Why a compressed request body passes through.
+const COMPRESSED: &str = "the request body is compressed";
+
 /// What the proxy does with a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -41,9 +44,17 @@ impl Route {
     /// `/v1/complete`, or `/`: Claude Code's `HEAD /` pre-warm) or it carries the
     /// `anthropic-version` header every Anthropic client sends (`GET /v1/models` is both
     /// APIs'); else OpenAI's.
+    ///
+    /// A managed request whose body is compressed (`content-encoding`) passes through as
+    /// sent: satchel reads only plain JSON, and nothing the client sent may be lost.
     pub fn of(method: &Method, path: &str, headers: &HeaderMap) -> Route {
         let post = method == Method::POST;
+        let compressed = headers
+            .get(hyper::header::CONTENT_ENCODING)
+            .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
         match path.trim_end_matches('/') {
+            "/v1/messages" if post && compressed => Route::Passthrough(Family::Anthropic, Some(COMPRESSED)),
+            "/v1/chat/completions" if post && compressed => Route::Passthrough(Family::OpenAi, Some(COMPRESSED)),
             "/v1/messages" if post => Route::Managed(Provider::Anthropic),
             "/v1/chat/completions" if post => Route::Managed(Provider::OpenAiChat),
             "/v1/responses" if post => Route::Passthrough(Family::OpenAi, Some("format not managed yet")),
@@ -153,6 +164,12 @@ mod tests {
         assert_eq!(
             Route::of(&Method::GET, "/v1/models", &anthropic),
             Route::Passthrough(Family::Anthropic, None)
+        );
+        let mut gzip = HeaderMap::new();
+        gzip.insert("content-encoding", "gzip".parse().unwrap());
+        assert_eq!(
+            Route::of(&post, "/v1/messages", &gzip),
+            Route::Passthrough(Family::Anthropic, Some(COMPRESSED))
         );
         assert!(matches!(
             of(&post, "/v1/responses"),

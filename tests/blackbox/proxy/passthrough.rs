@@ -249,6 +249,21 @@ fn malformed_bodies_get_the_providers_error_and_unpreparable_ones_go_through_as_
             "forwarded exactly as sent"
         );
     }
+    // A compressed body is not read: it goes through as sent.
+    let compressed = b"\x1f\x8b\x08\x00 not read by satchel".to_vec();
+    let response = http
+        .post(proxy.url("/v1/messages"))
+        .header("content-encoding", "gzip")
+        .body(compressed.clone())
+        .send()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("x-satchel-session").is_none());
+    let got = &upstream.received()[2];
+    assert_eq!(
+        (got.body.as_slice(), got.header("content-encoding")),
+        (compressed.as_slice(), Some("gzip"))
+    );
 }
 
 /// With a token of its own the proxy serves only requests that carry it (and never forwards
