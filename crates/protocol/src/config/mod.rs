@@ -21,6 +21,8 @@
 //!   [`TokenConfig`], the two the session's caches key on.
 //! - `daemon.rs`: [`DaemonConfig`], the keys only the daemon's own configuration sets.
 //! - `validate.rs`: [`Config::validate`] and [`ConfigError`].
+//! - [`layers`]: the daemon's layers (defaults, files, `SATCHEL_` variables, a request's
+//!   overrides) merged into one checked [`Config`], each key's source kept.
 
 use std::sync::LazyLock;
 
@@ -31,6 +33,7 @@ use serde_json::{Map, Value};
 
 mod daemon;
 mod groups;
+pub mod layers;
 #[cfg(test)]
 mod tests;
 mod validate;
