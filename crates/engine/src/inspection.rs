@@ -92,7 +92,7 @@ pub(crate) fn role_tokens(session: &mut Session, config: &Config, messages_zone:
     let per_message = session.count_tokens(&counter, config, false);
     let mut by_role = [0u64; 3];
     for (entry, tokens) in session.entries().iter().zip(per_message) {
-        if is_system(&entry.message) {
+        if is_system(&entry.message, format) {
             continue;
         }
         by_role[role_of(&entry.message, format) as usize] += corrected(tokens, factor);

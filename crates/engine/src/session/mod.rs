@@ -530,7 +530,7 @@ impl Session {
         }
         // A span brought back goes after the leading system messages, where the summary goes
         // too, so that it ends up right after the summary.
-        let after_system = messages.iter().take_while(|m| is_system(m.value())).count();
+        let after_system = messages.iter().take_while(|m| is_system(m.value(), format)).count();
         messages.splice(
             after_system..after_system,
             expanded.iter().cloned().map(Outgoing::Owned),
