@@ -206,6 +206,43 @@ mod tests {
     }
 
     #[test]
+    fn responses_steps_are_cut_before_their_reasoning_and_developer_messages_stay() {
+        let f = MessageFormat::OpenaiResponses;
+        let step = |id: &str| {
+            [
+                json!({"type": "reasoning", "summary": [], "encrypted_content": "sig"}),
+                json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": "{}"}),
+                json!({"type": "function_call_output", "call_id": id, "output": "out"}),
+            ]
+        };
+        let mut m = vec![
+            json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}),
+            json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions>"}]}),
+            json!({"role": "user", "content": "task"}),
+        ];
+        m.extend(step("a")); // 3, 4, 5
+        m.extend(step("b")); // 6, 7, 8
+        m.extend(step("c")); // 9, 10, 11
+        m.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}));
+        let tokens = vec![50, 50, 10, 5, 10, 100, 5, 10, 100, 5, 10, 100, 10];
+        // From index 9 the tail holds 125 tokens; from 10 it would be smaller, but the call is
+        // not cut from its reasoning, nor an output from its call.
+        let plan = plan_split(&m, &tokens, f, 130u64).unwrap();
+        assert_eq!(plan.tail_start, 9);
+        assert_eq!(
+            plan.keep,
+            vec![0, 1, 2, 9, 10, 11, 12],
+            "developer messages and the task stay"
+        );
+        assert_eq!(plan.compact, vec![3, 4, 5, 6, 7, 8]);
+        let kept: Vec<Value> = plan.keep.iter().map(|&i| m[i].clone()).collect();
+        assert_eq!(check_pairs(&kept, f), Ok(()));
+        // A step that only reasons and answers is the final answer: no cut before it.
+        assert!(!is_split_point(&m, 12, f));
+        assert!((3..12).filter(|&k| is_split_point(&m, k, f)).eq([6, 9]));
+    }
+
+    #[test]
     fn a_final_answer_stays_with_its_request_and_calls() {
         let f = MessageFormat::Openai;
         let m = vec![

@@ -477,4 +477,35 @@ mod tests {
             ],
         );
     }
+
+    #[test]
+    fn responses_outputs_are_selected_and_classified_by_their_call() {
+        let c = Config::default();
+        // The call of `r` came in an earlier request; reasoning and user text are never cut.
+        let earlier = [json!({"type": "function_call", "call_id": "r", "name": "read_file",
+            "arguments": r#"{"path":"src/lib.rs"}"#})];
+        let new = [
+            json!({"type": "function_call_output", "call_id": "r", "output": "x".repeat(3_101)}),
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": big()}]}),
+            json!({"type": "reasoning", "summary": [], "encrypted_content": big()}),
+            json!({"type": "function_call", "call_id": "m", "name": "exec_command", "arguments": r#"{"cmd":"make"}"#}),
+            json!({"type": "custom_tool_call", "call_id": "d", "name": "view_doc", "input": "docs/GUIDE.md"}),
+            json!({"type": "function_call_output", "call_id": "m", "output": [
+                {"type": "input_text", "text": "short"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                {"type": "input_text", "text": big()}]}),
+            // A Markdown file's text of this size stays under the Markdown limits.
+            json!({"type": "custom_tool_call_output", "call_id": "d", "output": big()}),
+        ];
+        check_selection(
+            &new,
+            &earlier,
+            MessageFormat::OpenaiResponses,
+            &c,
+            &[
+                (0, "/output", Some("read_file")),
+                (5, "/output/2/text", Some("exec_command")),
+            ],
+        );
+    }
 }

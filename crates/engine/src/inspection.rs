@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use satchel_core::calibration::corrected;
-use satchel_core::format::{MessageFormat, has_tool_result};
+use satchel_core::format::{self, MessageFormat, has_tool_result};
 use satchel_core::offload::recent_start;
 use satchel_core::render::{ResultControl, result_id};
 use satchel_core::tokens::TokenCounter;
@@ -71,7 +71,7 @@ enum Role {
 }
 
 fn role_of(message: &Value, format: MessageFormat) -> Role {
-    match message.get("role").and_then(Value::as_str) {
+    match format::role_of(message) {
         Some("assistant") => Role::Assistant,
         Some("tool" | "function") => Role::ToolResults,
         _ if has_tool_result(message, format) => Role::ToolResults,
