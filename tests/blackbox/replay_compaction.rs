@@ -55,9 +55,9 @@ use serde_json::{Value, json};
 
 use crate::support::checks::blank_texts_dropped;
 use crate::support::trajectories::{
-    Format, NOTICE_START, Trajectory, block_type, blocks, check_request_shape, content_texts, diff_strings, env_flag,
-    has_tool_call, load_shared_data, parse_notice, parse_stub, report_path, result_ids, result_text_pointers, role,
-    str_field,
+    Format, NOTICE_START, Trajectory, block_type, blocks, call_ids, check_request_shape, content_texts, diff_strings,
+    env_flag, has_tool_call, is_output_item, load_shared_data, parse_notice, parse_stub, report_path, result_ids,
+    result_text_pointers, role, str_field,
 };
 use crate::support::{Daemon, MARKER, SUMMARY_HEADING, read_from};
 
@@ -203,6 +203,15 @@ const TARGET_SUMMARY_TOKENS: u64 = 3000;
 /// The arguments of each tool call of a message, parsed (a non-JSON argument string is kept as
 /// a string).
 fn call_arguments(message: &Value, format: Format) -> Vec<Value> {
+    if format == Format::OpenaiResponses {
+        let arguments = message.get("arguments").or_else(|| message.get("input"));
+        return match (call_ids(message, format).is_empty(), arguments) {
+            (false, Some(Value::String(s))) => {
+                vec![serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))]
+            }
+            _ => Vec::new(),
+        };
+    }
     if role(message) != "assistant" {
         return Vec::new();
     }
@@ -222,6 +231,7 @@ fn call_arguments(message: &Value, format: Format) -> Vec<Value> {
             .filter(|b| block_type(b) == "tool_use")
             .map(|b| b.get("input").cloned().unwrap_or(Value::Null))
             .collect(),
+        Format::OpenaiResponses => unreachable!("read above"),
     }
 }
 
@@ -251,6 +261,10 @@ fn tool_results(message: &Value, format: Format) -> Vec<(String, String)> {
             .filter(|b| block_type(b) == "tool_result")
             .map(|b| (str_field(b, "tool_use_id"), content_texts(b.get("content"))))
             .collect(),
+        Format::OpenaiResponses if is_output_item(message) => {
+            vec![(str_field(message, "call_id"), content_texts(message.get("output")))]
+        }
+        Format::OpenaiResponses => Vec::new(),
     }
 }
 
