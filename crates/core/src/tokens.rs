@@ -205,6 +205,14 @@ mod tests {
                     {"type": "tool_result", "tool_use_id": "t1", "content": "a"},
                     {"type": "tool_result", "tool_use_id": "t2", "content": "b"},
                     {"type": "text", "text": "go on"}]}),
+                // Responses items: reasoning and messages have no framing, a call item and an
+                // output item one each.
+                json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}),
+                json!({"type": "function_call", "call_id": "f1", "name": "exec_command", "arguments": "{}"}),
+                json!({"type": "custom_tool_call", "call_id": "f2", "name": "apply_patch", "input": "*** Begin"}),
+                json!({"type": "function_call_output", "call_id": "f1", "output": "a"}),
+                json!({"type": "custom_tool_call_output", "call_id": "f2", "output": [{"type": "input_text", "text": "b"}]}),
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}),
             ],
             &[
                 0,
@@ -212,6 +220,12 @@ mod tests {
                 TOOL_RESULT_OVERHEAD_TOKENS,
                 TOOL_USE_OVERHEAD_TOKENS,
                 2 * TOOL_RESULT_OVERHEAD_TOKENS,
+                0,
+                TOOL_USE_OVERHEAD_TOKENS,
+                TOOL_USE_OVERHEAD_TOKENS,
+                TOOL_RESULT_OVERHEAD_TOKENS,
+                TOOL_RESULT_OVERHEAD_TOKENS,
+                0,
             ],
         );
         // Whole numbers for one message: 48 bytes of strings are 12 tokens, + 4 + 2 × 20.
