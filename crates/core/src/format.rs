@@ -43,16 +43,16 @@ pub fn detect(messages: &[Value]) -> Option<MessageFormat> {
 }
 
 fn detect_one(message: &Value) -> Option<MessageFormat> {
-    // Only Responses items have a top-level `type`, and only their text parts are typed
-    // `input_text` / `output_text`.
+    // Only Responses has call, output and reasoning items, and parts typed `input_text`,
+    // `output_text`, `input_image` or `input_file`.
     if message
         .get("type")
         .and_then(Value::as_str)
-        .is_some_and(|t| responses::ITEM_TYPES.contains(&t))
+        .is_some_and(|t| responses::DISTINCT_ITEM_TYPES.contains(&t))
         || content_blocks(message).any(|b| {
             b.get("type")
                 .and_then(Value::as_str)
-                .is_some_and(|t| responses::TEXT_PARTS.contains(&t))
+                .is_some_and(|t| responses::DISTINCT_PARTS.contains(&t))
         })
     {
         return Some(MessageFormat::OpenaiResponses);

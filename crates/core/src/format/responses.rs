@@ -21,9 +21,9 @@ const CALLS: [(&str, &str); 2] = [
     ("custom_tool_call", "custom_tool_call_output"),
 ];
 
-/// Item types that only this format has: one of them in a list tells the format apart.
-pub(super) const ITEM_TYPES: [&str; 6] = [
-    "message",
+/// Item types that only this format has: one of them in a list tells the format apart. Not
+/// `message`: an Anthropic response object sent back as a message has `"type": "message"` too.
+pub(super) const DISTINCT_ITEM_TYPES: [&str; 5] = [
     "function_call",
     "function_call_output",
     "custom_tool_call",
@@ -33,6 +33,9 @@ pub(super) const ITEM_TYPES: [&str; 6] = [
 
 /// Text part types of this format's messages and tool outputs.
 pub(super) const TEXT_PARTS: [&str; 2] = ["input_text", "output_text"];
+
+/// Content part types that only this format has.
+pub(super) const DISTINCT_PARTS: [&str; 4] = ["input_text", "output_text", "input_image", "input_file"];
 
 fn item_type(item: &Value) -> Option<&str> {
     item.get("type").and_then(Value::as_str)
@@ -236,13 +239,22 @@ mod tests {
             ],
             vec![json!({"role": "user", "content": [{"type": "text", "text": "hi"}]})],
             vec![json!({"role": "tool", "tool_call_id": "c", "content": "x"})],
+            // An Anthropic response object sent back as it came.
+            vec![json!({"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}]})],
         ]
         .iter()
         .map(|items| detect(items))
         .collect::<Vec<_>>();
         assert_eq!(
             got,
-            [None, Some(FORMAT), Some(FORMAT), None, Some(MessageFormat::Openai)]
+            [
+                None,
+                Some(FORMAT),
+                Some(FORMAT),
+                None,
+                Some(MessageFormat::Openai),
+                None
+            ]
         );
     }
 }
