@@ -112,6 +112,10 @@ pub const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool"
 /// Every step after ingestion (pairs, turns, compaction, repair) reads the role.
 pub fn role_problem(message: &Value) -> Option<String> {
     match message.get("role") {
+        // A Responses `message` item says who wrote it by its role, like a chat message.
+        None if message.get("type").and_then(Value::as_str) == Some("message") => {
+            Some("a `message` item needs a `role`".to_owned())
+        }
         None if message.get("type").is_some_and(Value::is_string) => None,
         None => Some("a message needs a `role` (or, as a Responses item, a `type`)".to_owned()),
         Some(Value::String(role)) if ROLES.contains(&role.as_str()) => None,
@@ -411,6 +415,7 @@ mod tests {
             json!({"role": "User", "content": "x"}),
             json!({"role": 1, "content": "x"}),
             json!({"role": null}),
+            json!({"type": "message", "content": [{"type": "input_text", "text": "x"}]}),
         ]
         .iter()
         .map(|m| role_problem(m).expect("refused"))
@@ -423,6 +428,7 @@ mod tests {
                 "unknown role \"User\": expected one of system, developer, user, assistant, tool, function",
                 "`role` must be a string",
                 "`role` must be a string",
+                "a `message` item needs a `role`",
             ]
         );
     }
