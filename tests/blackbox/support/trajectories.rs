@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{CONTEXT_READ_PATH, number_after, quoted_after};
 
@@ -119,7 +119,49 @@ pub fn load_folder(dir: &Path, format: Format) -> Vec<Trajectory> {
         .collect()
 }
 
-/// A data folder's name and its trajectories.
+/// `t` (OpenAI chat format) as Codex would send it over the Responses API: the system message
+/// as a `developer` item, each assistant turn as a signed reasoning item, its text and one
+/// `function_call` item per call, each `tool` message as a `function_call_output` item.
+pub fn as_responses(t: &Trajectory) -> Trajectory {
+    assert_eq!(t.format, Format::Openai, "{} is not in OpenAI chat format", t.name);
+    let message = |role: &str, part: &str, text: &Value| json!({"type": "message", "role": role, "content": [{"type": part, "text": text}]});
+    let mut items = Vec::new();
+    for (index, m) in t.messages.iter().enumerate() {
+        let content = m.get("content").cloned().unwrap_or(Value::Null);
+        match role(m) {
+            "system" => items.push(message("developer", "input_text", &content)),
+            "user" => items.push(message("user", "input_text", &content)),
+            "tool" => {
+                items.push(json!({"type": "function_call_output", "call_id": m["tool_call_id"], "output": content}))
+            }
+            "assistant" => {
+                items.push(json!({"type": "reasoning", "id": format!("rs_{index}"), "summary": [],
+                                  "encrypted_content": format!("gAAAAB-{index}-opaque")}));
+                let calls = m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                if calls.is_empty() || content.as_str().is_some_and(|s| !s.is_empty()) {
+                    items.push(message("assistant", "output_text", &content));
+                }
+                items.extend(calls.iter().map(|c| {
+                    json!({"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                           "arguments": c["function"]["arguments"], "status": "completed"})
+                }));
+            }
+            other => panic!("{}: role {other:?}", t.name),
+        }
+    }
+    Trajectory {
+        name: format!("{} (as Responses items)", t.name),
+        session_id: t.session_id.clone(),
+        format: Format::OpenaiResponses,
+        system: t.system.clone(),
+        messages: items,
+    }
+}
+
+/// A data folder's name and its trajectories./// A data folder's name and its trajectories.
 pub type Folder = (&'static str, Vec<Trajectory>);
 
 /// The shared data's folder (canonical) and the trajectories of its two folders, OpenAI format
