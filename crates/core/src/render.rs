@@ -178,8 +178,7 @@ pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: 
         .take_while(|m| format::is_instructions(m.value(), format))
         .count();
     if format == MessageFormat::OpenaiResponses {
-        let item = json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]});
-        messages.insert(at, M::from_value(item));
+        messages.insert(at, M::from_value(responses_summary_item(text)));
         return;
     }
     if format == MessageFormat::Anthropic && messages.get(at).is_some_and(|m| is_user_turn(m.value(), format)) {
@@ -197,6 +196,12 @@ pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: 
         return;
     }
     messages.insert(at, M::from_value(json!({"role": "user", "content": text})));
+}
+
+/// The summary as the Responses format carries it: a user `message` item of its own, whose
+/// wrapper (`message`, `input_text`) is counted with it.
+pub fn responses_summary_item(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
 }
 
 #[cfg(test)]

@@ -153,7 +153,8 @@ pub fn as_responses(t: &Trajectory) -> Trajectory {
         }
     }
     Trajectory {
-        name: format!("{} (as Responses items)", t.name),
+        // The file stem stays last: the outcome labels are looked up by it.
+        name: format!("responses:{}", t.name),
         session_id: t.session_id.clone(),
         format: Format::OpenaiResponses,
         system: t.system.clone(),
