@@ -412,7 +412,10 @@ async fn sweep_periodically(daemon: Arc<handlers::Daemon>) {
                 "offload sweep"
             ),
             Ok(Err(e)) => tracing::warn!("offload sweep failed: {e}"),
-            Err(e) => tracing::warn!("offload sweep panicked: {e}"),
+            Err(e) if e.is_panic() => tracing::warn!("offload sweep panicked: {e}"),
+            // Cancelled because the runtime is shutting down (the client closed stdin
+            // mid-sweep): no failure, and the next start sweeps again.
+            Err(_) => {}
         }
     }
 }
