@@ -28,6 +28,7 @@ mod memory_integrity;
 mod pins;
 mod progress;
 mod protocol_examples;
+mod proxy;
 mod pruning;
 mod refusals;
 mod render_key;

@@ -151,6 +151,14 @@ export interface Config {
   embedding_timeout_secs?: number;
   /** Directory of a local sentence-embedding model (needs the `local-embeddings` build). */
   embedding_model_path?: string;
+  /** Where `satchel proxy` listens (`HOST:PORT`). */
+  proxy_listen?: string;
+  /** Where the proxy forwards Anthropic requests. */
+  proxy_upstream_anthropic?: string;
+  /** Where the proxy forwards OpenAI requests. */
+  proxy_upstream_openai?: string;
+  /** The proxy's own bearer token (`[redacted]` when set). */
+  proxy_token?: string;
   /** Learning candidates (`candidates.*`): promoted ones are sections of the system prompt (source type `candidates`). */
   candidates_enabled?: boolean;
   /** A compaction's new lessons (a failure and what fixed it) are observed as candidates. */
@@ -1069,6 +1077,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'memory_merge_days?', 'embedding_backend?', 'embedding_base_url?', 'embedding_api_key_env?',
     'embedding_model_name?', 'embedding_dimensions?', 'embedding_cache_enabled?', 'embedding_max_cache_size?',
     'embedding_max_input_length?', 'embedding_max_batch_size?', 'embedding_timeout_secs?', 'embedding_model_path?',
+    'proxy_listen?', 'proxy_upstream_anthropic?', 'proxy_upstream_openai?', 'proxy_token?',
     'candidates_enabled?', 'candidates_from_compaction?',
   ]),
   PrepareParams: fields<PrepareParams>()([

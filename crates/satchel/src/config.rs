@@ -641,6 +641,10 @@ mod tests {
             ("embedding_max_batch_size", json!(1)),
             ("embedding_timeout_secs", json!(1)),
             ("embedding_model_path", json!("/tmp/model")),
+            ("proxy_listen", json!("0.0.0.0:80")),
+            ("proxy_upstream_anthropic", json!("http://attacker.example")),
+            ("proxy_upstream_openai", json!("http://attacker.example")),
+            ("proxy_token", json!("")),
         ];
         assert_eq!(values.len(), DaemonConfig::keys().len());
         for (key, value) in values {

@@ -15,6 +15,7 @@ mod handlers;
 mod llm;
 mod memory;
 mod panic_point;
+mod proxy;
 mod rpc;
 mod schedule;
 mod socket;
@@ -72,6 +73,25 @@ enum Command {
         /// Serve only the socket, until SIGINT/SIGTERM (for a daemon started outside an editor).
         #[arg(long, requires = "socket")]
         no_stdio: bool,
+        /// Also serve the provider-compatible proxy (see `satchel proxy`) on this address
+        /// (`IP:PORT`; without a value, `proxy_listen`), sharing the engine.
+        #[arg(long, num_args = 0..=1, value_name = "ADDR")]
+        proxy: Option<Option<String>>,
+    },
+    /// Serve the provider-compatible proxy: Anthropic Messages (`POST /v1/messages`) and OpenAI
+    /// Chat Completions (`POST /v1/chat/completions`) requests go through `context.prepare`
+    /// on their session and on to `proxy_upstream_anthropic` / `proxy_upstream_openai`; every
+    /// other request passes through. Also serves the socket (`<workspace>/run/satchel.sock`),
+    /// so `satchel inspect` sees the proxied sessions. Until SIGINT/SIGTERM.
+    Proxy {
+        /// Address to listen on (`IP:PORT`, port 0 for a free one; default `proxy_listen`).
+        /// The bound address is logged and written to `<workspace>/run/proxy.json`.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Print the environment lines that point Claude Code or Codex/OpenAI SDKs at the
+        /// proxy (the running one's address, else `--listen`, else `proxy_listen`), and exit.
+        #[arg(long)]
+        print_env: bool,
     },
     /// Attach to a running daemon and show a session's context, like `/context list`.
     Inspect(cli::inspect::InspectArgs),
@@ -128,12 +148,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         max_message_bytes: transport::TransportLimits::default().max_request_bytes,
         socket: None,
         no_stdio: false,
+        proxy: None,
     };
     match cli.command.unwrap_or(default_serve) {
         Command::Serve {
             max_message_bytes,
             socket,
             no_stdio,
+            proxy,
         } => serve(
             match cli.workspace {
                 Some(dir) => dir,
@@ -145,7 +167,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             socket,
             no_stdio,
+            proxy,
         ),
+        Command::Proxy { listen, print_env } => {
+            let workspace = match cli.workspace {
+                Some(dir) => dir,
+                None => default_workspace()?,
+            };
+            if print_env {
+                return proxy::print_env(&workspace, listen.as_deref());
+            }
+            let limits = transport::TransportLimits::default();
+            serve(workspace, limits, Some(None), true, Some(listen))
+        }
         Command::Inspect(args) => cli::inspect::run(&args, cli.workspace.as_deref()),
         // The demo must not touch a real workspace (not even $SATCHEL_HOME) unless asked to.
         Command::Demo => match cli.workspace {
@@ -286,6 +320,7 @@ fn serve(
     limits: transport::TransportLimits,
     socket_path: Option<Option<PathBuf>>,
     no_stdio: bool,
+    proxy_listen: Option<Option<String>>,
 ) -> anyhow::Result<()> {
     let workspace =
         Workspace::open(&workspace_dir).with_context(|| format!("opening workspace {}", workspace_dir.display()))?;
@@ -316,16 +351,33 @@ fn serve(
             }
             None => None,
         };
+        let mut proxy = match &proxy_listen {
+            Some(listen) => Some(proxy::bind(&daemon, listen.as_deref()).await?),
+            None => None,
+        };
         let listening = async {
-            match &bound {
-                Some(bound) => transport::accept_loop(&bound.listener, service.clone(), limits).await,
-                None => std::future::pending().await,
+            let socket = async {
+                match &bound {
+                    Some(bound) => transport::accept_loop(&bound.listener, service.clone(), limits).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let proxying = async {
+                match proxy.as_mut() {
+                    Some(proxy) => proxy::serve(proxy, daemon.clone()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = socket => {}
+                () = proxying => {}
             }
         };
         tracing::info!(
             workspace = %daemon.engine().workspace().root().display(),
             stdio = !no_stdio,
             socket = bound.is_some(),
+            proxy = proxy_listen.is_some(),
             "satchel serving"
         );
         if !no_stdio {
@@ -350,6 +402,7 @@ fn serve(
         evicter.abort();
         candidate_gates.abort();
         merger.abort();
+        drop(proxy);
         drop(bound);
         outcome
     })?;

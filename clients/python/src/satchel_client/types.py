@@ -301,6 +301,10 @@ class Config(TypedDict, total=False):
     embedding_max_batch_size: int
     embedding_timeout_secs: float
     embedding_model_path: str
+    proxy_listen: str
+    proxy_upstream_anthropic: str
+    proxy_upstream_openai: str
+    proxy_token: str
     # Learning candidates (`candidates.*`).
     candidates_enabled: bool
     candidates_from_compaction: bool

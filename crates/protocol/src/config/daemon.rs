@@ -27,6 +27,9 @@ pub struct DaemonConfig {
     /// The memory index's embeddings.
     #[serde(flatten)]
     pub embedding: EmbeddingConfig,
+    /// The provider-compatible proxy (`satchel proxy`).
+    #[serde(flatten)]
+    pub proxy: ProxyConfig,
 }
 
 impl DaemonConfig {
@@ -216,6 +219,37 @@ impl Default for EmbeddingConfig {
             embedding_max_batch_size: 10,
             embedding_timeout_secs: 30.0,
             embedding_model_path: String::new(),
+        }
+    }
+}
+
+/// The provider-compatible proxy (`satchel proxy`, `serve --proxy`): where it listens and
+/// where it forwards. Daemon-only: the upstreams receive the clients' credentials.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ProxyConfig {
+    /// Where the proxy listens when `--listen` is not given (`HOST:PORT`; port 0 picks a free
+    /// one, recorded in `run/proxy.json`). Daemon-only.
+    pub proxy_listen: String,
+    /// Where Anthropic Messages requests (`/v1/messages…`, `HEAD /`) are forwarded, without
+    /// `/v1`. Daemon-only: clients' API keys are sent there.
+    pub proxy_upstream_anthropic: String,
+    /// Where OpenAI requests (`/v1/chat/completions`, `/v1/responses`, `/v1/models`, every
+    /// other path) are forwarded, without `/v1`. Daemon-only: clients' API keys are sent there.
+    pub proxy_upstream_openai: String,
+    /// The proxy's own bearer token: when set, each request must carry
+    /// `Proxy-Authorization: Bearer <token>`. Required to listen on an address other than
+    /// loopback. Daemon-only; shown as `[redacted]`.
+    pub proxy_token: String,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            proxy_listen: "127.0.0.1:8788".into(),
+            proxy_upstream_anthropic: "https://api.anthropic.com".into(),
+            proxy_upstream_openai: "https://api.openai.com".into(),
+            proxy_token: String::new(),
         }
     }
 }

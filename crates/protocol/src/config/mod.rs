@@ -35,7 +35,7 @@ mod groups;
 mod tests;
 mod validate;
 
-pub use daemon::{DaemonConfig, EmbeddingConfig, LlmEndpointConfig, MemoryIndexConfig, SessionsConfig};
+pub use daemon::{DaemonConfig, EmbeddingConfig, LlmEndpointConfig, MemoryIndexConfig, ProxyConfig, SessionsConfig};
 pub use groups::{
     CandidatesConfig, CompactionConfig, Float, PromptConfig, PruneConfig, RecentConfig, RenderConfig, RetentionConfig,
     SectionsConfig, SummaryConfig, TokenConfig, WindowConfig,
@@ -213,13 +213,14 @@ impl Config {
                 sessions: group(&keys)?,
                 memory_index: group(&keys)?,
                 embedding: group(&keys)?,
+                proxy: group(&keys)?,
             },
         })
     }
 
     /// The configuration as a client may see it: every `llm_extra_headers` value (the keys
-    /// stay) and any credentials in `llm_base_url` (`user:password@`, the query string)
-    /// replaced by [`REDACTED`]. The API key is never in the configuration at all, only the
+    /// stay), any credentials in `llm_base_url` and the proxy's upstreams (`user:password@`,
+    /// the query string) and a set `proxy_token` replaced by [`REDACTED`]. The API key is never in the configuration at all, only the
     /// name of its variable.
     pub fn for_clients(&self) -> Config {
         let mut shown = self.clone();
@@ -228,6 +229,15 @@ impl Config {
         }
         shown.daemon.llm.llm_base_url = url_without_credentials(&self.daemon.llm.llm_base_url);
         shown.daemon.embedding.embedding_base_url = url_without_credentials(&self.daemon.embedding.embedding_base_url);
+        for url in [
+            &mut shown.daemon.proxy.proxy_upstream_anthropic,
+            &mut shown.daemon.proxy.proxy_upstream_openai,
+        ] {
+            *url = url_without_credentials(url);
+        }
+        if !shown.daemon.proxy.proxy_token.is_empty() {
+            shown.daemon.proxy.proxy_token = REDACTED.to_owned();
+        }
         shown
     }
 

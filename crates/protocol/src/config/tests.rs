@@ -75,6 +75,10 @@ fn every_rule_names_its_own_key() {
         ("dialog_path", "".into()),
         ("dialog_path", "../elsewhere".into()),
         ("dialog_path", "/abs".into()),
+        ("proxy_listen", "localhost".into()),
+        ("proxy_upstream_anthropic", "api.anthropic.com".into()),
+        ("proxy_upstream_openai", "ftp://x".into()),
+        ("proxy_upstream_openai", "https://api.openai.com/v1/".into()),
     ];
     let defaults = match serde_json::to_value(Config::default()).unwrap() {
         serde_json::Value::Object(map) => map,
@@ -106,7 +110,7 @@ fn daemon_only_keys_are_config_keys() {
         serde_json::Value::Object(map) => map,
         other => panic!("{other}"),
     };
-    assert_eq!(DaemonConfig::keys().len(), 31);
+    assert_eq!(DaemonConfig::keys().len(), 35);
     for key in DaemonConfig::keys() {
         assert!(keys.contains_key(key), "{key} is not a config key");
         assert!(DaemonConfig::has_key(key));
@@ -120,6 +124,8 @@ fn clients_see_no_header_value_and_no_url_credentials() {
     let mut c = Config::default();
     c.daemon.llm.llm_extra_headers = [("X-Org".to_owned(), "org-secret-1".to_owned())].into();
     c.daemon.llm.llm_base_url = "https://user:pa55@llm.example.com:8443/v1?api-key=k3y".into();
+    c.daemon.proxy.proxy_token = "pr0xy-t0ken".into();
+    c.daemon.proxy.proxy_upstream_openai = "https://u:upstr3am@gw.example.com".into();
     let shown = c.for_clients();
     assert_eq!(shown.daemon.llm.llm_extra_headers["X-Org"], REDACTED);
     assert_eq!(
@@ -127,7 +133,8 @@ fn clients_see_no_header_value_and_no_url_credentials() {
         "https://[redacted]@llm.example.com:8443/v1?[redacted]"
     );
     let text = serde_json::to_string(&shown).unwrap();
-    for secret in ["org-secret-1", "pa55", "k3y"] {
+    assert_eq!(shown.daemon.proxy.proxy_token, REDACTED);
+    for secret in ["org-secret-1", "pa55", "k3y", "pr0xy-t0ken", "upstr3am"] {
         assert!(!text.contains(secret), "{secret} shown: {text}");
     }
     assert_eq!(
@@ -143,7 +150,7 @@ fn clients_see_no_header_value_and_no_url_credentials() {
 fn the_wire_form_is_flat_and_reads_back() {
     let value = serde_json::to_value(Config::default()).unwrap();
     let Value::Object(keys) = &value else { panic!("{value}") };
-    assert_eq!(keys.len(), 74);
+    assert_eq!(keys.len(), 78);
     assert_eq!(keys.keys().cloned().collect::<Vec<_>>(), Config::keys());
     assert!(
         keys.values().all(|v| !v.is_object() || v == &json!({})),

@@ -40,7 +40,34 @@ impl Config {
         self.validate_window_and_pruning()?;
         self.validate_compaction()?;
         self.validate_limits()?;
+        self.validate_proxy()?;
         self.daemon.validate_memory()
+    }
+
+    /// Checks the proxy's keys: an address to listen on and two HTTP(S) base URLs.
+    fn validate_proxy(&self) -> Result<(), ConfigError> {
+        let proxy = &self.daemon.proxy;
+        if proxy.proxy_listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ConfigError::new(
+                "proxy_listen",
+                "must be an IP address and port, e.g. 127.0.0.1:8788",
+            ));
+        }
+        for (key, url) in [
+            ("proxy_upstream_anthropic", &proxy.proxy_upstream_anthropic),
+            ("proxy_upstream_openai", &proxy.proxy_upstream_openai),
+        ] {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::new(key, "must be an http:// or https:// base URL"));
+            }
+            if url.trim_end_matches('/').ends_with("/v1") {
+                return Err(ConfigError::new(
+                    key,
+                    "must not end in /v1: the request's own path (/v1/...) is appended to it",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks the window, pruning and prompt keys (called by [`Config::validate`]).

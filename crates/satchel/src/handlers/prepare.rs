@@ -1,12 +1,17 @@
 //! `context.prepare`: the pre-reasoning hook, run by the engine in the session's turn.
 
+use std::sync::Arc;
+
 use satchel_core::limits::{MAX_JSON_DEPTH, too_deep_message, value_depth};
-use satchel_engine::Prepared;
-use satchel_protocol::PrepareParams;
+use satchel_core::summary::llm::Completer;
+use satchel_engine::{CallContext, CallToken, ModelSource, Prepared};
+use satchel_protocol::config::SummarizerKind;
+use satchel_protocol::{Config, PrepareParams};
 use serde_json::value::RawValue;
 
 use super::Daemon;
 use crate::error::RpcError;
+use crate::llm::OpenAiCompleter;
 use crate::transport::CallScope;
 
 impl Daemon {
@@ -25,6 +30,38 @@ impl Daemon {
         })?;
         self.publish(outcome.event);
         Ok(outcome.result)
+    }
+
+    /// `context.prepare` for a caller that is no JSON-RPC connection (the provider proxy):
+    /// the daemon's own configuration, no client to summarise with or report progress to,
+    /// and no cancellation; watchers of the session are told as for any call.
+    pub fn prepare_detached(&self, params: PrepareParams<Box<RawValue>>) -> Result<Prepared, RpcError> {
+        check_depth(&params)?;
+        let ticket = self.engine().ticket(&params.session_id)?;
+        let publish = |event| self.publish(Some(event));
+        let call = CallContext {
+            models: &EndpointModels,
+            progress: Arc::new(|_, _| {}),
+            events: &publish,
+            token: CallToken::new(),
+            max_result_bytes: None,
+        };
+        let outcome = self.engine().prepare(ticket, params, self.engine().config(), &call)?;
+        self.publish(outcome.event);
+        Ok(outcome.result)
+    }
+}
+
+/// The models of a call with no client: the configured endpoint only.
+struct EndpointModels;
+
+impl ModelSource for EndpointModels {
+    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String> {
+        match kind {
+            SummarizerKind::Openai => Ok(Box::new(OpenAiCompleter::from_config(config))),
+            SummarizerKind::Extractive => Err("the extractive summariser needs no model".into()),
+            SummarizerKind::Client => Err("a proxied request has no client to summarise with".into()),
+        }
     }
 }
 

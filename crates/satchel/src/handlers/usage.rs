@@ -13,4 +13,12 @@ impl Daemon {
         let ticket = self.ticket(scope, &params.session_id)?;
         Ok(self.engine().report_usage(ticket, params, &scope.token)?)
     }
+
+    /// `context.usage` for a caller that is no JSON-RPC connection (the provider proxy).
+    pub fn usage_detached(&self, params: UsageParams) -> Result<Calibration, RpcError> {
+        let ticket = self.engine().ticket(&params.session_id)?;
+        Ok(self
+            .engine()
+            .report_usage(ticket, params, &satchel_engine::CallToken::new())?)
+    }
 }
