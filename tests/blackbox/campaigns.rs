@@ -289,7 +289,7 @@ impl Client {
                 continue;
             }
             let id = match self.format {
-                Format::Openai => format!("call_{s}"),
+                Format::Openai | Format::OpenaiResponses => format!("call_{s}"),
                 Format::Anthropic => format!("toolu_{s:03}"),
             };
             let bytes = if rng.chance(3) {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::builders::{
-    AgentLoop, FIRST_COMMAND, FIRST_FILE, SYSTEM, agent_step, assistant, call_message, result_message, system,
-    tool_output, user,
+    AgentLoop, FIRST_COMMAND, FIRST_FILE, SYSTEM, agent_step, assistant, call_message, developer, result_message,
+    system, tool_output, user,
 };
 use crate::support::checks::{
     self, assert_log_has_no_pending_compaction, error_code, n, pretty, same_modulo_summary, summary_text,
@@ -47,6 +47,10 @@ fn tool_definitions(fmt: Format) -> Value {
         Format::Anthropic => json!([
             {"name": "bash", "description": "Run a shell command.", "input_schema": schema},
             {"name": "edit_file", "description": "Patch a file.", "input_schema": schema},
+        ]),
+        Format::OpenaiResponses => json!([
+            {"type": "function", "name": "bash", "description": "Run a shell command.", "parameters": schema},
+            {"type": "function", "name": "edit_file", "description": "Patch a file.", "parameters": schema},
         ]),
     }
 }
@@ -147,6 +151,28 @@ fn check_request(fmt: Format, sent: &[Value], result: &Value) {
                 );
             }
         }
+        Format::OpenaiResponses => {
+            let leading = |m: &&Value| matches!(role(m), "system" | "developer");
+            let instructions = sent.iter().take_while(leading).count();
+            assert_eq!(
+                messages[..instructions],
+                sent[..instructions],
+                "the developer messages stay first"
+            );
+            if summary.is_some() {
+                let m = &messages[instructions];
+                assert!(
+                    m["type"] == "message"
+                        && role(m) == "user"
+                        && m["content"][0]["type"] == "input_text"
+                        && m["content"][0]["text"]
+                            .as_str()
+                            .is_some_and(|s| s.starts_with(SUMMARY_HEADING)),
+                    "the summary is not the user message item right after the developer messages\n{}",
+                    dump()
+                );
+            }
+        }
         Format::Anthropic => {
             if summary.is_some() {
                 assert!(
@@ -238,6 +264,7 @@ impl Agent {
         let initial = match fmt {
             Format::Openai => vec![system(SYSTEM), user(TASK)],
             Format::Anthropic => vec![user(TASK)],
+            Format::OpenaiResponses => vec![developer(SYSTEM), user(TASK)],
         };
         agent.sent = initial.clone();
         let result = agent.prepare("messages", &initial);
@@ -267,6 +294,10 @@ impl Agent {
         }
         if self.fmt == Format::Anthropic {
             params["system"] = json!(SYSTEM);
+        }
+        // Declared, so the wire name is exercised (the items would be detected too).
+        if self.fmt == Format::OpenaiResponses {
+            params["format"] = json!(self.fmt.wire_name());
         }
         params
     }
@@ -468,6 +499,11 @@ fn anthropic_agent_loop_is_compacted_at_the_threshold() {
 }
 
 #[test]
+fn responses_agent_loop_is_compacted_at_the_threshold() {
+    threshold_crossing(Format::OpenaiResponses, false);
+}
+
+#[test]
 fn initialize_lists_the_compaction_methods() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
@@ -503,7 +539,7 @@ fn the_compaction_report_matches_the_request_it_produced() {
 
 #[test]
 fn every_message_is_recoverable_after_several_compactions() {
-    for fmt in [Format::Openai, Format::Anthropic] {
+    for fmt in [Format::Openai, Format::Anthropic, Format::OpenaiResponses] {
         let mut a = Agent::start(fmt, fmt == Format::Anthropic);
         a.run_until_compactions(4);
         a.finish_step();
@@ -591,7 +627,7 @@ fn a_second_compaction_merges_the_first_summary() {
 
 #[test]
 fn a_client_resending_its_history_gets_the_same_compacted_view() {
-    for fmt in [Format::Openai, Format::Anthropic] {
+    for fmt in [Format::Openai, Format::Anthropic, Format::OpenaiResponses] {
         let mut a = Agent::start(fmt, false);
         a.run_until_compactions(2);
         a.finish_step();

@@ -98,8 +98,12 @@ fn check_expand(format: Format) {
     let span: Vec<&Value> = (first..=last).map(|i| &archive[&i]["message"]).collect();
     match format {
         // Right after the summary message, as archived.
-        Format::Openai => {
-            let at = sent.iter().position(|m| m["role"] != "system").unwrap() + 1;
+        Format::Openai | Format::OpenaiResponses => {
+            let at = sent
+                .iter()
+                .position(|m| m["role"] != "system" && m["role"] != "developer")
+                .unwrap()
+                + 1;
             let shown: Vec<&Value> = sent[at..at + count].iter().collect();
             assert_eq!(shown, span);
         }

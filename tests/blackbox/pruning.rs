@@ -68,6 +68,7 @@ fn with_reasoning(format: Format, mut message: Value, t: usize, k: usize) -> Val
     let thought = reasoning(t, k);
     match format {
         Format::Openai => message["reasoning_content"] = json!(thought),
+        Format::OpenaiResponses => unreachable!("Responses reasoning is an item of its own, not part of a message"),
         Format::Anthropic => {
             let thinking = json!({"type": "thinking", "thinking": thought, "signature": format!("sig-{t}-{k}")});
             let content = match message["content"].take() {

@@ -1,6 +1,7 @@
 //! Acceptance check of the foundation: replays every trajectory of the shared development data
 //! (`../shared/data/trajectories/` in OpenAI format, `trajectories_anthropic/` in Anthropic
-//! format) through `context.prepare`, one message at a time, and checks after every call that
+//! format, and the OpenAI ones converted to Responses items as Codex sends them) through
+//! `context.prepare`, one message at a time, and checks after every call that
 //!
 //! * the returned list has one message per message sent, in the same order, with the same
 //!   roles, tool-call ids and tool-result ids, and keeps every tool call with its result;
@@ -27,8 +28,8 @@ use serde_json::{Value, json};
 
 use crate::support::checks::{blank_text_count, blank_texts_dropped};
 use crate::support::trajectories::{
-    Format, NOTICE_START, Trajectory, call_ids, check_pairing, diff_strings, has_tool_call, load_shared_data,
-    parse_notice, result_ids, result_text_pointers, role, str_field,
+    Format, NOTICE_START, Trajectory, as_responses, call_ids, check_pairing, diff_strings, has_tool_call,
+    load_shared_data, parse_notice, result_ids, result_text_pointers, role, str_field,
 };
 use crate::support::{CONTEXT_READ_PATH, Daemon, MARKER, number_after, quoted_after, read_from, reconstruct};
 
@@ -555,6 +556,12 @@ fn replaying_the_shared_trajectories_keeps_pairs_and_loses_no_byte() {
     let Some((dir, folders)) = load_shared_data() else {
         return;
     };
+    let responses: Vec<Trajectory> = folders[0].1.iter().map(as_responses).collect();
+    let folders: Vec<(&str, &[Trajectory])> = folders
+        .iter()
+        .map(|(name, trajectories)| (*name, &trajectories[..]))
+        .chain([("trajectories as Responses items", &responses[..])])
+        .collect();
 
     let passes = [
         Pass {

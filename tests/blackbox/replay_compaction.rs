@@ -55,9 +55,9 @@ use serde_json::{Value, json};
 
 use crate::support::checks::blank_texts_dropped;
 use crate::support::trajectories::{
-    Format, NOTICE_START, Trajectory, block_type, blocks, check_request_shape, content_texts, diff_strings, env_flag,
-    has_tool_call, load_shared_data, parse_notice, parse_stub, report_path, result_ids, result_text_pointers, role,
-    str_field,
+    Format, NOTICE_START, Trajectory, as_responses, block_type, blocks, call_ids, check_request_shape, content_texts,
+    diff_strings, env_flag, has_tool_call, is_output_item, load_shared_data, parse_notice, parse_stub, report_path,
+    result_ids, result_text_pointers, role, str_field,
 };
 use crate::support::{Daemon, MARKER, SUMMARY_HEADING, read_from};
 
@@ -203,6 +203,15 @@ const TARGET_SUMMARY_TOKENS: u64 = 3000;
 /// The arguments of each tool call of a message, parsed (a non-JSON argument string is kept as
 /// a string).
 fn call_arguments(message: &Value, format: Format) -> Vec<Value> {
+    if format == Format::OpenaiResponses {
+        let arguments = message.get("arguments").or_else(|| message.get("input"));
+        return match (call_ids(message, format).is_empty(), arguments) {
+            (false, Some(Value::String(s))) => {
+                vec![serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))]
+            }
+            _ => Vec::new(),
+        };
+    }
     if role(message) != "assistant" {
         return Vec::new();
     }
@@ -222,6 +231,7 @@ fn call_arguments(message: &Value, format: Format) -> Vec<Value> {
             .filter(|b| block_type(b) == "tool_use")
             .map(|b| b.get("input").cloned().unwrap_or(Value::Null))
             .collect(),
+        Format::OpenaiResponses => unreachable!("read above"),
     }
 }
 
@@ -233,7 +243,7 @@ fn user_texts(message: &Value) -> Vec<&str> {
     match message.get("content") {
         Some(Value::String(s)) => vec![s.as_str()],
         _ => blocks(message)
-            .filter(|b| block_type(b) == "text")
+            .filter(|b| matches!(block_type(b), "text" | "input_text"))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect(),
     }
@@ -251,6 +261,10 @@ fn tool_results(message: &Value, format: Format) -> Vec<(String, String)> {
             .filter(|b| block_type(b) == "tool_result")
             .map(|b| (str_field(b, "tool_use_id"), content_texts(b.get("content"))))
             .collect(),
+        Format::OpenaiResponses if is_output_item(message) => {
+            vec![(str_field(message, "call_id"), content_texts(message.get("output")))]
+        }
+        Format::OpenaiResponses => Vec::new(),
     }
 }
 
@@ -280,7 +294,10 @@ fn starts_with_heading_line(text: &str, mode: ContextMode) -> bool {
 
 fn split_summary(returned: &[Value], mode: ContextMode) -> Split {
     let mut live = returned.to_vec();
-    let at = live.iter().take_while(|m| role(m) == "system").count();
+    let at = live
+        .iter()
+        .take_while(|m| matches!(role(m), "system" | "developer"))
+        .count();
     let Some(first) = live.get_mut(at) else {
         return Split {
             summary: None,
@@ -296,6 +313,20 @@ fn split_summary(returned: &[Value], mode: ContextMode) -> Split {
         };
     }
     if let Some(text) = first.get("content").and_then(Value::as_str)
+        && starts_with_heading_line(text, mode)
+    {
+        let summary = text.to_owned();
+        live.remove(at);
+        return Split {
+            summary: Some(summary),
+            live,
+            carrier: None,
+        };
+    }
+    // Responses: a message item of its own.
+    if first["type"] == "message"
+        && let Some(text) = first.pointer("/content/0/text").and_then(Value::as_str)
+        && first.pointer("/content/0/type") == Some(&json!("input_text"))
         && starts_with_heading_line(text, mode)
     {
         let summary = text.to_owned();
@@ -1396,6 +1427,12 @@ fn compaction_replay(mode: ContextMode, turns: Turns) {
         Turns::Recorded => (folder, trajectories),
         Turns::EveryRound => (folder, trajectories.iter().map(every_round_a_turn).collect()),
     });
+    // The OpenAI trajectories (with their added turns) as Codex would send them.
+    let responses = (
+        "trajectories as Responses items",
+        folders[0].1.iter().map(as_responses).collect(),
+    );
+    let folders: Vec<(&str, Vec<Trajectory>)> = folders.into_iter().chain([responses]).collect();
 
     // One daemon per folder, in parallel.
     let results: Vec<(&str, Vec<Report>, Duration)> = std::thread::scope(|scope| {

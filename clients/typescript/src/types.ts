@@ -3,11 +3,11 @@
 // data: the compiler ties each list to its type, and test/protocol.test.mjs ties it to
 // openrpc.json, so a protocol change fails the tests until these types follow it.
 
-/** A chat message, OpenAI or Anthropic format; satchel returns unmanaged fields untouched. */
+/** A chat message or Responses input item (OpenAI Chat, Anthropic or OpenAI Responses format); satchel returns unmanaged fields untouched. */
 export type Message = { [key: string]: any };
 
-export type FormatHint = 'auto' | 'openai' | 'anthropic';
-export type MessageFormat = 'openai' | 'anthropic';
+export type FormatHint = 'auto' | 'openai' | 'anthropic' | 'openai-responses';
+export type MessageFormat = 'openai' | 'anthropic' | 'openai-responses';
 export type Tokenizer = 'o200k_base' | 'cl100k_base' | 'estimate';
 export type SummarizerKind = 'extractive' | 'openai' | 'client';
 export type SummaryLanguage = 'en' | 'zh';
@@ -1224,8 +1224,8 @@ export const ACTION_FIELDS: Record<Action['kind'], readonly string[]> = {
 
 /** Values of every string enum in openrpc.json. */
 export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
-  FormatHint: exact<FormatHint>()(['auto', 'openai', 'anthropic']),
-  MessageFormat: exact<MessageFormat>()(['openai', 'anthropic']),
+  FormatHint: exact<FormatHint>()(['auto', 'openai', 'anthropic', 'openai-responses']),
+  MessageFormat: exact<MessageFormat>()(['openai', 'anthropic', 'openai-responses']),
   Tokenizer: exact<Tokenizer>()(['o200k_base', 'cl100k_base', 'estimate']),
   SummarizerKind: exact<SummarizerKind>()(['extractive', 'openai', 'client']),
   SummaryLanguage: exact<SummaryLanguage>()(['en', 'zh']),

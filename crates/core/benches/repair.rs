@@ -1,6 +1,6 @@
 //! What the repair pass costs: `repair::repair` runs on every outgoing list (each
-//! `context.prepare`), so it must stay linear and cheap for valid lists. Measured on OpenAI and
-//! Anthropic agent loops of 1k/4k/16k messages, valid ones (returned untouched) and ones with four
+//! `context.prepare`), so it must stay linear and cheap for valid lists. Measured on OpenAI Chat,
+//! Anthropic and OpenAI Responses agent loops of 1k/4k/16k messages (Responses: items), valid ones (returned untouched) and ones with four
 //! unanswered calls and four orphan results, with messages borrowed as the daemon passes them;
 //! `owned_*` passes owned `Value`s instead (cloned outside the timing).
 //! Run: `cargo bench -p satchel-core --bench repair`.
@@ -152,6 +152,41 @@ fn anthropic(n: usize, broken: bool) -> Vec<Value> {
     messages
 }
 
+/// Responses items as Codex sends them: a reasoning item, the text and one item per call, then
+/// the outputs.
+fn responses(n: usize, broken: bool) -> Vec<Value> {
+    let mut items = vec![
+        json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent working in /work/repo."}]}),
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the failing lexer tests and keep the public API unchanged."}]}),
+    ];
+    // About 4.7 items a turn, twice a chat turn's messages: half the turns fill the list, and
+    // the breaks, in the first half of the turns, stay inside it.
+    for turn in turns(n / 2, broken) {
+        items.push(json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAAB-opaque-signed-reasoning"}));
+        items.push(
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": turn.text}]}),
+        );
+        items.extend(turn.calls.iter().map(|(id, command, _)| {
+            json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": json!({"cmd": command}).to_string()})
+        }));
+        let answered = turn.calls.len() - usize::from(turn.unanswered);
+        for (id, _, result) in &turn.calls[..answered] {
+            items.push(json!({"type": "function_call_output", "call_id": id, "output": result}));
+        }
+        if let Some(ghost) = &turn.orphan {
+            items.push(json!({"type": "function_call_output", "call_id": ghost, "output": "stale output"}));
+        }
+        if let Some(reply) = turn.reply {
+            items.push(json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": reply}]}));
+        }
+        if items.len() >= n {
+            break;
+        }
+    }
+    items.truncate(n);
+    items
+}
+
 /// Gives every call a file body of `bytes` in its arguments, as agents that write files through
 /// tool calls (`write_file`, `str_replace_editor`) send them.
 fn with_file_bodies(mut messages: Vec<Value>, bytes: usize) -> Vec<Value> {
@@ -164,6 +199,12 @@ fn with_file_bodies(mut messages: Vec<Value>, bytes: usize) -> Vec<Value> {
                 parsed["content"] = Value::from(body.as_str());
                 *args = Value::from(parsed.to_string());
             }
+        }
+        if message["type"] == "function_call" {
+            let args = &mut message["arguments"];
+            let mut parsed: Value = serde_json::from_str(args.as_str().unwrap_or("{}")).unwrap_or_default();
+            parsed["content"] = Value::from(body.as_str());
+            *args = Value::from(parsed.to_string());
         }
         if let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) {
             for block in blocks.iter_mut().filter(|b| b["type"] == "tool_use") {
@@ -244,6 +285,18 @@ fn anthropic_broken(bencher: Bencher, n: usize) {
     bench_borrowed(bencher, anthropic(n, true), MessageFormat::Anthropic, true);
 }
 
+/// Valid Responses lists (reasoning, text and call items, then outputs).
+#[divan::bench(args = SIZES, sample_count = SAMPLES)]
+fn responses_valid(bencher: Bencher, n: usize) {
+    bench_borrowed(bencher, responses(n, false), MessageFormat::OpenaiResponses, false);
+}
+
+/// Responses lists with four unanswered calls and four orphan outputs.
+#[divan::bench(args = SIZES, sample_count = SAMPLES)]
+fn responses_broken(bencher: Bencher, n: usize) {
+    bench_borrowed(bencher, responses(n, true), MessageFormat::OpenaiResponses, true);
+}
+
 /// Valid OpenAI lists as owned values.
 #[divan::bench(args = SIZES, sample_count = SAMPLES)]
 fn owned_openai_valid(bencher: Bencher, n: usize) {
@@ -258,11 +311,12 @@ fn owned_anthropic_valid(bencher: Bencher, n: usize) {
 
 /// Valid lists of 4,000 messages whose calls each carry a 4 KB file body: the pass only needs
 /// the call ids, so its cost should not grow with the arguments.
-#[divan::bench(args = [MessageFormat::Openai, MessageFormat::Anthropic], sample_count = SAMPLES)]
+#[divan::bench(args = [MessageFormat::Openai, MessageFormat::Anthropic, MessageFormat::OpenaiResponses], sample_count = SAMPLES)]
 fn valid_4k_with_4kb_call_bodies(bencher: Bencher, format: MessageFormat) {
     let messages = match format {
         MessageFormat::Openai => openai(4_000, false),
         MessageFormat::Anthropic => anthropic(4_000, false),
+        MessageFormat::OpenaiResponses => responses(4_000, false),
     };
     bench_borrowed(bencher, with_file_bodies(messages, 4_096), format, false);
 }

@@ -5,7 +5,7 @@
 //! compacts what is before it, but only at a point where nothing is cut in half: never between a tool call and its results, never
 //! between a user message and the assistant reply to it. The newest user message is never
 //! compacted, even when it lies before the split (it is kept, pinned); so are leading system
-//! messages. One backward pass over precomputed token counts: linear in the messages
+//! messages (and, in the Responses format, `developer` ones). One backward pass over precomputed token counts: linear in the messages
 //! (the peer's suffix search is quadratic).
 
 use std::borrow::Borrow;
@@ -13,7 +13,7 @@ use std::borrow::Borrow;
 use satchel_protocol::Config;
 use serde_json::Value;
 
-use crate::format::{MessageFormat, has_tool_result, tool_calls};
+use crate::format::{MessageFormat, has_tool_result, is_instructions, role_of, tool_calls};
 
 /// What the kept tail of a compaction must hold.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct SplitPlan {
 }
 
 fn role(message: &Value) -> Option<&str> {
-    message.get("role").and_then(Value::as_str)
+    role_of(message)
 }
 
 /// A message that starts a user turn: a user message that is not (only) tool results.
@@ -84,7 +84,20 @@ fn is_split_point(messages: &[impl Borrow<Value>], k: usize, format: MessageForm
     // loop: cutting here separates nothing, provided the results before it are complete, which
     // holds because results directly precede it. One that calls no tool is the final answer
     // to the request, and is never kept without the request and the calls that led to it.
-    role(here) == Some("assistant") && has_tool_result(before, format) && !tool_calls(here, format).is_empty()
+    if role(here) != Some("assistant") || !has_tool_result(before, format) {
+        return false;
+    }
+    if format != MessageFormat::OpenaiResponses {
+        return !tool_calls(here, format).is_empty();
+    }
+    // A Responses step is a run of items (reasoning, text, calls); the cut goes before the
+    // run, so a reasoning item stays with what follows it. Only the first item of a run is
+    // after a result, so each run is scanned once and the pass stays linear.
+    messages[k..]
+        .iter()
+        .map(Borrow::borrow)
+        .take_while(|m| role(m) == Some("assistant"))
+        .any(|m| !tool_calls(m, format).is_empty())
 }
 
 /// Plans a compaction that keeps about `tail.tokens` tokens of tail, and at least
@@ -111,7 +124,7 @@ pub fn plan_split(
     debug_assert_eq!(n, tokens.len());
     let pinned_prefix = messages
         .iter()
-        .take_while(|m| role((*m).borrow()) == Some("system"))
+        .take_while(|m| is_instructions((*m).borrow(), format))
         .count();
     let newest_user = messages.iter().rposition(|m| is_user_turn(m.borrow(), format));
 
@@ -190,6 +203,43 @@ mod tests {
         let kept: Vec<&Value> = plan.keep.iter().map(|&i| &m[i]).collect();
         let kept: Vec<Value> = kept.into_iter().cloned().collect();
         assert_eq!(check_pairs(&kept, f), Ok(()));
+    }
+
+    #[test]
+    fn responses_steps_are_cut_before_their_reasoning_and_developer_messages_stay() {
+        let f = MessageFormat::OpenaiResponses;
+        let step = |id: &str| {
+            [
+                json!({"type": "reasoning", "summary": [], "encrypted_content": "sig"}),
+                json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": "{}"}),
+                json!({"type": "function_call_output", "call_id": id, "output": "out"}),
+            ]
+        };
+        let mut m = vec![
+            json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}),
+            json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions>"}]}),
+            json!({"role": "user", "content": "task"}),
+        ];
+        m.extend(step("a")); // 3, 4, 5
+        m.extend(step("b")); // 6, 7, 8
+        m.extend(step("c")); // 9, 10, 11
+        m.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}));
+        let tokens = vec![50, 50, 10, 5, 10, 100, 5, 10, 100, 5, 10, 100, 10];
+        // From index 9 the tail holds 125 tokens; from 10 it would be smaller, but the call is
+        // not cut from its reasoning, nor an output from its call.
+        let plan = plan_split(&m, &tokens, f, 130u64).unwrap();
+        assert_eq!(plan.tail_start, 9);
+        assert_eq!(
+            plan.keep,
+            vec![0, 1, 2, 9, 10, 11, 12],
+            "developer messages and the task stay"
+        );
+        assert_eq!(plan.compact, vec![3, 4, 5, 6, 7, 8]);
+        let kept: Vec<Value> = plan.keep.iter().map(|&i| m[i].clone()).collect();
+        assert_eq!(check_pairs(&kept, f), Ok(()));
+        // A step that only reasons and answers is the final answer: no cut before it.
+        assert!(!is_split_point(&m, 12, f));
+        assert!((3..12).filter(|&k| is_split_point(&m, k, f)).eq([6, 9]));
     }
 
     #[test]
@@ -287,15 +337,21 @@ mod tests {
         );
     }
 
-    /// Random OpenAI/Anthropic agent conversations: user turns, tool loops, parallel calls,
-    /// plain replies, and sometimes a pending call at the end.
+    /// Random OpenAI/Anthropic/Responses agent conversations: user turns, tool loops, parallel
+    /// calls (Responses: after a reasoning item, outputs grouped or interleaved with the calls),
+    /// plain replies, a leading `developer` message (Responses), and sometimes a pending call at
+    /// the end.
     fn conversation() -> impl Strategy<Value = (Vec<Value>, Vec<u64>, MessageFormat)> {
         let step = prop_oneof![Just(0u8), Just(1u8), Just(2u8), Just(3u8)];
-        (prop::collection::vec((step, 1usize..4, 1u64..500), 1..40), any::<bool>(), any::<bool>()).prop_map(
-            |(steps, anthropic, pending)| {
-                let format = if anthropic { MessageFormat::Anthropic } else { MessageFormat::Openai };
+        (prop::collection::vec((step, 1usize..4, 1u64..500), 1..40), 0u8..3, any::<bool>()).prop_map(
+            |(steps, format, pending)| {
+                let format = [MessageFormat::Openai, MessageFormat::Anthropic, MessageFormat::OpenaiResponses][usize::from(format)];
                 let mut m = vec![json!({"role": "user", "content": "task"})];
                 let mut t = vec![20];
+                if format == MessageFormat::OpenaiResponses {
+                    m.insert(0, json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "be careful"}]}));
+                    t.insert(0, 50);
+                }
                 let mut id = 0;
                 for (kind, calls, size) in steps {
                     match (kind, format) {
@@ -319,6 +375,24 @@ mod tests {
                                 t.push(size);
                             }
                         }
+                        (kind, MessageFormat::OpenaiResponses) => {
+                            let ids: Vec<String> = (0..calls).map(|_| { id += 1; format!("c{id}") }).collect();
+                            m.push(json!({"type": "reasoning", "summary": [], "encrypted_content": "sig"}));
+                            t.push(5);
+                            let interleaved = kind == 2;
+                            for i in &ids {
+                                m.push(json!({"type": "function_call", "call_id": i, "name": "exec_command", "arguments": "{}"}));
+                                t.push(10);
+                                if interleaved {
+                                    m.push(json!({"type": "function_call_output", "call_id": i, "output": "x"}));
+                                    t.push(size);
+                                }
+                            }
+                            for i in ids.iter().filter(|_| !interleaved) {
+                                m.push(json!({"type": "function_call_output", "call_id": i, "output": "x"}));
+                                t.push(size);
+                            }
+                        }
                         (_, MessageFormat::Anthropic) => {
                             let ids: Vec<String> = (0..calls).map(|_| { id += 1; format!("c{id}") }).collect();
                             m.push(json!({"role": "assistant", "content": ids.iter().map(|i| json!({"type": "tool_use", "id": i, "name": "bash", "input": {}})).collect::<Vec<_>>()}));
@@ -328,7 +402,10 @@ mod tests {
                         }
                     }
                 }
-                if pending && role(m.last().unwrap()) == Some("user") {
+                if pending && format == MessageFormat::OpenaiResponses && role(m.last().unwrap()) == Some("user") {
+                    m.push(json!({"type": "function_call", "call_id": "pending", "name": "exec_command", "arguments": "{}"}));
+                    t.push(10);
+                } else if pending && role(m.last().unwrap()) == Some("user") {
                     m.push(json!({"role": "assistant", "tool_calls": [{"id": "pending", "type": "function", "function": {"name": "bash", "arguments": "{}"}}], "content": [{"type": "tool_use", "id": "pending", "name": "bash", "input": {}}]}));
                     t.push(10);
                 }
@@ -368,7 +445,8 @@ mod tests {
             // answer without the calls that led to it.
             if role(&m[plan.tail_start]) == Some("assistant") {
                 prop_assert!(has_tool_result(&m[plan.tail_start - 1], f));
-                prop_assert!(!tool_calls(&m[plan.tail_start], f).is_empty());
+                let step = m[plan.tail_start..].iter().take_while(|x| role(x) == Some("assistant"));
+                prop_assert!(step.clone().any(|x| !tool_calls(x, f).is_empty()));
             }
             // The tail fits the reserve unless no valid split point would.
             let tail: u64 = t[plan.tail_start..].iter().sum();

@@ -1,21 +1,29 @@
-//! Knowledge of the two message formats satchel speaks: where tool calls and tool results live.
+//! Knowledge of the message formats satchel speaks (OpenAI Chat, Anthropic, OpenAI Responses):
+//! where tool calls and tool results live.
 //!
 //! Messages stay `serde_json::Value`s end to end so that every field satchel does not manage
 //! (`cache_control`, `name`, reasoning fields, keys invented next year) survives untouched.
-//! This module only *locates* things inside them; it never rebuilds a message.
+//! This module only *locates* things inside them; it never rebuilds a message. A Responses
+//! input item is a "message" here too: [`role_of`] gives an item without a role the role of the
+//! side it stands on, so every later step reads all three formats through the same questions.
+
+mod responses;
 
 use serde_json::Value;
+
+pub(crate) use responses::output_type;
 
 pub use satchel_protocol::MessageFormat;
 
 /// A tool call as the assistant made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCall {
-    /// The id a result answers (`tool_calls[].id` / `tool_use.id`).
+    /// The id a result answers (`tool_calls[].id` / `tool_use.id` / `call_id`).
     pub id: String,
     /// Tool name.
     pub name: String,
-    /// Arguments as JSON text (OpenAI sends a string; Anthropic's `input` object is serialised).
+    /// Arguments as JSON text (OpenAI sends a string; Anthropic's `input` object is serialised;
+    /// a Responses custom tool's `input` is its free text).
     pub arguments: String,
 }
 
@@ -29,12 +37,26 @@ pub struct ResultText {
 }
 
 /// Detects the format from message shapes; `None` when nothing distinguishes them
-/// (plain text turns look the same in both).
+/// (plain text turns with string content look the same in all three).
 pub fn detect(messages: &[Value]) -> Option<MessageFormat> {
     messages.iter().find_map(detect_one)
 }
 
 fn detect_one(message: &Value) -> Option<MessageFormat> {
+    // Only Responses has call, output and reasoning items, and parts typed `input_text`,
+    // `output_text`, `input_image` or `input_file`.
+    if message
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| responses::DISTINCT_ITEM_TYPES.contains(&t))
+        || content_blocks(message).any(|b| {
+            b.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| responses::DISTINCT_PARTS.contains(&t))
+        })
+    {
+        return Some(MessageFormat::OpenaiResponses);
+    }
     if message.get("role").and_then(Value::as_str) == Some("tool")
         || message.get("tool_calls").is_some()
         || message.get("tool_call_id").is_some()
@@ -49,19 +71,53 @@ fn detect_one(message: &Value) -> Option<MessageFormat> {
     })
 }
 
+/// The role a message plays: its `role`, or for a Responses item without one (a call, an
+/// output, reasoning) `tool` for an output and `assistant` for the rest.
+pub fn role_of(message: &Value) -> Option<&str> {
+    match message.get("role") {
+        Some(role) => role.as_str(),
+        None if message.get("type").is_some_and(Value::is_string) => Some(responses::item_role(message)),
+        None => None,
+    }
+}
+
 fn role(message: &Value) -> Option<&str> {
-    message.get("role").and_then(Value::as_str)
+    role_of(message)
+}
+
+/// True for a content part that holds text: `text` (Chat, Anthropic) or the Responses
+/// `input_text` / `output_text`.
+pub fn is_text_part(part: &Value) -> bool {
+    part.get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| t == "text" || responses::TEXT_PARTS.contains(&t))
+}
+
+/// A message of the leading instructions, pinned before everything else: a `system` message,
+/// or in the Responses format also a `developer` one (Codex sends its system prompt that way).
+pub fn is_instructions(message: &Value, format: MessageFormat) -> bool {
+    match role_of(message) {
+        Some("system") => true,
+        Some("developer") => format == MessageFormat::OpenaiResponses,
+        _ => false,
+    }
 }
 
 /// The roles a message may have: OpenAI's (`system`, `developer`, `user`, `assistant`,
 /// `tool`, the legacy `function`) and Anthropic's (`user`, `assistant`).
 pub const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
 
-/// Why `message` has no role satchel can place, or `None` when its `role` is one of [`ROLES`].
+/// Why `message` has no role satchel can place, or `None` when its `role` is one of [`ROLES`]
+/// or it is a Responses item without a role (it has a `type`, which places it: [`role_of`]).
 /// Every step after ingestion (pairs, turns, compaction, repair) reads the role.
 pub fn role_problem(message: &Value) -> Option<String> {
     match message.get("role") {
-        None => Some("a message needs a `role`".to_owned()),
+        // A Responses `message` item says who wrote it by its role, like a chat message.
+        None if message.get("type").and_then(Value::as_str) == Some("message") => {
+            Some("a `message` item needs a `role`".to_owned())
+        }
+        None if message.get("type").is_some_and(Value::is_string) => None,
+        None => Some("a message needs a `role` (or, as a Responses item, a `type`)".to_owned()),
         Some(Value::String(role)) if ROLES.contains(&role.as_str()) => None,
         Some(Value::String(role)) => Some(format!("unknown role {role:?}: expected one of {}", ROLES.join(", "))),
         Some(_) => Some("`role` must be a string".to_owned()),
@@ -69,12 +125,13 @@ pub fn role_problem(message: &Value) -> Option<String> {
 }
 
 /// The JSON objects of the tool calls an assistant message makes: OpenAI `tool_calls`
-/// entries or Anthropic `tool_use` blocks.
+/// entries or Anthropic `tool_use` blocks. Responses calls are items of their own.
 fn call_objects(message: &Value, format: MessageFormat) -> Box<dyn Iterator<Item = &Value> + '_> {
     if role(message) != Some("assistant") {
         return Box::new(std::iter::empty());
     }
     match format {
+        MessageFormat::OpenaiResponses => Box::new(std::iter::empty()),
         MessageFormat::Openai => Box::new(
             message
                 .get("tool_calls")
@@ -88,8 +145,11 @@ fn call_objects(message: &Value, format: MessageFormat) -> Box<dyn Iterator<Item
     }
 }
 
-/// Tool calls made by an assistant message.
+/// Tool calls made by an assistant message (a Responses call item makes one).
 pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
+    if format == MessageFormat::OpenaiResponses {
+        return responses::call(message).into_iter().collect();
+    }
     call_objects(message, format)
         .filter_map(|call| {
             let id = call.get("id")?.as_str()?.to_owned();
@@ -107,6 +167,7 @@ pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
                     call.get("name"),
                     call.get("input").map(Value::to_string).unwrap_or_default(),
                 ),
+                MessageFormat::OpenaiResponses => unreachable!("Responses calls are read above"),
             };
             let name = name.and_then(Value::as_str).unwrap_or("").to_owned();
             Some(ToolCall { id, name, arguments })
@@ -117,6 +178,12 @@ pub fn tool_calls(message: &Value, format: MessageFormat) -> Vec<ToolCall> {
 /// Ids of the tool calls an assistant message makes, borrowed: the repair pass needs only
 /// these, on every call, for every message, so it must not copy arguments.
 pub fn tool_call_ids(message: &Value, format: MessageFormat) -> Vec<&str> {
+    if format == MessageFormat::OpenaiResponses {
+        return output_type(message)
+            .and(responses::call_id(message))
+            .into_iter()
+            .collect();
+    }
     call_objects(message, format)
         .filter_map(|call| call.get("id")?.as_str())
         .collect()
@@ -143,6 +210,10 @@ pub fn result_ids(message: &Value, format: MessageFormat) -> Vec<String> {
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
             .map(|b| b.get("tool_use_id").and_then(Value::as_str).unwrap_or("").to_owned())
             .collect(),
+        MessageFormat::OpenaiResponses if responses::is_output(message) => {
+            vec![responses::call_id(message).unwrap_or("").to_owned()]
+        }
+        MessageFormat::OpenaiResponses => Vec::new(),
     }
 }
 
@@ -153,12 +224,13 @@ pub fn has_tool_result(message: &Value, format: MessageFormat) -> bool {
         MessageFormat::Anthropic => {
             content_blocks(message).any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
         }
+        MessageFormat::OpenaiResponses => responses::is_output(message),
     }
 }
 
 /// The texts inside a message's tool results, each addressed by a JSON pointer.
 ///
-/// A string result is one text; a list result yields each `text` block and leaves images
+/// A string result is one text; a list result yields each text part and leaves images
 /// and other blocks alone.
 pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
     let mut out = Vec::new();
@@ -166,9 +238,10 @@ pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
         MessageFormat::Openai => {
             if role(message) == Some("tool") {
                 let call_id = message.get("tool_call_id").and_then(Value::as_str).map(str::to_owned);
-                push_texts(message.get("content"), "/content", "text", &call_id, &mut out);
+                push_texts(message.get("content"), "/content", &["text"], &call_id, &mut out);
             }
         }
+        MessageFormat::OpenaiResponses => out = responses::result_texts(message),
         MessageFormat::Anthropic => {
             for (i, block) in content_blocks(message).enumerate() {
                 if block.get("type").and_then(Value::as_str) == Some("tool_result") {
@@ -176,7 +249,7 @@ pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
                     push_texts(
                         block.get("content"),
                         &format!("/content/{i}/content"),
-                        "text",
+                        &["text"],
                         &call_id,
                         &mut out,
                     );
@@ -187,10 +260,11 @@ pub fn result_texts(message: &Value, format: MessageFormat) -> Vec<ResultText> {
     out
 }
 
+/// Pushes the text of `content`: the string itself, or each part of a type in `part_types`.
 fn push_texts(
     content: Option<&Value>,
     base: &str,
-    text_key: &str,
+    part_types: &[&str],
     call_id: &Option<String>,
     out: &mut Vec<ResultText>,
 ) {
@@ -201,11 +275,14 @@ fn push_texts(
         }),
         Some(Value::Array(parts)) => {
             for (i, part) in parts.iter().enumerate() {
-                if part.get("type").and_then(Value::as_str) == Some("text")
-                    && part.get(text_key).is_some_and(Value::is_string)
+                if part
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| part_types.contains(&t))
+                    && part.get("text").is_some_and(Value::is_string)
                 {
                     out.push(ResultText {
-                        pointer: format!("{base}/{i}/{text_key}"),
+                        pointer: format!("{base}/{i}/text"),
                         call_id: call_id.clone(),
                     });
                 }
@@ -242,11 +319,14 @@ pub struct PairViolation {
 
 /// Checks that every tool result answers a call of the assistant message just before it
 /// (only other results may sit in between, for OpenAI) and that ids are not answered twice.
+/// In the Responses format the assistant's side of a step is a run of items (reasoning, text,
+/// calls), so every call of the run is open until the outputs that follow it end.
 ///
 /// A call still unanswered at the end of the list is allowed: the client may be about to run it.
 pub fn check_pairs(messages: &[Value], format: MessageFormat) -> Result<(), PairViolation> {
     let mut open: Vec<String> = Vec::new();
     let mut last_assistant: Option<usize> = None;
+    let mut after_result = false;
     for (index, message) in messages.iter().enumerate() {
         let ids = result_ids(message, format);
         for id in &ids {
@@ -263,8 +343,11 @@ pub fn check_pairs(messages: &[Value], format: MessageFormat) -> Result<(), Pair
             }
         }
         // OpenAI answers with a run of `tool` messages; Anthropic answers all calls in the very
-        // next message. Anything else arriving while calls are open breaks the pairing.
-        let may_answer_later = format == MessageFormat::Openai && role(message) == Some("tool");
+        // next message; Responses answers with output items after the step's last call.
+        // Anything else arriving while calls are open breaks the pairing.
+        let continues_step =
+            format == MessageFormat::OpenaiResponses && role(message) == Some("assistant") && !after_result;
+        let may_answer_later = format != MessageFormat::Anthropic && role(message) == Some("tool") || continues_step;
         if !may_answer_later && !open.is_empty() {
             return Err(PairViolation {
                 index,
@@ -275,9 +358,15 @@ pub fn check_pairs(messages: &[Value], format: MessageFormat) -> Result<(), Pair
             });
         }
         if role(message) == Some("assistant") {
-            open = tool_calls(message, format).into_iter().map(|c| c.id).collect();
+            let calls = tool_calls(message, format).into_iter().map(|c| c.id);
+            if continues_step {
+                open.extend(calls);
+            } else {
+                open = calls.collect();
+            }
             last_assistant = Some(index);
         }
+        after_result = !ids.is_empty();
     }
     Ok(())
 }
@@ -315,12 +404,18 @@ mod tests {
         for role in ROLES {
             assert_eq!(role_problem(&json!({"role": role, "content": "x"})), None);
         }
+        // A Responses item is placed by its type.
+        assert_eq!(
+            role_problem(&json!({"type": "reasoning", "encrypted_content": "e"})),
+            None
+        );
         let problems: Vec<String> = [
             json!({"content": "x"}),
             json!({"role": "robot", "content": "x"}),
             json!({"role": "User", "content": "x"}),
             json!({"role": 1, "content": "x"}),
             json!({"role": null}),
+            json!({"type": "message", "content": [{"type": "input_text", "text": "x"}]}),
         ]
         .iter()
         .map(|m| role_problem(m).expect("refused"))
@@ -328,11 +423,12 @@ mod tests {
         assert_eq!(
             problems,
             [
-                "a message needs a `role`",
+                "a message needs a `role` (or, as a Responses item, a `type`)",
                 "unknown role \"robot\": expected one of system, developer, user, assistant, tool, function",
                 "unknown role \"User\": expected one of system, developer, user, assistant, tool, function",
                 "`role` must be a string",
                 "`role` must be a string",
+                "a `message` item needs a `role`",
             ]
         );
     }

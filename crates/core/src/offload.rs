@@ -10,7 +10,7 @@ use std::borrow::Borrow;
 use satchel_protocol::{Config, ContextMode, MessageFormat, Phase, RenderConfig};
 use serde_json::Value;
 
-use crate::format::{ToolCall, find_call, has_tool_result, result_texts};
+use crate::format::{ToolCall, find_call, has_tool_result, result_texts, role_of};
 use crate::truncate::ExcerptLimits;
 
 /// What a tool result is, for the purpose of choosing its limits.
@@ -115,14 +115,39 @@ pub fn must_offload(text_bytes: usize, kind: ResultKind, config: &Config) -> boo
 
 /// Index of the first message of the recent window: the last `recent_n` messages, widened to
 /// the whole trailing run of tool-result messages (parallel calls answered together stay
-/// recent together, as in the peer).
+/// recent together, as in the peer). In the Responses format a run of the model's items
+/// (reasoning, text, calls) counts as the one assistant message it is in the other formats,
+/// so a window holds as many turns whatever the format.
 pub fn recent_start<M: Borrow<Value>>(messages: &[M], format: MessageFormat, recent_n: usize) -> usize {
     let trailing_results = messages
         .iter()
         .rev()
         .take_while(|m| has_tool_result((*m).borrow(), format))
         .count();
-    messages.len().saturating_sub(trailing_results.max(recent_n))
+    let last_n = if format == MessageFormat::OpenaiResponses {
+        last_messages_start(messages, recent_n)
+    } else {
+        messages.len().saturating_sub(recent_n)
+    };
+    last_n.min(messages.len() - trailing_results)
+}
+
+/// Where the last `n` messages start when each run of the model's items counts as one.
+fn last_messages_start<M: Borrow<Value>>(items: &[M], n: usize) -> usize {
+    let is_model = |i: usize| role_of(items[i].borrow()) == Some("assistant");
+    let mut start = items.len();
+    for _ in 0..n {
+        if start == 0 {
+            break;
+        }
+        start -= 1;
+        if is_model(start) {
+            while start > 0 && is_model(start - 1) {
+                start -= 1;
+            }
+        }
+    }
+    start
 }
 
 /// [`recent_start`] with the boundary moved in steps of `batch` appended messages, so that the
@@ -296,6 +321,26 @@ mod tests {
 
     fn user(text: &str) -> Value {
         json!({"role": "user", "content": text})
+    }
+
+    #[test]
+    fn a_responses_run_of_model_items_counts_as_one_message() {
+        let f = MessageFormat::OpenaiResponses;
+        let items = [
+            user("go"),                                                                                            // 0
+            json!({"type": "reasoning", "encrypted_content": "e"}),                                                // 1
+            json!({"type": "function_call", "call_id": "a", "name": "bash", "arguments": "{}"}),                   // 2
+            json!({"type": "function_call_output", "call_id": "a", "output": "x"}),                                // 3
+            json!({"type": "reasoning", "encrypted_content": "e"}),                                                // 4
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}), // 5
+        ];
+        // The output and the answer after it, as `[tool, assistant]` in the chat format.
+        assert_eq!(recent_start(&items, f, 2), 3);
+        assert_eq!(recent_start(&items, f, 3), 1);
+        assert_eq!(recent_start(&items, f, 0), 6);
+        // Trailing outputs stay recent together.
+        assert_eq!(recent_start(&items[..4], f, 0), 3);
+        assert_eq!(recent_start(&items, f, 9), 0);
     }
 
     #[test]
@@ -474,6 +519,37 @@ mod tests {
             &[
                 (1, "/content/0/content/2/text", Some("bash")),
                 (1, "/content/1/content", Some("bash")),
+            ],
+        );
+    }
+
+    #[test]
+    fn responses_outputs_are_selected_and_classified_by_their_call() {
+        let c = Config::default();
+        // The call of `r` came in an earlier request; reasoning and user text are never cut.
+        let earlier = [json!({"type": "function_call", "call_id": "r", "name": "read_file",
+            "arguments": r#"{"path":"src/lib.rs"}"#})];
+        let new = [
+            json!({"type": "function_call_output", "call_id": "r", "output": "x".repeat(3_101)}),
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": big()}]}),
+            json!({"type": "reasoning", "summary": [], "encrypted_content": big()}),
+            json!({"type": "function_call", "call_id": "m", "name": "exec_command", "arguments": r#"{"cmd":"make"}"#}),
+            json!({"type": "custom_tool_call", "call_id": "d", "name": "view_doc", "input": "docs/GUIDE.md"}),
+            json!({"type": "function_call_output", "call_id": "m", "output": [
+                {"type": "input_text", "text": "short"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                {"type": "input_text", "text": big()}]}),
+            // A Markdown file's text of this size stays under the Markdown limits.
+            json!({"type": "custom_tool_call_output", "call_id": "d", "output": big()}),
+        ];
+        check_selection(
+            &new,
+            &earlier,
+            MessageFormat::OpenaiResponses,
+            &c,
+            &[
+                (0, "/output", Some("read_file")),
+                (5, "/output/2/text", Some("exec_command")),
             ],
         );
     }

@@ -54,7 +54,9 @@ pub fn message_text(message: &Value, format: MessageFormat) -> String {
         Some(Value::Array(blocks)) => {
             for block in blocks {
                 match block.get("type").and_then(Value::as_str) {
-                    Some("text") => parts.extend(block.get("text").and_then(Value::as_str).map(str::to_owned)),
+                    _ if format::is_text_part(block) => {
+                        parts.extend(block.get("text").and_then(Value::as_str).map(str::to_owned))
+                    }
                     Some("tool_result") => parts.push(result_block_text(block)),
                     _ => {}
                 }
@@ -64,6 +66,15 @@ pub fn message_text(message: &Value, format: MessageFormat) -> String {
     }
     for call in format::tool_calls(message, format) {
         parts.push(format!("{}({})", call.name, call.arguments));
+    }
+    // A Responses output keeps its text in `output`, not in `content`.
+    if format == MessageFormat::OpenaiResponses {
+        let texts = format::result_texts(message, format);
+        parts.extend(
+            texts
+                .iter()
+                .filter_map(|t| message.pointer(&t.pointer)?.as_str().map(str::to_owned)),
+        );
     }
     parts.retain(|p| !p.trim().is_empty());
     parts.join("\n\n")
@@ -84,7 +95,7 @@ fn result_block_text(block: &Value) -> String {
 
 /// A message's description for a pin without a label: `message 12 (user)`.
 pub fn message_title(index: usize, message: &Value) -> String {
-    let role = message.get("role").and_then(Value::as_str).unwrap_or("?");
+    let role = format::role_of(message).unwrap_or("?");
     format!("message {index} ({role})")
 }
 

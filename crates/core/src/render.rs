@@ -13,7 +13,7 @@ use satchel_protocol::{MessageFormat, OffloadNoticePath, Phase, RenderConfig};
 use serde_json::{Value, json};
 
 use crate::compact::is_user_turn;
-use crate::format::ToolCall;
+use crate::format::{self, ToolCall};
 use crate::offload::{self, ResultKind};
 use crate::repair::RepairItem;
 use crate::truncate::{Excerpt, ExcerptLimits, FileRef, TextStats, render_excerpt};
@@ -168,14 +168,19 @@ pub fn notice_root<'a>(config: &RenderConfig, workspace_root: &'a str) -> Option
 }
 
 /// Puts the summary message first, in the form the format needs: a user message (OpenAI,
-/// after the system messages); for Anthropic, whose roles must alternate, a text block at the
+/// after the system messages; Responses, after the leading `system` and `developer` messages,
+/// as a `message` item); for Anthropic, whose roles must alternate, a text block at the
 /// start of the first user message, or a user message of its own when the kept part starts
 /// with the assistant. Generic over how the request holds its messages, like the repair pass.
 pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: MessageFormat) {
     let at = messages
         .iter()
-        .take_while(|m| m.value().get("role").and_then(Value::as_str) == Some("system"))
+        .take_while(|m| format::is_instructions(m.value(), format))
         .count();
+    if format == MessageFormat::OpenaiResponses {
+        messages.insert(at, M::from_value(responses_summary_item(text)));
+        return;
+    }
     if format == MessageFormat::Anthropic && messages.get(at).is_some_and(|m| is_user_turn(m.value(), format)) {
         let mut first = messages.remove(at).into_value();
         let block = json!({"type": "text", "text": text});
@@ -191,6 +196,12 @@ pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: 
         return;
     }
     messages.insert(at, M::from_value(json!({"role": "user", "content": text})));
+}
+
+/// The summary as the Responses format carries it: a user `message` item of its own, whose
+/// wrapper (`message`, `input_text`) is counted with it.
+pub fn responses_summary_item(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
 }
 
 #[cfg(test)]
@@ -228,6 +239,15 @@ mod tests {
                         messages.push(json!({"role": "assistant", "content": "thinking", "tool_calls": tool_calls, "reasoning": "r"}));
                         for (id, _, _, text) in &made {
                             messages.push(json!({"role": "tool", "tool_call_id": id, "content": text, "name": "kept"}));
+                        }
+                    }
+                    MessageFormat::OpenaiResponses => {
+                        messages.push(json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA", "id": "rs_1"}));
+                        for (id, name, arg, _) in &made {
+                            messages.push(json!({"type": "function_call", "call_id": id, "name": name, "arguments": json!({"path": arg}).to_string(), "status": "completed"}));
+                        }
+                        for (id, _, _, text) in &made {
+                            messages.push(json!({"type": "function_call_output", "call_id": id, "output": text, "id": "fco_kept"}));
                         }
                     }
                     MessageFormat::Anthropic => {
@@ -478,6 +498,11 @@ mod tests {
         #[test]
         fn openai_rendering_keeps_pairs_fields_and_limits(messages in conversation(MessageFormat::Openai), recent_n in 0usize..4) {
             check(messages, MessageFormat::Openai, recent_n)?;
+        }
+
+        #[test]
+        fn responses_rendering_keeps_pairs_fields_and_limits(messages in conversation(MessageFormat::OpenaiResponses), recent_n in 0usize..4) {
+            check(messages, MessageFormat::OpenaiResponses, recent_n)?;
         }
 
         #[test]

@@ -11,6 +11,8 @@
 //!
 //! Repairs shape the request only: the session and its archive keep what the client sent.
 
+mod responses;
+
 use std::collections::HashMap;
 use std::iter;
 use std::mem;
@@ -114,6 +116,7 @@ pub fn repair<M: RepairItem>(
     match format {
         MessageFormat::Openai => repair_openai(messages, allow_pending_tail),
         MessageFormat::Anthropic => repair_anthropic(messages, allow_pending_tail),
+        MessageFormat::OpenaiResponses => responses::repair(messages, allow_pending_tail),
     }
 }
 
@@ -541,6 +544,7 @@ mod tests {
 
     const OPENAI: MessageFormat = MessageFormat::Openai;
     const ANTHROPIC: MessageFormat = MessageFormat::Anthropic;
+    const RESPONSES: MessageFormat = MessageFormat::OpenaiResponses;
 
     fn user(text: &str) -> Value {
         json!({"role": "user", "content": text})
@@ -1013,12 +1017,23 @@ mod tests {
             }
         }
 
-        fn assistant(&mut self, format: MessageFormat, calls: usize, speaks: bool) -> Value {
+        /// An assistant turn: one message, or in the Responses format a reasoning item, the
+        /// text and one item per call.
+        fn assistant(&mut self, format: MessageFormat, calls: usize, speaks: bool) -> Vec<Value> {
             let ids: Vec<String> = (0..calls).map(|_| self.fresh("call")).collect();
             self.all_calls.extend(ids.iter().cloned());
             self.last_calls.clone_from(&ids);
             let said = speaks.then(|| self.fresh("said "));
-            match format {
+            let message = match format {
+                MessageFormat::OpenaiResponses => {
+                    let mut items =
+                        vec![json!({"type": "reasoning", "summary": [], "encrypted_content": self.fresh("sig")})];
+                    items.extend(said.map(|said| json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": said}]})));
+                    items.extend(ids.iter().map(
+                        |id| json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": "{}"}),
+                    ));
+                    return items;
+                }
                 MessageFormat::Openai => {
                     let mut message = json!({"role": "assistant", "content": said, "x-keep": 1});
                     if !ids.is_empty() {
@@ -1041,7 +1056,8 @@ mod tests {
                     );
                     json!({"role": "assistant", "content": blocks})
                 }
-            }
+            };
+            vec![message]
         }
 
         fn result(&mut self, format: MessageFormat, id: &str) -> Value {
@@ -1050,6 +1066,9 @@ mod tests {
                 MessageFormat::Openai => json!({"role": "tool", "tool_call_id": id, "content": out, "x-keep": 1}),
                 MessageFormat::Anthropic => json!({"type": "tool_result", "tool_use_id": id,
                     "content": [{"type": "text", "text": out}], "cache_control": {"type": "ephemeral"}}),
+                MessageFormat::OpenaiResponses => {
+                    json!({"type": "function_call_output", "call_id": id, "output": out, "x-keep": 1})
+                }
             }
         }
 
@@ -1073,11 +1092,11 @@ mod tests {
                     text: speaks,
                     blank,
                 } => {
-                    let mut message = b.assistant(format, *calls, *speaks);
-                    if *blank && let Some(blocks) = message["content"].as_array_mut() {
+                    let mut turn = b.assistant(format, *calls, *speaks);
+                    if *blank && let Some(blocks) = turn[0]["content"].as_array_mut() {
                         blocks.insert(0, text("\n"));
                     }
-                    messages.push(message);
+                    messages.extend(turn);
                 }
                 Step::Results {
                     picks,
@@ -1088,7 +1107,7 @@ mod tests {
                     let ids: Vec<String> = picks.iter().map(|pick| b.pick(pick)).collect();
                     let results: Vec<Value> = ids.iter().map(|id| b.result(format, id)).collect();
                     match format {
-                        MessageFormat::Openai => messages.extend(results),
+                        MessageFormat::Openai | MessageFormat::OpenaiResponses => messages.extend(results),
                         MessageFormat::Anthropic => {
                             let mut blocks = Vec::new();
                             if *blank {
@@ -1115,6 +1134,7 @@ mod tests {
                     messages.push(match format {
                         MessageFormat::Openai => json!({"role": role, "content": " \n"}),
                         MessageFormat::Anthropic => json!({"role": role, "content": [text(""), text(" \t\n")]}),
+                        MessageFormat::OpenaiResponses => json!({"type": "message", "role": role, "content": " \n"}),
                     });
                 }
             }
@@ -1134,12 +1154,12 @@ mod tests {
                 let mut b = Builder::default();
                 let mut messages = vec![b.user(false)];
                 for (calls, rotation, speaks, blocks) in rounds {
-                    messages.push(b.assistant(format, calls, true));
+                    messages.extend(b.assistant(format, calls, true));
                     let mut ids = b.last_calls.clone();
                     ids.rotate_left(rotation % calls.max(1));
                     let results: Vec<Value> = ids.iter().map(|id| b.result(format, id)).collect();
                     match format {
-                        MessageFormat::Openai => {
+                        MessageFormat::Openai | MessageFormat::OpenaiResponses => {
                             messages.extend(results);
                             if speaks {
                                 messages.push(b.user(blocks));
@@ -1157,8 +1177,8 @@ mod tests {
                 }
                 let mut pending = false;
                 if let Some((calls, answered)) = tail {
-                    messages.push(b.assistant(format, calls, true));
-                    let answered = if format == MessageFormat::Openai {
+                    messages.extend(b.assistant(format, calls, true));
+                    let answered = if format != MessageFormat::Anthropic {
                         answered.min(calls)
                     } else {
                         0
@@ -1199,15 +1219,31 @@ mod tests {
         Ok(())
     }
 
-    /// The position of the last assistant message when some of its calls await results.
-    fn pending_at(messages: &[Value], format: MessageFormat) -> Option<usize> {
-        let at = messages.iter().rposition(|m| role(m) != Some("tool"))?;
-        let answered: usize = messages[at + 1..].iter().map(|m| result_ids(m, format).len()).sum();
-        (answered < tool_calls(&messages[at], format).len()).then_some(at)
+    /// The calls of the last assistant turn (Responses: the run of the assistant's items)
+    /// when some of them await results.
+    fn pending_calls(messages: &[Value], format: MessageFormat) -> Vec<String> {
+        let Some(end) = messages.iter().rposition(|m| format::role_of(m) != Some("tool")) else {
+            return Vec::new();
+        };
+        let start = if format == RESPONSES {
+            messages[..=end]
+                .iter()
+                .rposition(|m| format::role_of(m) != Some("assistant"))
+                .map_or(0, |i| i + 1)
+        } else {
+            end
+        };
+        let calls: Vec<String> = messages[start..=end]
+            .iter()
+            .flat_map(|m| tool_calls(m, format))
+            .map(|c| c.id)
+            .collect();
+        let answered: usize = messages[end + 1..].iter().map(|m| result_ids(m, format).len()).sum();
+        if answered < calls.len() { calls } else { Vec::new() }
     }
 
     fn pending_tail(messages: &[Value], format: MessageFormat) -> bool {
-        pending_at(messages, format).is_some()
+        !pending_calls(messages, format).is_empty()
     }
 
     /// A text block with no text or only whitespace, recognised without the repair's helper.
@@ -1229,6 +1265,11 @@ mod tests {
 
     fn synthetic_results(messages: &[Value], format: MessageFormat) -> usize {
         let contents: Vec<&Value> = match format {
+            MessageFormat::OpenaiResponses => messages
+                .iter()
+                .filter(|m| format::has_tool_result(m, format))
+                .filter_map(|m| m.get("output"))
+                .collect(),
             MessageFormat::Openai => messages
                 .iter()
                 .filter(|m| role(m) == Some("tool"))
@@ -1253,7 +1294,7 @@ mod tests {
                 Some(Value::Array(blocks)) => {
                     for block in blocks {
                         match block.get("type").and_then(Value::as_str) {
-                            Some("text") if !blank(block) => {
+                            Some("text" | "output_text") if !blank(block) => {
                                 seen.push(block["text"].as_str().unwrap_or("").to_owned());
                             }
                             Some("tool_use") => seen.push(block["id"].as_str().unwrap_or("").to_owned()),
@@ -1263,7 +1304,7 @@ mod tests {
                 }
                 _ => {}
             }
-            if format == MessageFormat::Openai {
+            if format != MessageFormat::Anthropic {
                 seen.extend(tool_calls(message, format).into_iter().map(|c| c.id));
             }
         }
@@ -1279,11 +1320,11 @@ mod tests {
         for id in out.iter().flat_map(|m| result_ids(m, format)) {
             *answers.entry(id).or_default() += 1;
         }
-        let pending = if allow { pending_at(&out, format) } else { None };
-        for (i, message) in out.iter().enumerate() {
+        let pending = if allow { pending_calls(&out, format) } else { Vec::new() };
+        for message in &out {
             for call in tool_calls(message, format) {
                 let n = answers.get(&call.id).copied().unwrap_or(0);
-                if pending == Some(i) {
+                if pending.contains(&call.id) {
                     prop_assert!(n <= 1, "{} answered {n} times", call.id);
                 } else {
                     prop_assert_eq!(n, 1, "{} answered {} times", call.id, n);
@@ -1307,7 +1348,7 @@ mod tests {
             .filter(|r| matches!(r, Repair::DroppedEmptyText { .. }))
             .count();
         let blank: usize = match format {
-            MessageFormat::Openai => 0,
+            MessageFormat::Openai | MessageFormat::OpenaiResponses => 0,
             MessageFormat::Anthropic => input.iter().map(blank_texts).sum(),
         };
         prop_assert_eq!(reported_blank, blank);
@@ -1344,6 +1385,17 @@ mod tests {
         #[test]
         fn anthropic_repair_makes_any_list_valid(steps in vec(step(), 0..16), allow in any::<bool>()) {
             check(build(&steps, ANTHROPIC), ANTHROPIC, allow)?;
+        }
+
+        #[test]
+        fn responses_repair_makes_any_list_valid(steps in vec(step(), 0..16), allow in any::<bool>()) {
+            check(build(&steps, RESPONSES), RESPONSES, allow)?;
+        }
+
+        #[test]
+        fn responses_valid_lists_come_back_identical((messages, allow) in valid(RESPONSES)) {
+            prop_assert_eq!(validity(&messages, RESPONSES, allow), Ok(()));
+            prop_assert_eq!(repair(messages.clone(), RESPONSES, allow), (messages, vec![]));
         }
 
         #[test]

@@ -10,6 +10,8 @@
 use satchel_protocol::config::{Float, TokenConfig, Tokenizer};
 use serde_json::Value;
 
+use crate::format;
+
 /// Fixed cost of one message (role, separators), as OpenAI's cookbook counts it.
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
 /// Estimate mode: framing of one tool call (AceClaw's `TOOL_USE_OVERHEAD`). A byte estimate
@@ -102,12 +104,13 @@ impl TokenCounter {
     }
 }
 
-/// Estimate-mode framing of the tool calls and results a message carries, in either format:
+/// Estimate-mode framing of the tool calls and results a message carries, in any format:
 /// OpenAI `tool_calls` entries and `tool` messages, Anthropic `tool_use` and `tool_result`
-/// blocks.
+/// blocks, Responses call and output items.
 fn tool_framing(message: &Value) -> u64 {
-    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(0, Vec::len);
-    let results = usize::from(message.get("role").and_then(Value::as_str) == Some("tool"));
+    let calls = message.get("tool_calls").and_then(Value::as_array).map_or(0, Vec::len)
+        + usize::from(format::output_type(message).is_some());
+    let results = usize::from(format::role_of(message) == Some("tool"));
     let (uses, block_results) = message
         .get("content")
         .and_then(Value::as_array)
@@ -202,6 +205,14 @@ mod tests {
                     {"type": "tool_result", "tool_use_id": "t1", "content": "a"},
                     {"type": "tool_result", "tool_use_id": "t2", "content": "b"},
                     {"type": "text", "text": "go on"}]}),
+                // Responses items: reasoning and messages have no framing, a call item and an
+                // output item one each.
+                json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}),
+                json!({"type": "function_call", "call_id": "f1", "name": "exec_command", "arguments": "{}"}),
+                json!({"type": "custom_tool_call", "call_id": "f2", "name": "apply_patch", "input": "*** Begin"}),
+                json!({"type": "function_call_output", "call_id": "f1", "output": "a"}),
+                json!({"type": "custom_tool_call_output", "call_id": "f2", "output": [{"type": "input_text", "text": "b"}]}),
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}),
             ],
             &[
                 0,
@@ -209,6 +220,12 @@ mod tests {
                 TOOL_RESULT_OVERHEAD_TOKENS,
                 TOOL_USE_OVERHEAD_TOKENS,
                 2 * TOOL_RESULT_OVERHEAD_TOKENS,
+                0,
+                TOOL_USE_OVERHEAD_TOKENS,
+                TOOL_USE_OVERHEAD_TOKENS,
+                TOOL_RESULT_OVERHEAD_TOKENS,
+                TOOL_RESULT_OVERHEAD_TOKENS,
+                0,
             ],
         );
         // Whole numbers for one message: 48 bytes of strings are 12 tokens, + 4 + 2 × 20.

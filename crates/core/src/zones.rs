@@ -5,6 +5,8 @@
 //! message once (and caches it), then asks this module how the request adds up.
 
 use satchel_protocol::{Config, TokenUsage};
+
+use crate::format::{self, MessageFormat};
 use serde_json::Value;
 
 /// One message of the request, as zone accounting sees it.
@@ -17,18 +19,19 @@ pub struct MessageTokens {
 }
 
 impl MessageTokens {
-    /// The accounting of `message`, rendered to `tokens` tokens.
-    pub fn of(message: &Value, tokens: u64) -> Self {
+    /// The accounting of `message` of a `format` conversation, rendered to `tokens` tokens.
+    pub fn of(message: &Value, tokens: u64, format: MessageFormat) -> Self {
         MessageTokens {
-            system: is_system(message),
+            system: is_system(message, format),
             tokens,
         }
     }
 }
 
-/// Whether a message has the system role.
-pub fn is_system(message: &Value) -> bool {
-    message.get("role").and_then(Value::as_str) == Some("system")
+/// Whether a message has the system role (or is a Responses `developer` message, which Codex
+/// sends its system prompt as): [`format::is_instructions`].
+pub fn is_system(message: &Value, format: MessageFormat) -> bool {
+    format::is_instructions(message, format)
 }
 
 /// The tokens of a request beside its live messages.

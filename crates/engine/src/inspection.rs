@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use satchel_core::calibration::corrected;
-use satchel_core::format::{MessageFormat, has_tool_result};
+use satchel_core::format::{self, MessageFormat, has_tool_result};
 use satchel_core::offload::recent_start;
 use satchel_core::render::{ResultControl, result_id};
 use satchel_core::tokens::TokenCounter;
@@ -71,7 +71,7 @@ enum Role {
 }
 
 fn role_of(message: &Value, format: MessageFormat) -> Role {
-    match message.get("role").and_then(Value::as_str) {
+    match format::role_of(message) {
         Some("assistant") => Role::Assistant,
         Some("tool" | "function") => Role::ToolResults,
         _ if has_tool_result(message, format) => Role::ToolResults,
@@ -92,7 +92,7 @@ pub(crate) fn role_tokens(session: &mut Session, config: &Config, messages_zone:
     let per_message = session.count_tokens(&counter, config, false);
     let mut by_role = [0u64; 3];
     for (entry, tokens) in session.entries().iter().zip(per_message) {
-        if is_system(&entry.message) {
+        if is_system(&entry.message, format) {
             continue;
         }
         by_role[role_of(&entry.message, format) as usize] += corrected(tokens, factor);

@@ -45,6 +45,7 @@ impl Engine {
             FormatHint::Auto => None,
             FormatHint::Openai => Some(MessageFormat::Openai),
             FormatHint::Anthropic => Some(MessageFormat::Anthropic),
+            FormatHint::OpenaiResponses => Some(MessageFormat::OpenaiResponses),
         };
         let id = params.session_id;
         if ticket.session_id() != id {

@@ -58,6 +58,7 @@ impl<'a> Request<'a> {
     pub(crate) fn usage(&self, session: &mut Session, squeeze: bool) -> TokenUsage {
         let (config, counter, extras) = (self.config, &self.counter, &self.extras);
         let factor = session.calibration_factor();
+        let format = format_or_default(session.format());
         let per_message = session.count_tokens(counter, config, squeeze);
         let (system, tools) = session.extras_tokens(
             extras.system.as_ref(),
@@ -70,7 +71,7 @@ impl<'a> Request<'a> {
             .entries()
             .iter()
             .zip(per_message)
-            .map(|(entry, tokens)| MessageTokens::of(&entry.message, corrected(tokens, factor)))
+            .map(|(entry, tokens)| MessageTokens::of(&entry.message, corrected(tokens, factor), format))
             .collect();
         let extras = RequestTokens {
             system: corrected(system, factor),

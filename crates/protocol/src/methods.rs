@@ -267,6 +267,11 @@ pub enum MessageFormat {
     Openai,
     /// Anthropic messages: `tool_use` blocks, results as `tool_result` blocks in user messages.
     Anthropic,
+    /// OpenAI Responses input items: `message` items, `function_call` / `custom_tool_call`
+    /// items answered by `function_call_output` / `custom_tool_call_output` items with the same
+    /// `call_id`, and `reasoning` items.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
 }
 
 /// The format a client declares, or `auto` to let satchel detect it.
@@ -280,6 +285,9 @@ pub enum FormatHint {
     Openai,
     /// Anthropic messages format.
     Anthropic,
+    /// OpenAI Responses input items.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
 }
 
 /// `context.compact`: compact a session now (the spec's `/compact`).
@@ -384,7 +392,8 @@ pub struct PrepareParams<M = Value> {
     /// reply never appends the same messages twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_messages: Option<usize>,
-    /// Declared format; `auto` (default) detects it.
+    /// Declared format; `auto` (default) detects it (`openai-responses` from an item `type` or
+    /// an `input_text` / `output_text` part; plain text turns alone tell no format apart).
     #[serde(default)]
     pub format: FormatHint,
     /// System prompt sent beside the messages: a string, or Anthropic's list of text blocks.

@@ -1,4 +1,4 @@
-//! The messages the tests send: plain turns, tool calls and their results in either format,
+//! The messages the tests send: plain turns, tool calls and their results in each format,
 //! build outputs, and the steps of the coding agent loop that `compaction` and `llm` drive
 //! (tuned by each through an [`AgentLoop`]).
 
@@ -16,6 +16,11 @@ pub const FIRST_FILE: &str = "crates/parser/src/lexer_v1.rs";
 
 pub fn system(text: &str) -> Value {
     json!({"role": "system", "content": text})
+}
+
+/// A Responses `developer` message item, as Codex sends its instructions.
+pub fn developer(text: &str) -> Value {
+    json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]})
 }
 
 pub fn user(text: &str) -> Value {
@@ -42,7 +47,8 @@ pub fn tool_result(id: &str, content: &str) -> Value {
     json!({"role": "tool", "tool_call_id": id, "content": content})
 }
 
-/// An assistant turn saying `say` and calling tool `name` with `args` under call `id`.
+/// An assistant turn saying `say` and calling tool `name` with `args` under call `id`; in the
+/// Responses format the call item alone (its text is an item of its own: [`agent_step`]).
 pub fn call_message(format: Format, id: &str, name: &str, args: &Value, say: &str) -> Value {
     match format {
         Format::Openai => json!({
@@ -54,11 +60,15 @@ pub fn call_message(format: Format, id: &str, name: &str, args: &Value, say: &st
             "role": "assistant",
             "content": [{"type": "text", "text": say}, {"type": "tool_use", "id": id, "name": name, "input": args}],
         }),
+        Format::OpenaiResponses => json!({
+            "type": "function_call", "id": format!("fc_{id}"), "status": "completed",
+            "name": name, "arguments": args.to_string(), "call_id": id,
+        }),
     }
 }
 
-/// The result of call `id`: an OpenAI `tool` message, or an Anthropic user message holding a
-/// `tool_result` block.
+/// The result of call `id`: an OpenAI `tool` message, an Anthropic user message holding a
+/// `tool_result` block, or a Responses `function_call_output` item.
 pub fn result_message(format: Format, id: &str, output: &str) -> Value {
     match format {
         Format::Openai => tool_result(id, output),
@@ -66,13 +76,14 @@ pub fn result_message(format: Format, id: &str, output: &str) -> Value {
             "role": "user",
             "content": [{"type": "tool_result", "tool_use_id": id, "content": output}],
         }),
+        Format::OpenaiResponses => json!({"type": "function_call_output", "call_id": id, "output": output}),
     }
 }
 
 /// The id of the tool call of agent step `step`, in the style of `format`.
 pub fn call_id(format: Format, step: usize) -> String {
     match format {
-        Format::Openai => format!("call_{step}"),
+        Format::Openai | Format::OpenaiResponses => format!("call_{step}"),
         Format::Anthropic => format!("toolu_{step:02}"),
     }
 }
@@ -147,6 +158,16 @@ pub fn agent_step(format: Format, tuning: &AgentLoop, s: usize) -> Vec<Value> {
     };
     let id = call_id(format, s);
     let say = format!("I'll run `{name}` on module {s} next.");
+    if format == Format::OpenaiResponses {
+        // Codex's shape: signed reasoning, the text and the call as items of their own.
+        return vec![
+            json!({"type": "reasoning", "id": format!("rs_{s}"), "summary": [],
+                   "encrypted_content": format!("gAAAAB-step-{s}-opaque")}),
+            json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": say}]}),
+            call_message(format, &id, name, &args, &say),
+            result_message(format, &id, &output),
+        ];
+    }
     vec![
         call_message(format, &id, name, &args, &say),
         result_message(format, &id, &output),

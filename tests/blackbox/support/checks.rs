@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::trajectories::{Format, block_type, blocks, role};
+use super::trajectories::{Format, block_type, blocks, result_text_pointers, role};
 use super::{Daemon, MARKER, SUMMARY_HEADING, archived, reconstruct};
 
 /// `v` as a number; fails the test otherwise.
@@ -42,9 +42,15 @@ pub fn summary_text(result: &Value) -> Option<String> {
         })
 }
 
-/// A message of its own carrying the summary (OpenAI).
+/// A message of its own carrying the summary (OpenAI; Responses: a `message` item).
 pub fn is_summary_message(m: &Value) -> bool {
-    m["content"].as_str().is_some_and(|s| s.contains(SUMMARY_HEADING))
+    let responses_text = (m["type"] == "message")
+        .then(|| m["content"][0]["text"].as_str())
+        .flatten();
+    m["content"]
+        .as_str()
+        .or(responses_text)
+        .is_some_and(|s| s.contains(SUMMARY_HEADING))
 }
 
 /// An Anthropic text block with no text or only whitespace, which the API rejects: satchel
@@ -61,7 +67,7 @@ pub fn is_blank_text(block: &Value) -> bool {
 /// OpenAI format, which accepts them).
 pub fn blank_text_count(message: &Value, format: Format) -> usize {
     match format {
-        Format::Openai => 0,
+        Format::Openai | Format::OpenaiResponses => 0,
         Format::Anthropic => blocks(message).filter(|b| is_blank_text(b)).count(),
     }
 }
@@ -114,6 +120,7 @@ pub fn restore_excerpts(d: &mut Daemon, format: Format, message: &Value) -> Valu
             .filter(|(_, b)| block_type(b) == "tool_result")
             .map(|(i, _)| format!("/content/{i}/content"))
             .collect(),
+        Format::OpenaiResponses => result_text_pointers(&message, format).into_iter().collect(),
     };
     for pointer in pointers {
         if let Some(Value::String(text)) = message.pointer(&pointer)

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{CONTEXT_READ_PATH, number_after, quoted_after};
 
@@ -23,6 +23,9 @@ pub const NOTICE_START: &str = "<<<TRUNCATED>>>\nThe output above was truncated.
 pub enum Format {
     Openai,
     Anthropic,
+    /// OpenAI Responses input items (no shared trajectories are in this format; the agent
+    /// loops of the tests build it).
+    OpenaiResponses,
 }
 
 impl Format {
@@ -30,6 +33,7 @@ impl Format {
         match self {
             Format::Openai => "openai",
             Format::Anthropic => "anthropic",
+            Format::OpenaiResponses => "openai-responses",
         }
     }
 }
@@ -115,7 +119,50 @@ pub fn load_folder(dir: &Path, format: Format) -> Vec<Trajectory> {
         .collect()
 }
 
-/// A data folder's name and its trajectories.
+/// `t` (OpenAI chat format) as Codex would send it over the Responses API: the system message
+/// as a `developer` item, each assistant turn as a signed reasoning item, its text and one
+/// `function_call` item per call, each `tool` message as a `function_call_output` item.
+pub fn as_responses(t: &Trajectory) -> Trajectory {
+    assert_eq!(t.format, Format::Openai, "{} is not in OpenAI chat format", t.name);
+    let message = |role: &str, part: &str, text: &Value| json!({"type": "message", "role": role, "content": [{"type": part, "text": text}]});
+    let mut items = Vec::new();
+    for (index, m) in t.messages.iter().enumerate() {
+        let content = m.get("content").cloned().unwrap_or(Value::Null);
+        match role(m) {
+            "system" => items.push(message("developer", "input_text", &content)),
+            "user" => items.push(message("user", "input_text", &content)),
+            "tool" => {
+                items.push(json!({"type": "function_call_output", "call_id": m["tool_call_id"], "output": content}))
+            }
+            "assistant" => {
+                items.push(json!({"type": "reasoning", "id": format!("rs_{index}"), "summary": [],
+                                  "encrypted_content": format!("gAAAAB-{index}-opaque")}));
+                let calls = m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice);
+                if calls.is_empty() || content.as_str().is_some_and(|s| !s.is_empty()) {
+                    items.push(message("assistant", "output_text", &content));
+                }
+                items.extend(calls.iter().map(|c| {
+                    json!({"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                           "arguments": c["function"]["arguments"], "status": "completed"})
+                }));
+            }
+            other => panic!("{}: role {other:?}", t.name),
+        }
+    }
+    Trajectory {
+        // The file stem stays last: the outcome labels are looked up by it.
+        name: format!("responses:{}", t.name),
+        session_id: t.session_id.clone(),
+        format: Format::OpenaiResponses,
+        system: t.system.clone(),
+        messages: items,
+    }
+}
+
+/// A data folder's name and its trajectories./// A data folder's name and its trajectories.
 pub type Folder = (&'static str, Vec<Trajectory>);
 
 /// The shared data's folder (canonical) and the trajectories of its two folders, OpenAI format
@@ -158,6 +205,24 @@ pub fn block_type(block: &Value) -> &str {
     block.get("type").and_then(Value::as_str).unwrap_or("")
 }
 
+/// A Responses item's `type` (`""` for a chat message or an item without one).
+pub fn item_type(item: &Value) -> &str {
+    item.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A Responses output item, answering the call with the same `call_id`.
+pub fn is_output_item(item: &Value) -> bool {
+    matches!(item_type(item), "function_call_output" | "custom_tool_call_output")
+}
+
+/// A Responses item only the model writes: a call, reasoning, an assistant message.
+fn is_model_item(item: &Value) -> bool {
+    match item.get("role") {
+        Some(role) => role == "assistant",
+        None => !is_output_item(item),
+    }
+}
+
 pub fn str_field(value: &Value, key: &str) -> String {
     value.get(key).and_then(Value::as_str).unwrap_or("").to_owned()
 }
@@ -169,7 +234,7 @@ pub fn content_texts(content: Option<&Value>) -> String {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(parts)) => parts
             .iter()
-            .filter(|p| block_type(p) == "text")
+            .filter(|p| matches!(block_type(p), "text" | "input_text" | "output_text"))
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect::<Vec<_>>()
             .join("\n"),
@@ -178,6 +243,12 @@ pub fn content_texts(content: Option<&Value>) -> String {
 }
 
 pub fn call_ids(message: &Value, format: Format) -> Vec<String> {
+    if format == Format::OpenaiResponses {
+        return match item_type(message) {
+            "function_call" | "custom_tool_call" => vec![str_field(message, "call_id")],
+            _ => Vec::new(),
+        };
+    }
     if role(message) != "assistant" {
         return Vec::new();
     }
@@ -193,6 +264,7 @@ pub fn call_ids(message: &Value, format: Format) -> Vec<String> {
             .filter(|b| block_type(b) == "tool_use")
             .map(|b| str_field(b, "id"))
             .collect(),
+        Format::OpenaiResponses => unreachable!("answered above"),
     }
 }
 
@@ -204,11 +276,15 @@ pub fn result_ids(message: &Value, format: Format) -> Vec<String> {
             .filter(|b| block_type(b) == "tool_result")
             .map(|b| str_field(b, "tool_use_id"))
             .collect(),
+        Format::OpenaiResponses if is_output_item(message) => vec![str_field(message, "call_id")],
+        Format::OpenaiResponses => Vec::new(),
     }
 }
 
 pub fn has_tool_call(message: &Value) -> bool {
-    !call_ids(message, Format::Openai).is_empty() || !call_ids(message, Format::Anthropic).is_empty()
+    [Format::Openai, Format::Anthropic, Format::OpenaiResponses]
+        .into_iter()
+        .any(|format| !call_ids(message, format).is_empty())
 }
 
 /// JSON pointers of the texts of a message's tool results (the only strings satchel may cut).
@@ -220,7 +296,8 @@ pub fn result_text_pointers(message: &Value, format: Format) -> HashSet<String> 
             }
             Some(Value::Array(parts)) => {
                 for (i, part) in parts.iter().enumerate() {
-                    if block_type(part) == "text" && part.get("text").is_some_and(Value::is_string) {
+                    let text_part = matches!(block_type(part), "text" | "input_text" | "output_text");
+                    if text_part && part.get("text").is_some_and(Value::is_string) {
                         out.insert(format!("{base}/{i}/text"));
                     }
                 }
@@ -239,6 +316,8 @@ pub fn result_text_pointers(message: &Value, format: Format) -> HashSet<String> 
                 }
             }
         }
+        Format::OpenaiResponses if is_output_item(message) => push(message.get("output"), "/output".into(), &mut out),
+        Format::OpenaiResponses => {}
     }
     out
 }
@@ -246,10 +325,36 @@ pub fn result_text_pointers(message: &Value, format: Format) -> HashSet<String> 
 /// The API's pairing rule: every result answers an open call of the nearest preceding assistant
 /// message, with only other results in between (OpenAI) or in the very next message
 /// (Anthropic), each call answered once; calls still open at the end of the list are allowed.
+/// Responses: the calls of a run of the model's items are answered by the outputs after it,
+/// before the next run or message.
 pub fn check_pairing(messages: &[Value], format: Format) -> Result<(), String> {
     let mut open: Vec<String> = Vec::new();
     let mut last_assistant: Option<usize> = None;
+    let mut after_output = false;
     for (index, message) in messages.iter().enumerate() {
+        if format == Format::OpenaiResponses {
+            let answers = result_ids(message, format);
+            for id in &answers {
+                let Some(pos) = open.iter().position(|c| c == id) else {
+                    return Err(format!("item {index}: output {id:?} answers no open call"));
+                };
+                open.remove(pos);
+            }
+            if answers.is_empty() {
+                let continues_run = is_model_item(message) && !after_output;
+                if !continues_run && !open.is_empty() {
+                    return Err(format!("item {index}: calls {open:?} are not answered before it"));
+                }
+                if is_model_item(message) {
+                    if !continues_run {
+                        open.clear();
+                    }
+                    open.extend(call_ids(message, format));
+                }
+            }
+            after_output = !answers.is_empty();
+            continue;
+        }
         for id in result_ids(message, format) {
             match open.iter().position(|c| *c == id) {
                 Some(pos) => {
@@ -298,6 +403,20 @@ pub fn check_request_shape(messages: &[Value], format: Format) -> Result<(), Str
                     "system" => {}
                     "user" | "assistant" | "tool" => conversation_started = true,
                     other => return Err(format!("message {index}: role {other:?}")),
+                }
+            }
+        }
+        Format::OpenaiResponses => {
+            for (index, item) in messages.iter().enumerate() {
+                match (item_type(item), item.get("role").and_then(Value::as_str)) {
+                    ("message" | "", Some("system" | "developer" | "user" | "assistant")) => {}
+                    ("function_call" | "custom_tool_call" | "reasoning", None) => {}
+                    ("function_call_output" | "custom_tool_call_output", None) => {}
+                    (kind, role) => return Err(format!("item {index}: type {kind:?} with role {role:?}")),
+                }
+                // The list may end on reasoning while the agent's step is still being sent.
+                if item_type(item) == "reasoning" && messages.get(index + 1).is_some_and(|next| !is_model_item(next)) {
+                    return Err(format!("item {index}: reasoning not followed by the model's item"));
                 }
             }
         }

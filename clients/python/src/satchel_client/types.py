@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 
 # --- enumerations ---------------------------------------------------------------------------
 
-MessageFormat = Literal["openai", "anthropic"]
-FormatHint = Literal["auto", "openai", "anthropic"]
+MessageFormat = Literal["openai", "anthropic", "openai-responses"]
+FormatHint = Literal["auto", "openai", "anthropic", "openai-responses"]
 Tokenizer = Literal["o200k_base", "cl100k_base", "estimate"]
 SummarizerKind = Literal["extractive", "openai", "client"]
 SummaryLanguage = Literal["en", "zh"]

@@ -10,6 +10,8 @@
 use satchel_protocol::{PromptSection, RequestFocus};
 use serde_json::Value;
 
+use crate::format;
+
 /// Longest query summary, in characters.
 pub const MAX_SUMMARY_CHARS: usize = 160;
 /// Most file paths kept.
@@ -291,9 +293,9 @@ fn plan_signals(query: &str) -> Vec<String> {
 /// tool results (or only images) are skipped, so in an agent loop the focus stays the request
 /// being worked on; a message with results and text ("go on") counts by its text.
 ///
-/// Both formats put user text in a string `content` or in `{"type": "text", "text"}` parts,
-/// and neither puts tool results there (OpenAI has `tool` messages, Anthropic `tool_result`
-/// blocks), so no format is needed.
+/// Every format puts user text in a string `content` or in text parts (`text`, Responses
+/// `input_text`), and none puts tool results there (OpenAI has `tool` messages, Anthropic
+/// `tool_result` blocks, Responses output items), so no format is needed.
 pub fn newest_query(messages: &[Value]) -> Option<String> {
     messages.iter().rev().find_map(|message| {
         if message.get("role").and_then(Value::as_str) != Some("user") {
@@ -303,7 +305,7 @@ pub fn newest_query(messages: &[Value]) -> Option<String> {
             Value::String(s) => s.clone(),
             Value::Array(parts) => parts
                 .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                .filter(|p| format::is_text_part(p))
                 .filter_map(|p| p.get("text").and_then(Value::as_str))
                 .collect::<Vec<_>>()
                 .join("\n"),

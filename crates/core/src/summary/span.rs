@@ -105,7 +105,7 @@ impl SpanFacts {
         let mut pending_request: Option<String> = None;
         for (position, message) in span.messages.iter().enumerate() {
             let index = span.indices.get(position).copied().unwrap_or(position);
-            match message.get("role").and_then(Value::as_str) {
+            match format::role_of(message) {
                 Some("user") => {
                     for text in text_blocks(message) {
                         if text.trim().is_empty() {
@@ -331,7 +331,8 @@ impl SpanFacts {
     }
 }
 
-/// The text blocks of a message: a string content, or its `text` parts.
+/// The text blocks of a message: a string content, or its text parts (`text`, and the
+/// Responses `input_text` / `output_text`).
 pub(crate) fn text_blocks(message: &Value) -> impl Iterator<Item = &str> {
     let content = message.get("content");
     let whole = content.and_then(Value::as_str);
@@ -339,7 +340,7 @@ pub(crate) fn text_blocks(message: &Value) -> impl Iterator<Item = &str> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter(|b| format::is_text_part(b))
         .filter_map(|b| b.get("text").and_then(Value::as_str));
     whole.into_iter().chain(parts)
 }

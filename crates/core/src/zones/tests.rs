@@ -99,11 +99,21 @@ fn the_reserve_is_the_newest_run_that_fits() {
 #[test]
 fn message_tokens_know_system_messages_by_role() {
     assert_eq!(
-        MessageTokens::of(&json!({"role": "system", "content": "be brief"}), 7),
+        MessageTokens::of(
+            &json!({"role": "system", "content": "be brief"}),
+            7,
+            MessageFormat::Openai
+        ),
         sys(7)
     );
-    assert_eq!(MessageTokens::of(&json!({"role": "user", "content": "hi"}), 3), msg(3));
-    assert_eq!(MessageTokens::of(&json!({"content": "no role"}), 3), msg(3));
+    assert_eq!(
+        MessageTokens::of(&json!({"role": "user", "content": "hi"}), 3, MessageFormat::Openai),
+        msg(3)
+    );
+    assert_eq!(
+        MessageTokens::of(&json!({"content": "no role"}), 3, MessageFormat::Openai),
+        msg(3)
+    );
 }
 
 /// Checks whether a request of `total` tokens, `compactable` of them, compacts.

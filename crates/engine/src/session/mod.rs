@@ -19,7 +19,7 @@ use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
 use satchel_core::hash::MessageHash;
 use satchel_core::offload::batched_recent_start;
-use satchel_core::render::{RenderedText, ResultControl, insert_summary};
+use satchel_core::render::{RenderedText, ResultControl, insert_summary, responses_summary_item};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
@@ -129,8 +129,9 @@ struct SummaryView {
     text: String,
     /// The mode it was rendered for (`aceclaw` marks it `[COMPACTED]`).
     mode: ContextMode,
-    /// Token count and the counter key it was made with.
-    tokens: Option<(u128, u64)>,
+    /// Token count, and the counter key and format it was made with (a Responses summary is
+    /// an item whose wrapper counts too).
+    tokens: Option<(u128, MessageFormat, u64)>,
 }
 
 /// The messages of one session.
@@ -382,14 +383,18 @@ impl Session {
     pub fn summary_tokens(&mut self, counter: &TokenCounter, config: &Config) -> u64 {
         self.sync_summary_view(config.window.context_mode);
         let key = counter_key(counter);
+        let format = format_or_default(self.format);
         let Some(view) = &mut self.summary_view else {
             return 0;
         };
         match &view.tokens {
-            Some((made_with, tokens)) if *made_with == key => *tokens,
+            Some((made_with, made_for, tokens)) if *made_with == key && *made_for == format => *tokens,
             _ => {
-                let tokens = counter.count_text(&view.text) + 4;
-                view.tokens = Some((key, tokens));
+                let tokens = match format {
+                    MessageFormat::OpenaiResponses => counter.count_message(&responses_summary_item(&view.text)),
+                    MessageFormat::Openai | MessageFormat::Anthropic => counter.count_text(&view.text) + 4,
+                };
+                view.tokens = Some((key, format, tokens));
                 tokens
             }
         }
@@ -530,7 +535,7 @@ impl Session {
         }
         // A span brought back goes after the leading system messages, where the summary goes
         // too, so that it ends up right after the summary.
-        let after_system = messages.iter().take_while(|m| is_system(m.value())).count();
+        let after_system = messages.iter().take_while(|m| is_system(m.value(), format)).count();
         messages.splice(
             after_system..after_system,
             expanded.iter().cloned().map(Outgoing::Owned),
@@ -639,7 +644,7 @@ impl Session {
                 None => match summary.take() {
                     Some(_) if !summary_alone => estimate(raw),
                     Some(view) => {
-                        let mut summary_tokens = view.tokens.as_ref().map_or_else(|| estimate(raw), |(_, t)| *t);
+                        let mut summary_tokens = view.tokens.as_ref().map_or_else(|| estimate(raw), |(_, _, t)| *t);
                         // In Anthropic format the summary goes into the first user turn, if any.
                         let format = format_or_default(self.format);
                         if format == MessageFormat::Anthropic

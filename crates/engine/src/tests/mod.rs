@@ -12,6 +12,7 @@ mod ingest;
 mod props;
 mod recovery;
 mod refusals;
+mod responses;
 mod transactions;
 
 use std::path::PathBuf;

@@ -10,16 +10,13 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// Random agent conversations in both formats: user turns, tool loops with parallel calls
-/// and outputs from tiny to huge, unanswered calls, and very large single user messages.
+/// Random agent conversations in the three formats: user turns, tool loops with parallel calls
+/// and outputs from tiny to huge, unanswered calls, reasoning items (Responses), and very large
+/// single user messages.
 fn agent_conversation() -> impl Strategy<Value = (Vec<Value>, MessageFormat)> {
     let step = (0u8..5, 1usize..4, 0usize..40_000, any::<bool>());
-    (prop::collection::vec(step, 1..25), any::<bool>()).prop_map(|(steps, anthropic)| {
-        let format = if anthropic {
-            MessageFormat::Anthropic
-        } else {
-            MessageFormat::Openai
-        };
+    (prop::collection::vec(step, 1..25), 0u8..3).prop_map(|(steps, format)| {
+        let format = [MessageFormat::Openai, MessageFormat::Anthropic, MessageFormat::OpenaiResponses][usize::from(format)];
         let mut m = vec![json!({"role": "user", "content": "fix the build in src/main.rs"})];
         let mut id = 0;
         for (kind, calls, size, answer) in steps {
@@ -62,6 +59,15 @@ fn agent_conversation() -> impl Strategy<Value = (Vec<Value>, MessageFormat)> {
                         .map(|i| json!({"type": "tool_result", "tool_use_id": i, "content": output}))
                         .collect();
                     m.push(json!({"role": "user", "content": if answer { json!(results) } else { json!("go on") }}));
+                }
+                MessageFormat::OpenaiResponses => {
+                    m.push(json!({"type": "reasoning", "id": format!("rs_{id}"), "summary": [], "encrypted_content": "gAAA…é"}));
+                    for i in &ids {
+                        m.push(json!({"type": "function_call", "call_id": i, "name": "exec_command", "arguments": "{\"cmd\":\"make\"}"}));
+                    }
+                    for i in ids.iter().filter(|_| answer) {
+                        m.push(json!({"type": "function_call_output", "call_id": i, "output": output}));
+                    }
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! Invariants for any conversation, either format, any target and plan: see [`invariants`],
+//! Invariants for any conversation, any format, any target and plan: see [`invariants`],
 //! plus that only tool-result texts with a file and reasoning change, that the protected part
 //! holds the newest turns, and that every string survives a JSON round trip.
 
@@ -73,15 +73,31 @@ fn build(turns: &[Turn], format: MessageFormat) -> (Vec<Value>, Vec<String>) {
                     format!("c{n}")
                 })
                 .collect();
-            messages.push(assistant(step, &ids, anthropic));
             let outputs = ids.iter().zip(&step.outputs);
-            if anthropic && !ids.is_empty() {
-                let blocks: Vec<Value> = outputs
-                    .map(|(id, (out, _))| json!({"type": "tool_result", "tool_use_id": id, "content": out}))
-                    .collect();
-                messages.push(json!({"role": "user", "content": blocks}));
-            } else if !anthropic {
-                messages.extend(outputs.map(|(id, (out, _))| tool(id, out)));
+            if format == MessageFormat::OpenaiResponses {
+                // Signed reasoning is an item of its own, which pruning never touches.
+                if step.reasoning > 0 {
+                    messages.push(json!({"type": "reasoning", "summary": [], "encrypted_content": "opaque"}));
+                }
+                if !step.text.is_empty() {
+                    messages.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": step.text}]}));
+                }
+                messages.extend(ids.iter().map(
+                    |id| json!({"type": "function_call", "call_id": id, "name": "exec_command", "arguments": "{}"}),
+                ));
+                messages.extend(
+                    outputs.map(|(id, (out, _))| json!({"type": "function_call_output", "call_id": id, "output": out})),
+                );
+            } else {
+                messages.push(assistant(step, &ids, anthropic));
+                if anthropic && !ids.is_empty() {
+                    let blocks: Vec<Value> = outputs
+                        .map(|(id, (out, _))| json!({"type": "tool_result", "tool_use_id": id, "content": out}))
+                        .collect();
+                    messages.push(json!({"role": "user", "content": blocks}));
+                } else if !anthropic {
+                    messages.extend(outputs.map(|(id, (out, _))| tool(id, out)));
+                }
             }
             offloaded.extend(
                 ids.iter()
@@ -180,12 +196,12 @@ proptest! {
     #[test]
     fn pruning_keeps_every_invariant(
         turns in turns(),
-        anthropic in any::<bool>(),
+        format in 0..3usize,
         protected_turns in 1..4usize,
         stub_chars in 5..60usize,
         target_share in 0.0..1.2f64,
     ) {
-        let format = if anthropic { MessageFormat::Anthropic } else { MessageFormat::Openai };
+        let format = [MessageFormat::Openai, MessageFormat::Anthropic, MessageFormat::OpenaiResponses][format];
         let (messages, offloaded) = build(&turns, format);
         prop_assert!(check_pairs(&messages, format).is_ok());
         let ids: Vec<&str> = offloaded.iter().map(String::as_str).collect();

@@ -38,12 +38,13 @@ impl<'a> History<'a> {
     /// `block_chars`; empty when the message has nothing to show.
     pub fn render(&self, index: usize, block_chars: usize) -> String {
         let message = &self.messages[index];
-        let role = message.get("role").and_then(Value::as_str).unwrap_or("unknown");
+        let role = format::role_of(message).unwrap_or("unknown");
         let mut blocks: Vec<String> = Vec::new();
-        if self.format == MessageFormat::Openai && role == "tool" {
-            let id = message.get("tool_call_id").and_then(Value::as_str).unwrap_or("");
-            let output = result_text(message.get("content"));
-            blocks.push(self.result_block(id, false, &output, block_chars));
+        if self.format != MessageFormat::Anthropic && role == "tool" {
+            let id = format::result_ids(message, self.format).pop().unwrap_or_default();
+            // Responses outputs keep their text in `output`, chat `tool` messages in `content`.
+            let output = result_text(message.get("output").or_else(|| message.get("content")));
+            blocks.push(self.result_block(&id, false, &output, block_chars));
         } else {
             match message.get("content") {
                 Some(Value::String(text)) => push_text(&mut blocks, text, block_chars),
@@ -55,7 +56,7 @@ impl<'a> History<'a> {
                 _ => {}
             }
             // Anthropic calls are content blocks, handled above.
-            if self.format == MessageFormat::Openai {
+            if self.format != MessageFormat::Anthropic {
                 for call in format::tool_calls(message, self.format) {
                     blocks.push(cut(
                         &format!("[tool_use] {} {}", call.name, call.arguments),
@@ -77,7 +78,7 @@ impl<'a> History<'a> {
         };
         let field = |key: &str| part.get(key).and_then(Value::as_str).unwrap_or("");
         match kind {
-            "text" => push_text(blocks, field("text"), block_chars),
+            "text" | "input_text" | "output_text" => push_text(blocks, field("text"), block_chars),
             "thinking" => {
                 let thinking = flatten(field("thinking"));
                 if !thinking.is_empty() {
@@ -135,8 +136,10 @@ fn result_text(content: Option<&Value>) -> String {
         Some(Value::Array(parts)) => parts
             .iter()
             .map(|part| match part.get("type").and_then(Value::as_str) {
-                Some("text") => part.get("text").and_then(Value::as_str).unwrap_or("").to_owned(),
-                Some("image" | "image_url") => "[image]".to_owned(),
+                Some("text" | "input_text" | "output_text") => {
+                    part.get("text").and_then(Value::as_str).unwrap_or("").to_owned()
+                }
+                Some("image" | "image_url" | "input_image") => "[image]".to_owned(),
                 Some(other) => format!("[{other}]"),
                 None => part.as_str().unwrap_or("").to_owned(),
             })

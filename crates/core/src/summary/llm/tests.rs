@@ -314,6 +314,35 @@ fn llm_long_blocks_are_cut_head_and_tail() {
     assert_eq!(cut("ééééééééé", 6), "éééé…[3 chars omitted]…éé");
 }
 
+#[test]
+fn llm_history_reads_responses_items() {
+    let counter = counter();
+    let messages = vec![
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run the build"}]}),
+        json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAAB-opaque"}),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Building now."}]}),
+        json!({"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{\"cmd\":\"make all\"}"}),
+        json!({"type": "function_call_output", "call_id": "c1", "output": "error: missing header foo.h"}),
+    ];
+    let script = Script::ok(&[MINIMAL]);
+    llm(&script).summarize_reporting(&SummaryInput {
+        format: MessageFormat::OpenaiResponses,
+        ..input(&messages, None, None, &counter)
+    });
+    let user = script.user(0);
+    assert!(user.contains("[user]\nrun the build"), "{user}");
+    assert!(user.contains("[assistant]\nBuilding now."), "{user}");
+    assert!(
+        user.contains("[tool_use] exec_command {\"cmd\":\"make all\"}"),
+        "{user}"
+    );
+    assert!(user.contains("error: missing header foo.h"), "{user}");
+    assert!(
+        !user.contains("gAAAAB-opaque"),
+        "signed reasoning is never sent to the summariser"
+    );
+}
+
 fn long_session(turns: usize) -> Vec<Value> {
     let mut messages = Vec::new();
     for i in 0..turns {

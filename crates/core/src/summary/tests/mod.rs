@@ -50,6 +50,11 @@ impl<'a> Case<'a> {
         self
     }
 
+    fn responses(mut self) -> Self {
+        self.format = MessageFormat::OpenaiResponses;
+        self
+    }
+
     fn after(mut self, previous: &'a CompactSummary) -> Self {
         self.previous = Some(previous);
         self.first_index = previous.archive.last().map_or(0, |r| r.first_index + r.messages);
@@ -177,6 +182,53 @@ fn anthropic_session() -> Vec<Value> {
             {"type": "text", "text": "Also, always run clippy before you finish."}]}),
         json!({"role": "assistant", "content": [
             {"type": "text", "text": "Next I'll check the workspace manifest:\n1. Open Cargo.toml at the root\n2. Rerun the build"}]}),
+    ]
+}
+
+/// The same session as Responses items, as Codex sends them: the instructions as a developer
+/// message, reasoning items, the text and each call as items of their own.
+fn responses_session() -> Vec<Value> {
+    let text = |role: &str, kind: &str, text: &str| json!({"type": "message", "role": role, "content": [{"type": kind, "text": text}]});
+    let call = |id: &str, name: &str, args: Value| json!({"type": "function_call", "call_id": id, "name": name, "arguments": args.to_string(), "status": "completed"});
+    let output = |id: &str, out: &str| json!({"type": "function_call_output", "call_id": id, "output": out});
+    let reasoning = json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAAB-signed"});
+    vec![
+        text(
+            "developer",
+            "input_text",
+            "You are a coding agent running in a terminal.",
+        ),
+        text("user", "input_text", REQUEST),
+        reasoning.clone(),
+        text("assistant", "output_text", "Let's look at the file first."),
+        call("c1", "exec_command", json!({"cmd": "cat crates/app/src/main.rs"})),
+        output("c1", "use serde::Serialize;\nfn main() {}"),
+        reasoning.clone(),
+        text(
+            "assistant",
+            "output_text",
+            "The issue is a missing dependency. I'll add it to Cargo.toml instead of vendoring.",
+        ),
+        call(
+            "c2",
+            "str_replace_based_edit_tool",
+            json!({"command": "str_replace", "path": "crates/app/Cargo.toml", "old_str": "[dependencies]", "new_str": "[dependencies]\nserde = \"1\""}),
+        ),
+        output("c2", "The file crates/app/Cargo.toml has been edited."),
+        call("c3", "exec_command", json!({"cmd": BUILD})),
+        output(
+            "c3",
+            &format!(
+                "Process exited with code 101\nOutput:\n   Compiling app v0.1.0\n{BUILD_ERROR}\n  --> src/main.rs:1:5"
+            ),
+        ),
+        text("user", "input_text", "Also, always run clippy before you finish."),
+        reasoning,
+        text(
+            "assistant",
+            "output_text",
+            "Next I'll check the workspace manifest:\n1. Open Cargo.toml at the root\n2. Rerun the build",
+        ),
     ]
 }
 

@@ -40,6 +40,22 @@ fn anthropic_sessions_read_the_same() {
     assert_eq!(summary.critical_context.files_modified, ["crates/app/Cargo.toml"]);
 }
 
+#[test]
+fn responses_sessions_read_the_same() {
+    let summary = check(Case::new(responses_session()).responses(), "responses_session");
+    assert_eq!(summary.requests.len(), 1, "the developer message is no request");
+    assert!(summary.requests[0].text.starts_with("Please fix the failing build"));
+    assert!(
+        summary
+            .constraints
+            .contains(&"Also, always run clippy before you finish.".to_owned())
+    );
+    let ctx = &summary.critical_context;
+    assert_eq!(ctx.files_modified, ["crates/app/Cargo.toml"]);
+    assert_eq!(ctx.errors, [BUILD_ERROR]);
+    assert_eq!(summary.blocked, [format!("`{BUILD}` failed: {BUILD_ERROR}")]);
+}
+
 /// Rule 1: every request stays in Goal and every constraint stays, however many identifiers
 /// the span names; the lists are compressed into counted groups instead.
 #[test]
