@@ -1,5 +1,5 @@
 //! Black-box tests of `satchel proxy`: the real binary between a client speaking a provider's
-//! API and a scripted model server on loopback (written here, `proxy/harness.rs`) that records
+//! API (Anthropic Messages, OpenAI Chat; OpenAI Responses in `responses`) and a scripted model server on loopback (written here, `proxy/harness.rs`) that records
 //! what it receives. What is checked is what an agent relies on: here, a tool loop in
 //! Anthropic Messages and in OpenAI Chat whose large tool outputs reach the model cut and
 //! compacted, with every call paired and every other field forwarded byte for byte, while the
@@ -14,6 +14,7 @@
 
 mod harness;
 mod passthrough;
+mod responses;
 
 use std::path::Path;
 
@@ -26,7 +27,7 @@ use harness::{
 };
 
 /// Input tokens the scripted upstream reports for every request.
-const REPORTED_INPUT: u64 = 4321;
+pub const REPORTED_INPUT: u64 = 4321;
 /// Tool calls the scripted model makes before it answers.
 const TOOL_CALLS: usize = 3;
 /// Bytes of each tool output: over the default recent limit (50 000), so it is cut.
@@ -127,7 +128,7 @@ fn without_messages(body: &Value) -> Value {
 }
 
 /// Whether the socket's `context.sessions` lists `session`.
-fn sessions_list(ws: &Path, session: &str) -> bool {
+pub fn sessions_list(ws: &Path, session: &str) -> bool {
     let mut conn = SocketClient::connect(&ws.join("run").join("satchel.sock"));
     let listed = conn.call("context.sessions", json!({}));
     listed["sessions"]

@@ -3,12 +3,14 @@
 //! whole history every time, goes through satchel's context hook before it reaches the
 //! provider.
 //!
-//! `POST /v1/messages` (Anthropic Messages) and `POST /v1/chat/completions` (OpenAI Chat
-//! Completions) are managed: the request's `messages` become one `context.prepare` on the
-//! session the request belongs to ([`session`]), the prepared messages replace them, and
-//! every other field of the body is forwarded byte for byte ([`body`]). Every other path and
-//! method is passed through untouched, `POST /v1/responses` too for now (the engine does not
-//! manage that format yet). Responses come back as the provider sent them: status, headers
+//! `POST /v1/messages` (Anthropic Messages), `POST /v1/chat/completions` (OpenAI Chat
+//! Completions) and `POST /v1/responses` (OpenAI Responses: its `input` items, its
+//! `instructions` the system prompt) are managed: the request's messages become one
+//! `context.prepare` on the session the request belongs to ([`session`]), the prepared
+//! messages replace them, and every other field of the body is forwarded byte for byte
+//! ([`body`]). A Responses request with no history of its own (`previous_response_id`, where
+//! the provider holds it, or one text as `input`) is passed through as sent, the reason
+//! logged, and so is every other path and method. Responses come back as the provider sent them: status, headers
 //! and body, a stream relayed chunk by chunk as it arrives, plus `X-Satchel-*` headers saying
 //! what satchel did; the provider's reported usage trains the session's calibration.
 //!

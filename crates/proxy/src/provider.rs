@@ -14,6 +14,9 @@ pub enum Provider {
     Anthropic,
     /// OpenAI Chat Completions (`POST /v1/chat/completions`).
     OpenAiChat,
+    /// OpenAI Responses (`POST /v1/responses`): its `input` items are the messages and its
+    /// `instructions` the system prompt.
+    OpenAiResponses,
 }
 
 /// Why a compressed request body passes through.
@@ -54,10 +57,12 @@ impl Route {
             .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
         match path.trim_end_matches('/') {
             "/v1/messages" if post && compressed => Route::Passthrough(Family::Anthropic, Some(COMPRESSED)),
-            "/v1/chat/completions" if post && compressed => Route::Passthrough(Family::OpenAi, Some(COMPRESSED)),
+            "/v1/chat/completions" | "/v1/responses" if post && compressed => {
+                Route::Passthrough(Family::OpenAi, Some(COMPRESSED))
+            }
             "/v1/messages" if post => Route::Managed(Provider::Anthropic),
             "/v1/chat/completions" if post => Route::Managed(Provider::OpenAiChat),
-            "/v1/responses" if post => Route::Passthrough(Family::OpenAi, Some("format not managed yet")),
+            "/v1/responses" if post => Route::Managed(Provider::OpenAiResponses),
             p if p.starts_with("/v1/messages")
                 || p == "/v1/complete"
                 || p.is_empty()
@@ -73,7 +78,7 @@ impl Route {
     pub fn family(self) -> Family {
         match self {
             Route::Managed(Provider::Anthropic) => Family::Anthropic,
-            Route::Managed(Provider::OpenAiChat) => Family::OpenAi,
+            Route::Managed(Provider::OpenAiChat | Provider::OpenAiResponses) => Family::OpenAi,
             Route::Passthrough(family, _) => family,
         }
     }
@@ -114,6 +119,25 @@ impl Provider {
         match self {
             Provider::Anthropic => FormatHint::Anthropic,
             Provider::OpenAiChat => FormatHint::Openai,
+            Provider::OpenAiResponses => FormatHint::OpenaiResponses,
+        }
+    }
+
+    /// The body field that holds the conversation.
+    pub fn messages_field(self) -> &'static str {
+        match self {
+            Provider::Anthropic | Provider::OpenAiChat => "messages",
+            Provider::OpenAiResponses => "input",
+        }
+    }
+
+    /// The body field that holds the system prompt beside the messages, if the API has one
+    /// (OpenAI Chat's is a message).
+    pub fn system_field(self) -> Option<&'static str> {
+        match self {
+            Provider::Anthropic => Some("system"),
+            Provider::OpenAiChat => None,
+            Provider::OpenAiResponses => Some("instructions"),
         }
     }
 }
@@ -171,10 +195,15 @@ mod tests {
             Route::of(&post, "/v1/messages", &gzip),
             Route::Passthrough(Family::Anthropic, Some(COMPRESSED))
         );
-        assert!(matches!(
-            of(&post, "/v1/responses"),
-            Route::Passthrough(Family::OpenAi, Some(_))
-        ));
+        assert_eq!(of(&post, "/v1/responses"), Route::Managed(Provider::OpenAiResponses));
+        assert_eq!(
+            Route::of(&post, "/v1/responses", &gzip),
+            Route::Passthrough(Family::OpenAi, Some(COMPRESSED))
+        );
+        assert_eq!(
+            of(&Method::GET, "/v1/responses/resp_1"),
+            Route::Passthrough(Family::OpenAi, None)
+        );
     }
 
     #[test]

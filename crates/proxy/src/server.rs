@@ -105,7 +105,7 @@ impl Proxy {
         };
         let mut managed = match route {
             Route::Managed(provider) => match self.prepare(provider, &parts.headers, &body).await {
-                Ok(managed) => Some(managed),
+                Ok(managed) => managed,
                 Err(message) => return own_error(family, StatusCode::BAD_REQUEST, &message),
             },
             Route::Passthrough(_, Some(reason)) => {
@@ -163,12 +163,18 @@ impl Proxy {
 
     /// Runs `context.prepare` on a managed request's messages. An error is a malformed
     /// request, for a 400 in the provider's shape; an engine failure is not an error: the
-    /// client's own body is sent, with a warning header.
-    async fn prepare(&self, provider: Provider, headers: &HeaderMap, body: &[u8]) -> Result<Managed, String> {
+    /// client's own body is sent, with a warning header. `None`: a request with no history
+    /// of its own to manage, passed through as sent (the reason logged).
+    async fn prepare(&self, provider: Provider, headers: &HeaderMap, body: &[u8]) -> Result<Option<Managed>, String> {
         let fields = Fields::parse(body)?;
-        let messages: Vec<Box<RawValue>> = match fields.get("messages").map(field_as) {
+        if let Some(reason) = unmanaged(provider, &fields) {
+            tracing::info!("proxy: passed through unchanged: {reason}");
+            return Ok(None);
+        }
+        let field = provider.messages_field();
+        let messages: Vec<Box<RawValue>> = match fields.get(field).map(field_as) {
             Some(Ok(messages)) => messages,
-            _ => return Err("`messages`: an array of messages is required".into()),
+            _ => return Err(format!("`{field}`: an array of messages is required")),
         };
         let session_id = session_id(provider, headers, &fields);
         let extras = extras(provider, &fields);
@@ -206,7 +212,7 @@ impl Proxy {
         };
         match prepared {
             Ok(prepared) => {
-                managed.body = Some(rewrite(&fields, &prepared, system.as_ref()));
+                managed.body = Some(rewrite(provider, &fields, &prepared, system.as_ref()));
                 managed.headers.extend(outcome_headers(&prepared));
             }
             Err(e) => {
@@ -216,18 +222,43 @@ impl Proxy {
                     .push(header("x-satchel-warning", &format!("not prepared: {e}")));
             }
         }
-        Ok(managed)
+        Ok(Some(managed))
     }
 }
 
-/// The system prompt (Anthropic's `system`) and tool definitions `context.prepare` counts.
+/// Why a request to a managed route has no history satchel could manage, if so: a Responses
+/// request continuing a stored response (`previous_response_id`: the provider holds the
+/// history, the request only the new items) or whose `input` is one text.
+fn unmanaged(provider: Provider, fields: &Fields) -> Option<&'static str> {
+    if provider != Provider::OpenAiResponses {
+        return None;
+    }
+    if fields
+        .get("previous_response_id")
+        .is_some_and(|raw| raw.get() != "null")
+    {
+        return Some("`previous_response_id`: the provider holds the history");
+    }
+    if fields.get("input").is_some_and(|raw| raw.get().starts_with('"')) {
+        return Some("`input` is one text, no history");
+    }
+    None
+}
+
+/// The system prompt (Anthropic's `system`, Responses' `instructions`) and tool definitions
+/// `context.prepare` counts.
 /// A provider may take what satchel cannot read (nesting deeper than JSON parsers allow):
 /// such a request is forwarded as sent, so this is no malformed request.
 type Extras = (Option<Value>, Option<Vec<Value>>);
 
 fn extras(provider: Provider, fields: &Fields) -> Result<Extras, String> {
-    let system = match (provider, fields.get("system")) {
-        (Provider::Anthropic, Some(raw)) => Some(field_as(raw).map_err(|e| format!("`system` unreadable: {e}"))?),
+    let system = match provider
+        .system_field()
+        .and_then(|field| Some((field, fields.get(field)?)))
+    {
+        Some((field, raw)) if raw.get() != "null" => {
+            Some(field_as(raw).map_err(|e| format!("`{field}` unreadable: {e}"))?)
+        }
         _ => None,
     };
     let tools = match fields.get("tools") {
@@ -240,15 +271,15 @@ fn extras(provider: Provider, fields: &Fields) -> Result<Extras, String> {
 /// The client's body with the prepared messages, and the prepared system prompt when it
 /// differs from the client's (satchel added to it or cut it); the client's own bytes
 /// otherwise.
-fn rewrite(fields: &Fields, prepared: &Prepared, system: Option<&Value>) -> Vec<u8> {
+fn rewrite(provider: Provider, fields: &Fields, prepared: &Prepared, system: Option<&Value>) -> Vec<u8> {
     let messages = join_messages(&prepared.messages);
-    let mut replaced = vec![("messages", messages.as_str())];
+    let mut replaced = vec![(provider.messages_field(), messages.as_str())];
     let prepared_system = prepared
         .system
         .as_ref()
         .filter(|s| system.is_some_and(|mine| serde_json::from_str::<Value>(s.get()).ok().as_ref() != Some(mine)));
-    if let Some(prepared_system) = prepared_system {
-        replaced.push(("system", prepared_system.get()));
+    if let (Some(prepared_system), Some(field)) = (prepared_system, provider.system_field()) {
+        replaced.push((field, prepared_system.get()));
     }
     fields.with_replaced(&replaced)
 }

@@ -38,7 +38,9 @@ pub fn session_id(provider: Provider, headers: &HeaderMap, fields: &Fields) -> S
     };
     let agent = || match provider {
         Provider::Anthropic => header(CLAUDE_CODE_SESSION_HEADER).or_else(|| metadata_session(fields)),
-        Provider::OpenAiChat => string_field(fields, "prompt_cache_key").or_else(|| string_field(fields, "user")),
+        Provider::OpenAiChat | Provider::OpenAiResponses => {
+            string_field(fields, "prompt_cache_key").or_else(|| string_field(fields, "user"))
+        }
     };
     match header(SESSION_HEADER).or_else(agent) {
         Some(key) if is_session_id(&key) => key,
@@ -81,17 +83,15 @@ fn metadata_session(fields: &Fields) -> Option<String> {
 }
 
 /// A hash of what opens the conversation: the system prompt (Anthropic's `system` without
-/// Claude Code's billing block; OpenAI's leading system and developer messages) and the
-/// first user message, each as the exact text sent.
+/// Claude Code's billing block; Responses' `instructions`; OpenAI's leading system and
+/// developer messages) and the first user message, each as the exact text sent.
 fn conversation_hash(provider: Provider, fields: &Fields) -> String {
     let messages: Vec<&serde_json::value::RawValue> = fields
-        .get("messages")
+        .get(provider.messages_field())
         .and_then(|raw| field_as(raw).ok())
         .unwrap_or_default();
     let mut parts: Vec<String> = Vec::new();
-    if provider == Provider::Anthropic
-        && let Some(system) = fields.get("system")
-    {
+    if let Some(system) = provider.system_field().and_then(|field| fields.get(field)) {
         parts.push(stable_system(system));
     }
     for message in messages {

@@ -92,12 +92,15 @@ fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
 }
 
-/// The input tokens a response body or stream event reports: OpenAI's `prompt_tokens`, or
-/// Anthropic's `input_tokens` plus its cache reads and writes (all of them were sent).
+/// The input tokens a response body or stream event reports: OpenAI Chat's `prompt_tokens`,
+/// OpenAI Responses' `input_tokens` (its cached tokens are part of them; a stream reports
+/// them in `response.completed`'s `response`), or Anthropic's `input_tokens` plus its cache
+/// reads and writes (all of them were sent).
 fn input_tokens(value: &Value) -> Option<u64> {
     let usage = value
         .get("usage")
         .or_else(|| value.get("message").and_then(|m| m.get("usage")))
+        .or_else(|| value.get("response").and_then(|r| r.get("usage")))
         .filter(|u| u.is_object())?;
     let count = |key: &str| usage.get(key).and_then(Value::as_u64);
     let tokens = match count("prompt_tokens") {
@@ -148,5 +151,15 @@ mod tests {
         let openai = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":55}}\n\ndata: [DONE]";
         assert_eq!(tap(true, &[openai]), Some(55));
         assert_eq!(tap(true, &["data: {\"choices\":[]}\n\n"]), None);
+        let responses = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\n\
+            event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":321,\"input_tokens_details\":{\"cached_tokens\":300},\"output_tokens\":4}}}\n\n";
+        assert_eq!(tap(true, &[responses]), Some(321));
+        assert_eq!(
+            tap(
+                false,
+                &[r#"{"object":"response","usage":{"input_tokens":77,"output_tokens":2}}"#]
+            ),
+            Some(77)
+        );
     }
 }

@@ -78,8 +78,9 @@ enum Command {
         #[arg(long, num_args = 0..=1, value_name = "ADDR")]
         proxy: Option<Option<String>>,
     },
-    /// Serve the provider-compatible proxy: Anthropic Messages (`POST /v1/messages`) and OpenAI
-    /// Chat Completions (`POST /v1/chat/completions`) requests go through `context.prepare`
+    /// Serve the provider-compatible proxy: Anthropic Messages (`POST /v1/messages`), OpenAI
+    /// Chat Completions (`POST /v1/chat/completions`) and OpenAI Responses (`POST
+    /// /v1/responses`) requests go through `context.prepare`
     /// on their session and on to `proxy_upstream_anthropic` / `proxy_upstream_openai`; every
     /// other request passes through. Also serves the socket (`<workspace>/run/satchel.sock`),
     /// so `satchel inspect` sees the proxied sessions. Until SIGINT/SIGTERM.

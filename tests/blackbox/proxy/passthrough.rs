@@ -181,7 +181,7 @@ fn other_paths_pass_through_untouched() {
         assert_eq!(got.header("anthropic-beta"), Some("tools-2024"));
     }
     assert!(
-        proxy.log_text().contains("format not managed yet"),
+        proxy.log_text().contains("previous_response_id"),
         "the Responses pass-through is logged with its reason"
     );
     assert_no_secret(&ws, &proxy);
