@@ -9,8 +9,8 @@
 //! error shape, a request satchel cannot prepare forwarded as sent with a warning, and the
 //! proxy's own token. Every test also finds the client's key in no workspace file and no log.
 //!
-//! The official Python SDKs (`anthropic`, `openai`) go through the proxy in `tests/sdk`; not
-//! yet: Node's `openai`, and Claude Code or Codex end to end.
+//! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
+//! `tests/sdk`; not yet: Claude Code or Codex end to end.
 
 mod harness;
 mod passthrough;
