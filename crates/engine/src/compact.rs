@@ -80,7 +80,7 @@ struct Drafted {
 
 impl Engine {
     /// `context.compact`: compact now, everything but the reserve, under the call's `config`
-    /// (the daemon's with its overrides), or the session's ([`Engine::session_config`]).
+    /// (the daemon's with its overrides), or the session's (`Engine::session_config`).
     pub fn compact_now(
         &self,
         ticket: Ticket,

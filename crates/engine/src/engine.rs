@@ -106,7 +106,7 @@ impl Engine {
 
     /// This engine with the daemon's way of applying a request's `config` overrides, used to
     /// find a session's effective configuration after a restart (see
-    /// [`Engine::session_config`]).
+    /// `Engine::session_config`).
     pub fn with_overrides(mut self, apply: Arc<ApplyOverrides>) -> Self {
         self.apply_overrides = apply;
         self

@@ -27,7 +27,7 @@ const DEFAULT_BUDGET_SHARE: u64 = 4;
 
 impl Engine {
     /// `context.expand` on the session of `ticket`, under the session's configuration (its
-    /// window is what the span must fit in: [`Engine::session_config`]).
+    /// window is what the span must fit in: `Engine::session_config`).
     pub fn expand(&self, ticket: Ticket, params: ExpandParams) -> Result<ExpandResult, EngineError> {
         let (file, start, end) = match (&params.compaction_id, &params.archive) {
             (Some(_), Some(_)) | (None, None) => {

@@ -1,8 +1,8 @@
 //! The sessions held in memory, and the order calls on one session run in.
 //!
-//! Each session has a [`Slot`]: a first-in, first-out queue of calls and the session itself.
+//! Each session has a `Slot`: a first-in, first-out queue of calls and the session itself.
 //! A call takes a [`Ticket`] when it arrives (the transport takes them in arrival order) and
-//! waits for its [`Turn`]: calls on one session run one at a time in ticket order, as a
+//! waits for its `Turn`: calls on one session run one at a time in ticket order, as a
 //! language server applies document changes; calls on different sessions run in parallel.
 //!
 //! Memory stays bounded for a daemon that runs for weeks: past `max_live_sessions`, or after

@@ -62,6 +62,8 @@ pub struct CompactSummary {
     /// newest few of every compaction so far. Kept for the daily memory note, which writes
     /// only the lessons the previous summary did not have; not rendered for the model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // `error[E0432]` above is a compiler message quoted, not a link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     pub lessons: Vec<String>,
 }
 

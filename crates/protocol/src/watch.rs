@@ -4,6 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use crate::Action;
 use crate::{DroppedIdentifier, Method, Pressure, TokenUsage};
 
 /// `context.sessions`: the sessions this daemon knows, for tools that attach to it.

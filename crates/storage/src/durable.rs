@@ -170,7 +170,7 @@ fn is_temp_name(name: &str) -> bool {
 /// what was being written: the candidates store, a memory file) from the directories satchel
 /// writes atomically into: the workspace root (`MEMORY.md`, `candidates.jsonl`), `run/`,
 /// `keys/`, `tool_result/` (whose offloaded texts are staged under the same names) and all
-/// of `memory/` (its files and merge backups, at any depth). Only names [`is_temp_name`]
+/// of `memory/` (its files and merge backups, at any depth). Only names `is_temp_name`
 /// recognises are removed, only regular files, and no symbolic link is followed. Returns how
 /// many were removed; a file that cannot be removed stays, for the next start.
 ///

@@ -180,7 +180,7 @@ impl MemoryFiles {
     }
 
     /// Appends `text` to the memory file `rel` (created if missing), durably and all or
-    /// nothing ([`append_whole`]).
+    /// nothing (`append_whole`).
     pub fn append(&self, rel: &str, text: &str) -> Result<MemoryFileInfo, StorageError> {
         let path = self.resolve(rel)?;
         if let Some(dir) = path.parent() {

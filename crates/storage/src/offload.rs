@@ -133,7 +133,7 @@ impl OffloadStore {
     /// one fsync of the directory makes the names durable: a file under its final name is
     /// always complete. A first call carrying a long history can offload hundreds of results,
     /// and an fsync per file would cost a journal commit each (seconds in all), so past
-    /// [`SYNCFS_FROM_FILES`] files one `syncfs` makes all of them durable at once; below it,
+    /// `SYNCFS_FROM_FILES` files one `syncfs` makes all of them durable at once; below it,
     /// each file is fsynced, because `syncfs` also waits for whatever else the file system has
     /// not yet written.
     pub fn write(&self, plan: &SavePlan, texts: &[&str]) -> Result<(), StorageError> {

@@ -487,7 +487,7 @@ impl SessionStore {
         }
     }
 
-    /// [`SessionStore::append`] on the background thread of bulk writes ([`Lane::Bulk`]),
+    /// [`SessionStore::append`] on the background thread of bulk writes (`Lane::Bulk`),
     /// after `first` (the writes the records refer to, such as offloaded texts) has succeeded,
     /// while the caller goes on. If `first` fails nothing is appended. Nothing may be
     /// acknowledged before [`PendingSync::wait`] returns.

@@ -1,4 +1,4 @@
-//! The one budget-fitting routine of both summarisers: a [`Draft`] becomes the most detailed
+//! The one budget-fitting routine of both summarisers: a `Draft` becomes the most detailed
 //! [`CompactSummary`] whose rendering fits the token budget.
 //!
 //! The budget is served by field priority ([`Field::PRIORITY`], or the order an instruction

@@ -7,8 +7,8 @@
 //! error line is worse than none. Prose sections (decisions, the step under way, the plan)
 //! are the agent's own sentences, picked by cue words ([`super::extract::prose`]).
 //!
-//! Three stages: [`SpanFacts::read`] reads the span, [`Draft::merge`] merges it into the
-//! summary in force, and [`budget::fit`] fits the result to the budget by field priority.
+//! Three stages: `SpanFacts::read` reads the span, `Draft::merge` merges it into the
+//! summary in force, and `budget::fit` fits the result to the budget by field priority.
 
 use satchel_protocol::CompactSummary;
 

@@ -3,9 +3,9 @@
 //!
 //! Layout:
 //! - [`extractive`]: the default summariser, deterministic and offline, so compaction works
-//!   out of the box and never fails for want of a model: [`span`] reads a span,
-//!   [`merge`] merges it into the summary in force, [`budget`] fits it by field priority,
-//!   [`steer`] applies a compaction instruction.
+//!   out of the box and never fails for want of a model: `span` reads a span,
+//!   `merge` merges it into the summary in force, [`budget`] fits it by field priority,
+//!   `steer` applies a compaction instruction.
 //! - [`llm`]: a model writes the prose; the same draft and budget rules guarantee the user's
 //!   words and the exact identifiers. [`prompts`] holds its prompts, [`parse`] reads its reply
 //!   (and summaries pasted into a conversation).

@@ -150,7 +150,7 @@ pub fn summary_message_text(summary: &CompactSummary) -> String {
 /// The summary message text for `mode`: [`summary_message_text`] in `qwenpaw` mode, the same
 /// after [`COMPACTED_MARKER`] and a blank line in `aceclaw` mode, as AceClaw marks its own.
 ///
-/// The marker costs a few tokens the summary budget ([`super::budget::fit`]) does not see;
+/// The marker costs a few tokens the summary budget (`super::budget::fit`) does not see;
 /// a caller in `aceclaw` mode lowers `max_tokens` by the count of [`COMPACTED_OPENING`].
 pub fn summary_message_text_for(summary: &CompactSummary, mode: ContextMode) -> String {
     match mode {

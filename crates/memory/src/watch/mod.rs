@@ -9,7 +9,7 @@
 //! timer, [`SyntheticEvents`] — feeds the same channel and the same filter, so a test driving the
 //! synthetic source runs the code path real events take.
 //!
-//! - [`Msg`] (here): what every source sends the worker, down one channel.
+//! - `Msg` (here): what every source sends the worker, down one channel.
 //! - `worker`: the thread, the batch filter and the poller.
 //! - `native`: notify and the watch set, which follows roots as they appear and disappear.
 //! - `scan`: which paths are memory files, fingerprints, directory walks.
