@@ -301,6 +301,11 @@ impl Session {
         self.futile_compaction_at
     }
 
+    /// Where the session's requests come from, when the proxy made it.
+    pub fn origin(&self) -> Option<&satchel_protocol::SessionOrigin> {
+        self.requests.origin.as_ref()
+    }
+
     /// Calibration, the last system prompt and the monitor's numbers.
     pub fn requests(&self) -> &RequestState {
         &self.requests
