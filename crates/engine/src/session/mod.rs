@@ -397,7 +397,11 @@ impl Session {
             _ => {
                 let tokens = match format {
                     MessageFormat::OpenaiResponses => counter.count_message(&responses_summary_item(&view.text)),
-                    MessageFormat::Openai | MessageFormat::Anthropic => counter.count_text(&view.text) + 4,
+                    // Counted as the message it is sent as (Anthropic merges it into the first
+                    // user message, which then holds one more block: about the same).
+                    MessageFormat::Openai | MessageFormat::Anthropic => {
+                        counter.count_message(&serde_json::json!({"role": "user", "content": view.text}))
+                    }
                 };
                 view.tokens = Some((key, format, tokens));
                 tokens
