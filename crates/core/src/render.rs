@@ -16,6 +16,7 @@ use crate::compact::{fixed_prefix, is_user_turn};
 use crate::format::{self, ToolCall};
 use crate::offload::{self, ResultKind};
 use crate::repair::RepairItem;
+use crate::tokens::TokenCounter;
 use crate::truncate::{Excerpt, ExcerptLimits, FileRef, TextStats, render_excerpt};
 
 /// A tool-result text whose full content is in an offload file.
@@ -200,6 +201,18 @@ pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: 
         return;
     }
     messages.insert(at, M::from_value(json!({"role": "user", "content": text})));
+}
+
+/// Tokens of the summary message as a request in `format` carries it: what a session counts
+/// for its summary and what a summariser fits to its budget, so the two never disagree.
+/// (Anthropic merges the summary into the first user message as a block: about the same.)
+pub fn summary_message_tokens(text: &str, format: MessageFormat, counter: &TokenCounter) -> u64 {
+    match format {
+        MessageFormat::OpenaiResponses => counter.count_message(&responses_summary_item(text)),
+        MessageFormat::Openai | MessageFormat::Anthropic => {
+            counter.count_message(&json!({"role": "user", "content": text}))
+        }
+    }
 }
 
 /// The summary as the Responses format carries it: a user `message` item of its own, whose
