@@ -75,6 +75,9 @@ export interface Config {
   reserve_threshold_ratio?: number;
   /** Newest messages a compaction always keeps, whatever their tokens (0: the reserve alone decides). */
   compact_keep_recent_messages?: number;
+  /** Share of the window the summary may fill (its budget grows with the window). */
+  summary_window_share?: number;
+  /** A cap on the summary's budget; 0: none. */
   summary_max_tokens?: number;
   demonstration_prefixes?: string[];
   summarizer?: SummarizerKind;
@@ -673,6 +676,8 @@ export interface InspectResult {
   messages: number;
   archived_messages: number;
   summary?: CompactSummary | null;
+  /** The token budget a compaction's summary is fitted to under the session's configuration. */
+  summary_budget_tokens: number;
   offloaded: OffloadedResult[];
   pins?: PinInfo[];
   compactions: CompactionReport[];
@@ -1075,7 +1080,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'max_input_length?', 'max_output_tokens?', 'context_mode?', 'prune_trigger_ratio?', 'prune_target_ratio?',
     'prune_protected_turns?', 'prune_stub_chars?', 'prompt_max_section_chars?', 'prompt_max_total_chars?',
     'compact_enabled?', 'compact_threshold_ratio?', 'reserve_threshold_ratio?', 'compact_keep_recent_messages?',
-    'summary_max_tokens?', 'demonstration_prefixes?', 'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?',
+    'summary_window_share?', 'summary_max_tokens?', 'demonstration_prefixes?', 'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?',
     'llm_api_key_env?', 'llm_timeout_secs?',
     'llm_max_output_tokens?', 'llm_temperature?', 'llm_extra_headers?', 'llm_input_budget_tokens?', 'memory_enabled?',
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
@@ -1165,7 +1170,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   InspectParams: fields<InspectParams>()(['session_id', 'query_hint?', 'detail_key?']),
   InspectResult: fields<InspectResult>()([
     'session_id', 'format?', 'loaded', 'tokens', 'message_tokens', 'config_overrides', 'pressure', 'messages',
-    'archived_messages', 'summary?', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
+    'archived_messages', 'summary?', 'summary_budget_tokens', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
     'totalChars?', 'estimatedTokens?', 'contextWindowTokens?', 'systemPromptSharePct?', 'requestFocus?', 'budget?',
     'truncatedSectionKeys?', 'sections?', 'overBudget?', 'injectedCandidateIds?', 'detail?', 'rejected_candidates?',
     'origin?',

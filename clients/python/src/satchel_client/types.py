@@ -241,6 +241,7 @@ class Config(TypedDict, total=False):
     compact_threshold_ratio: float
     reserve_threshold_ratio: float
     compact_keep_recent_messages: int
+    summary_window_share: float
     summary_max_tokens: int
     demonstration_prefixes: List[str]
     summarizer: SummarizerKind
@@ -693,6 +694,7 @@ class _InspectResultRequired(TypedDict):
     pressure: Pressure
     messages: int
     archived_messages: int
+    summary_budget_tokens: int
     offloaded: List[OffloadedResult]
     compactions: List[CompactionReport]
     peak_tokens: int

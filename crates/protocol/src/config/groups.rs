@@ -148,7 +148,11 @@ impl Default for CompactionConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct SummaryConfig {
-    /// Token budget of the compact summary; at most a quarter of `max_input_length` is used.
+    /// Share of the window (`max_input_length` less `max_output_tokens`) the summary may fill:
+    /// its token budget grows with the window, never below 2500 tokens nor above a quarter.
+    pub summary_window_share: f64,
+    /// A cap on the summary's token budget (at least 200); 0, the default: no cap, the window
+    /// share decides.
     pub summary_max_tokens: u64,
     /// Openings of user messages that demonstrate how to work rather than ask for work
     /// (compared case-insensitively): the summary labels them and never makes them the goal.
@@ -174,7 +178,8 @@ pub struct SummaryConfig {
 impl Default for SummaryConfig {
     fn default() -> Self {
         SummaryConfig {
-            summary_max_tokens: 2_500,
+            summary_window_share: 0.12,
+            summary_max_tokens: 0,
             demonstration_prefixes: DEFAULT_DEMONSTRATION_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
             summarizer: SummarizerKind::Extractive,
             summary_language: SummaryLanguage::En,
