@@ -21,7 +21,7 @@ use crate::body::{Fields, field_as};
 use crate::forward::{self, Outgoing, ProxyBody, UsageSink};
 use crate::provider::{Family, Provider, Route};
 use crate::session::{SESSION_HEADER, session_id};
-use crate::{Hook, Prepared, Settings};
+use crate::{Hook, Prepared, Settings, UpstreamModel};
 
 /// The longest `X-Satchel-Warning`: an engine error can be long, a header should not be.
 const MAX_WARNING_CHARS: usize = 300;
@@ -196,7 +196,10 @@ impl Proxy {
                     config: None,
                 };
                 let hook = self.hook.clone();
-                tokio::task::spawn_blocking(move || hook.prepare(params))
+                let base = Route::Managed(provider).family().base(&self.settings.upstreams);
+                let runtime = tokio::runtime::Handle::current();
+                let upstream = UpstreamModel::lend(provider, base, headers, self.client.clone(), runtime);
+                tokio::task::spawn_blocking(move || hook.prepare(params, upstream))
                     .await
                     // A panic's message may quote the request: the panic hook has logged it.
                     .unwrap_or_else(|_| {
