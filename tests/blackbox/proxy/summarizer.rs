@@ -4,8 +4,10 @@
 //! Responses), and the summary it writes reaches the model in the request forwarded next.
 //! Any failure of that call (an HTTP error echoing the key, a body that is no reply) gives
 //! the extractive summary and the client's request still goes through; the key is in no
-//! workspace file and no log line. Over stdio, with no proxied request in flight, the
-//! compaction is extractive and says why.
+//! workspace file and no log line. Over stdio, with no proxied request in flight, a
+//! compaction (and the memory merge) is extractive and says why.
+
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -23,6 +25,9 @@ const SUMMARY_MODEL_ANTHROPIC: &str = "haiku-test";
 const SUMMARY_MODEL_OPENAI: &str = "mini-test";
 /// What the upstream's summary says, to be found in the request forwarded next.
 const SUMMARY_MARK: &str = "upstream-summary-5c2";
+/// Why `upstream` has no model over stdio.
+const NO_UPSTREAM: &str =
+    "no proxied request in flight: the upstream summariser uses a request's own upstream, in satchel proxy only";
 /// The agent's final answer.
 const FINAL: &str = "FINAL: the build is fixed";
 
@@ -101,9 +106,10 @@ fn agent(format: Format, request: &Received) -> Reply {
     .into_iter()
     .find_map(|id| id.as_str())
     .map_or(0, |id| id.rsplit('_').next().unwrap().parse::<usize>().unwrap() + 1);
-    match answered < CALLS {
-        true => model_reply(format, "", Some(&call_id(format, answered))),
-        false => model_reply(format, FINAL, None),
+    if answered < CALLS {
+        model_reply(format, "", Some(&call_id(format, answered)))
+    } else {
+        model_reply(format, FINAL, None)
     }
 }
 
@@ -183,26 +189,34 @@ impl Run {
 /// Runs the agent in `format` to its final answer through a proxy whose upstream answers
 /// summary requests with `summary` and the agent's with [`agent`]; every response is the
 /// upstream's 200.
-fn run(format: Format, summary: impl Fn(&Received) -> Reply + Send + Sync + 'static) -> Run {
+fn run(
+    format: Format,
+    extra_env: &[(&str, &str)],
+    summary: impl Fn(&Received) -> Reply + Send + Sync + 'static,
+) -> Run {
     let (_dir, ws) = workspace();
-    let upstream = Upstream::start(move |r| match is_summary(format, r) {
-        true => summary(r),
-        false => agent(format, r),
+    let upstream = Upstream::start(move |r| {
+        if is_summary(format, r) {
+            summary(r)
+        } else {
+            agent(format, r)
+        }
     });
-    let env = [
+    let mut env = vec![
         ("SATCHEL_MAX_INPUT_LENGTH", "8192"),
         ("SATCHEL_PRUNING_RECENT_MSG_MAX_BYTES", "3000"),
         ("SATCHEL_SUMMARIZER", "upstream"),
         ("SATCHEL_SUMMARIZER_UPSTREAM_MODEL_ANTHROPIC", SUMMARY_MODEL_ANTHROPIC),
         ("SATCHEL_SUMMARIZER_UPSTREAM_MODEL_OPENAI", SUMMARY_MODEL_OPENAI),
     ];
+    env.extend_from_slice(extra_env);
     let proxy = Proxy::start(&ws, &upstream, &env);
     let http = client();
     let mut history = vec![json!({"role": "user", "content": "Fix the build, please."})];
     if format == Format::OpenaiResponses {
         history[0]["type"] = json!("message");
     }
-    let mut compacted = 0;
+    let (mut compacted, mut answered) = (0, false);
     for step in 0..=CALLS {
         let mut request = http
             .post(proxy.url(path(format)))
@@ -225,15 +239,21 @@ fn run(format: Format, summary: impl Fn(&Received) -> Reply + Send + Sync + 'sta
         if response.headers()["x-satchel-compacted"] == "true" {
             compacted += 1;
         }
-        let (assistant, called) = assistant_part(format, &response.json().unwrap());
+        let reply: Value = response.json().unwrap();
+        let (assistant, called) = assistant_part(format, &reply);
         history.extend(assistant);
         if !called {
-            assert_eq!(step, CALLS, "the agent answers after its last call");
+            assert!(
+                reply.to_string().contains(FINAL) && step == CALLS,
+                "step {step}: {reply}"
+            );
+            answered = true;
             break;
         }
         let output = tool_output(step, 20_000, "src/lib.rs");
         history.push(result_message(format, &call_id(format, step), &output));
     }
+    assert!(answered, "the agent gave its final answer");
     assert!(compacted > 0, "a compaction ran at this window");
     Run {
         _dir,
@@ -248,7 +268,7 @@ fn run(format: Format, summary: impl Fn(&Received) -> Reply + Send + Sync + 'sta
 /// model, in the request's own API and without streaming; the summary it wrote is in the
 /// next request forwarded, and each compaction names the upstream model.
 fn summarises_with_the_requests_own_upstream(format: Format) {
-    let run = run(format, move |_| model_reply(format, &summary_text(), None));
+    let run = run(format, &[], move |_| model_reply(format, &summary_text(), None));
     let received = run.received(format);
     let summaries: Vec<&Received> = received.iter().filter(|(s, _)| *s).map(|(_, r)| r).collect();
     assert_eq!(summaries.len(), run.compacted, "one summary request per compaction");
@@ -322,9 +342,18 @@ fn a_responses_compaction_summarises_with_the_requests_own_upstream_and_key() {
 /// A failed summary call (tried twice) gives the extractive summary, which says why; the
 /// agent's requests are all prepared and answered, and the reason, logged, has no key in it
 /// although the upstream's error echoed it.
-fn falls_back(format: Format, failure: fn() -> Reply, reason: &str) {
-    let run = run(format, move |_| failure());
-    let summaries = run.received(format).iter().filter(|(s, _)| *s).count();
+fn falls_back(format: Format, env: &[(&str, &str)], failure: fn() -> Reply, reason: &str) {
+    let run = run(format, env, move |_| failure());
+    // The upstream records a request once it has answered it: a slow answer comes after
+    // the proxy gave up on it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let summaries = loop {
+        let summaries = run.received(format).iter().filter(|(s, _)| *s).count();
+        if summaries >= 2 * run.compacted || Instant::now() > deadline {
+            break summaries;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(summaries, 2 * run.compacted, "each compaction tries twice");
     let summarizers = run.summarizers();
     assert_eq!(summarizers.len(), run.compacted);
@@ -349,7 +378,7 @@ fn an_upstream_error_on_the_summary_call_falls_back_to_the_extractive_summary() 
             "message": format!("overloaded (key {SECRET_KEY}, Authorization: Bearer {SECRET_KEY})")}});
         Reply::json(500, &error)
     };
-    falls_back(Format::Anthropic, echo, "HTTP 500");
+    falls_back(Format::Anthropic, &[], echo, "HTTP 500");
 }
 
 #[test]
@@ -358,9 +387,23 @@ fn a_summary_reply_that_is_no_reply_falls_back_to_the_extractive_summary() {
         status: 200,
         headers: vec![("content-type".into(), "text/html".into())],
         chunks: vec![b"<html>upstream busy</html>".to_vec()],
-        pause: std::time::Duration::ZERO,
+        pause: Duration::ZERO,
     };
-    falls_back(Format::OpenaiResponses, garbage, "malformed reply");
+    falls_back(Format::OpenaiResponses, &[], garbage, "malformed reply");
+}
+
+#[test]
+fn a_summary_call_past_its_timeout_falls_back_to_the_extractive_summary() {
+    let slow = || {
+        std::thread::sleep(Duration::from_millis(1500));
+        model_reply(Format::Openai, &summary_text(), None)
+    };
+    falls_back(
+        Format::Openai,
+        &[("SATCHEL_LLM_TIMEOUT_SECS", "0.3")],
+        slow,
+        "timed out",
+    );
 }
 
 /// Over stdio no proxied request is in flight: `upstream` compacts with the extractive
@@ -392,10 +435,20 @@ fn over_stdio_the_upstream_summarizer_falls_back_and_says_why() {
     }
     assert!(!reports.is_empty(), "a compaction ran at this window");
     for report in reports {
-        assert_eq!(
-            report["summarizer"],
-            "extractive (fallback: no proxied request in flight: the upstream summariser uses a request's own upstream, in satchel proxy only)"
-        );
+        assert_eq!(report["summarizer"], format!("extractive (fallback: {NO_UPSTREAM})"));
     }
+    daemon.shutdown();
+
+    // The memory merge, too, has no request to borrow from.
+    let env = [("SATCHEL_SUMMARIZER", "upstream")];
+    let mut daemon = Daemon::start(&ws, &env);
+    let log = "### Decisions\n\n- Vectors stay brute force below 100k chunks.\n";
+    daemon.call("memory.write", json!({"path": "memory/2026-11-24.md", "content": log}));
+    let merged = daemon.call("memory.merge", json!({"through": "2026-11-24"}));
+    assert_eq!(merged["summarizer"], "extractive", "{merged}");
+    assert!(
+        merged["warnings"][0].as_str().unwrap().contains(NO_UPSTREAM),
+        "{merged}"
+    );
     daemon.shutdown();
 }
