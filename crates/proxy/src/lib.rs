@@ -16,7 +16,10 @@
 //!
 //! The proxy knows no JSON-RPC and no engine: the binary gives it a [`Hook`] that runs the
 //! engine's calls. Client credentials (`x-api-key`, `authorization`, …) go to the configured
-//! upstream only (redirects are never followed), and are never logged or stored.
+//! upstream only (redirects are never followed), and are never logged or stored. The one
+//! other use of them: a compaction that a request's prepare runs may ask the same upstream
+//! for its summary (`summarizer: "upstream"`), through an [`UpstreamModel`] lent to that
+//! prepare alone.
 //!
 //! # Layout
 //!

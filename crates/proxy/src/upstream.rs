@@ -31,6 +31,9 @@ const LENT_HEADERS: &[&str] = &[
     "openai-project",
 ];
 
+/// The [`LENT_HEADERS`] that hold a credential, redacted from every error text.
+const CREDENTIALS: &[&str] = &["authorization", "x-api-key", "api-key"];
+
 /// The largest reply read: a summary is a few kilobytes, and a reply is held in memory.
 const MAX_REPLY_BYTES: usize = 4 << 20;
 
@@ -128,23 +131,28 @@ impl UpstreamModel {
             ));
         }
         if !status.is_success() {
-            // The body may echo the request, credentials and all.
-            let text: String = String::from_utf8_lossy(&body).chars().take(ERROR_BODY_CHARS).collect();
-            return Err(self.redacted(&format!("HTTP {status}: {text}")));
+            // The body may echo the request, credentials and all: redacted whole, then cut,
+            // so no cut leaves the start of a key behind.
+            let text = self.redacted(&String::from_utf8_lossy(&body));
+            let text: String = text.chars().take(ERROR_BODY_CHARS).collect();
+            return Err(format!("HTTP {status}: {text}"));
         }
         reply_text(self.provider, &body).map_err(|e| self.redacted(&e))
     }
 
-    /// `text` with every lent value (and the token of a `Bearer` one) replaced.
+    /// `text` with every lent credential (and the token of a `Bearer` one) replaced.
     fn redacted(&self, text: &str) -> String {
         let mut secrets: Vec<&str> = Vec::new();
-        for value in self.headers.values() {
+        let credentials = CREDENTIALS.iter().flat_map(|name| self.headers.get_all(*name));
+        for value in credentials {
             let Ok(value) = value.to_str() else { continue };
             secrets.push(value);
             if let Some((_, token)) = value.split_once(' ') {
                 secrets.push(token.trim());
             }
         }
+        // A value of a few characters is no key, and replacing it everywhere would garble
+        // the text.
         secrets.retain(|s| s.len() >= 4);
         // Longest first: a token inside its own header value goes with the value.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
@@ -374,8 +382,10 @@ mod tests {
         let shown = format!("{model:?}");
         assert!(!shown.contains("lent"), "{shown}");
         assert_eq!(
-            model.redacted("echo: Authorization: Bearer sk-oat-lent-1, token sk-oat-lent-1, key sk-lent-2"),
-            "echo: Authorization: [redacted], token [redacted], key [redacted]"
+            model.redacted(
+                "echo: Authorization: Bearer sk-oat-lent-1, token sk-oat-lent-1, key sk-lent-2, beta oauth-2025-04-20"
+            ),
+            "echo: Authorization: [redacted], token [redacted], key [redacted], beta oauth-2025-04-20"
         );
     }
 }
