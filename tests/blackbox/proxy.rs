@@ -15,6 +15,7 @@
 //! `tests/sdk`; not yet: Claude Code or Codex end to end.
 
 mod harness;
+mod origin;
 mod passthrough;
 mod responses;
 mod summarizer;

@@ -301,6 +301,11 @@ impl Session {
         self.futile_compaction_at
     }
 
+    /// Where the session's requests come from, when the proxy made it.
+    pub fn origin(&self) -> Option<&satchel_protocol::SessionOrigin> {
+        self.requests.origin.as_ref()
+    }
+
     /// Calibration, the last system prompt and the monitor's numbers.
     pub fn requests(&self) -> &RequestState {
         &self.requests
@@ -392,7 +397,11 @@ impl Session {
             _ => {
                 let tokens = match format {
                     MessageFormat::OpenaiResponses => counter.count_message(&responses_summary_item(&view.text)),
-                    MessageFormat::Openai | MessageFormat::Anthropic => counter.count_text(&view.text) + 4,
+                    // Counted as the message it is sent as (Anthropic merges it into the first
+                    // user message, which then holds one more block: about the same).
+                    MessageFormat::Openai | MessageFormat::Anthropic => {
+                        counter.count_message(&serde_json::json!({"role": "user", "content": view.text}))
+                    }
                 };
                 view.tokens = Some((key, format, tokens));
                 tokens
