@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 MessageFormat = Literal["openai", "anthropic", "openai-responses"]
 FormatHint = Literal["auto", "openai", "anthropic", "openai-responses"]
 Tokenizer = Literal["o200k_base", "cl100k_base", "estimate"]
-SummarizerKind = Literal["extractive", "openai", "client"]
+SummarizerKind = Literal["extractive", "openai", "client", "upstream"]
 SummaryLanguage = Literal["en", "zh"]
 Pressure = Literal["low", "medium", "high", "critical"]
 Phase = Literal["recent", "old"]
@@ -248,6 +248,8 @@ class Config(TypedDict, total=False):
     summary_language: SummaryLanguage
     llm_base_url: str
     llm_model: str
+    summarizer_upstream_model_anthropic: str
+    summarizer_upstream_model_openai: str
     llm_api_key_env: str
     llm_timeout_secs: float
     llm_max_output_tokens: int

@@ -163,6 +163,12 @@ pub struct SummaryConfig {
     pub summary_language: SummaryLanguage,
     /// Model name for compaction (a cheap one is the point).
     pub llm_model: String,
+    /// `summarizer: "upstream"`: the model a compaction inside a proxied Anthropic Messages
+    /// request asks, at the request's own upstream.
+    pub summarizer_upstream_model_anthropic: String,
+    /// `summarizer: "upstream"`: the model a compaction inside a proxied OpenAI Chat or
+    /// Responses request asks, at the request's own upstream.
+    pub summarizer_upstream_model_openai: String,
     /// Seconds before a model call is abandoned.
     pub llm_timeout_secs: f64,
     /// Maximum tokens the model may write.
@@ -184,6 +190,8 @@ impl Default for SummaryConfig {
             summarizer: SummarizerKind::Extractive,
             summary_language: SummaryLanguage::En,
             llm_model: "gpt-4o-mini".into(),
+            summarizer_upstream_model_anthropic: "claude-haiku-4-5".into(),
+            summarizer_upstream_model_openai: "gpt-4o-mini".into(),
             llm_timeout_secs: 60.0,
             llm_max_output_tokens: 2_000,
             llm_temperature: 0.2,

@@ -69,6 +69,12 @@ pub enum SummarizerKind {
     Openai,
     /// The client runs the model: satchel sends it `summarizer.complete` requests.
     Client,
+    /// The provider a request proxied by `satchel proxy` goes to, with that request's own
+    /// credentials, lent for the one `context.prepare` it triggers and never kept; the model
+    /// is `summarizer_upstream_model_anthropic` or `_openai`, by the request's API. A call with
+    /// no proxied request in flight (stdio, the socket) gets the extractive summary, which
+    /// says why.
+    Upstream,
 }
 
 /// Language of the summariser's prompts.

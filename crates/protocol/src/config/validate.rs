@@ -147,6 +147,22 @@ impl Config {
         if !(0.0..=2.0).contains(&self.summary.llm_temperature) {
             return Err(ConfigError::new("llm_temperature", "must be in [0, 2]"));
         }
+        for (key, model) in [
+            (
+                "summarizer_upstream_model_anthropic",
+                &self.summary.summarizer_upstream_model_anthropic,
+            ),
+            (
+                "summarizer_upstream_model_openai",
+                &self.summary.summarizer_upstream_model_openai,
+            ),
+        ] {
+            // It is sent as the `model` of a JSON body: a typo of a blank is an error here,
+            // not a fallback at every compaction.
+            if model.trim().is_empty() || model.chars().any(char::is_control) {
+                return Err(ConfigError::new(key, "must be a model name"));
+            }
+        }
         if !(self.summary.summary_window_share > 0.0 && self.summary.summary_window_share <= 0.25) {
             return Err(ConfigError::new("summary_window_share", "must be in (0, 0.25]"));
         }
