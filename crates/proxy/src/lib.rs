@@ -56,7 +56,7 @@ pub use upstream::{ModelCall, UpstreamModel};
 /// What the engine's `context.prepare` returns: the messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;
 
-/// The engine's calls the proxy needs, run by the binary. Both block (they run on tokio's
+/// The engine's calls the proxy needs, run by the binary. Each blocks (they run on tokio's
 /// blocking pool); an error is a sentence for the `X-Satchel-Warning` header and the log, so
 /// it must not contain what the client sent.
 pub trait Hook: Send + Sync + 'static {
