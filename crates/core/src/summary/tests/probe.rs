@@ -521,4 +521,5 @@ fn check_floor(r: &Report) {
     assert!(r.error.whole(), "the last unresolved error: {}", r.error.cell());
     assert!(r.newest.whole(), "the newest request: {}", r.newest.cell());
     assert_eq!(r.failed_modified, 0, "a failed edit listed as modified");
+    assert_eq!(r.executed_in_progress, 0, "an executed step listed as In Progress");
 }
