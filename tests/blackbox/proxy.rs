@@ -12,7 +12,7 @@
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
 //! `tests/sdk`; not yet: Claude Code or Codex end to end.
 
-mod harness;
+pub mod harness;
 mod passthrough;
 mod responses;
 

@@ -1,0 +1,231 @@
+//! Codex (`codex exec`, OpenAI Responses) through `satchel proxy`.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::model::{self, FINAL_ANSWER, STEPS, Turn};
+use super::{Recount, agent_bin, check_workspace, isolated, run_agent, tail};
+use crate::proxy::harness::{Proxy, Received, Reply, SECRET_KEY, Upstream, workspace};
+
+/// The window satchel keeps each request within. Codex's own part of a request (its
+/// developer prompt, environment and 9 tool definitions) is about 9 K tokens.
+const WINDOW: u64 = 20_000;
+/// Codex's mark of its own compaction request: the last user message's words, sent without tools.
+const COMPACTION_PROMPT: &str = "CONTEXT CHECKPOINT COMPACTION";
+
+/// The text of an input item's content parts (or its string content).
+fn item_text(item: &Value) -> String {
+    match &item["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// The scripted Responses model.
+fn script(request: &Received) -> Reply {
+    if (request.method.as_str(), request.target.as_str()) != ("POST", "/v1/responses") {
+        return model::not_found();
+    }
+    let body = request.json();
+    let input = body["input"].as_array().cloned().unwrap_or_default();
+    let results = input
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["call_id"].as_str().unwrap_or_default().to_owned());
+    let next = model::next_step(results, "call_step_", &request.text());
+    let compaction = body["tools"].as_array().is_some_and(Vec::is_empty)
+        && input.last().is_some_and(|i| item_text(i).contains(COMPACTION_PROMPT));
+    let turn = if compaction {
+        Turn::Text(model::summary(next))
+    } else if next >= STEPS {
+        Turn::Text(FINAL_ANSWER.into())
+    } else {
+        Turn::Call(next)
+    };
+    model::responses_stream(&turn, model::reported_tokens(request))
+}
+
+#[test]
+fn codex_runs_42_commands_through_satchel_which_compacts_and_keeps_every_output() {
+    let test = "agents::codex";
+    let Some((bin, version)) = agent_bin(test, "codex", "SATCHEL_TEST_CODEX") else {
+        return;
+    };
+    isolated(test, move || run(&bin, &version));
+}
+
+fn run(bin: &Path, version: &str) {
+    let (dir, ws) = workspace();
+    let upstream = Upstream::start(script);
+    let window = WINDOW.to_string();
+    let env = [
+        ("SATCHEL_MAX_INPUT_LENGTH", window.as_str()),
+        ("SATCHEL_PRUNING_RECENT_MSG_MAX_BYTES", "4000"),
+        ("SATCHEL_PRUNING_OLD_MSG_MAX_BYTES", "1500"),
+    ];
+    let proxy = Proxy::start(&ws, &upstream, &env);
+    let (home, work) = (dir.path().join("home"), dir.path().join("work"));
+    let codex_home = home.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(work.join("README.md"), "A throwaway project.\n").unwrap();
+    // Top-level keys before any table: after one, Codex would read them as the table's and
+    // fall back to OpenAI's own provider. No retries: a failure should fail the test at once.
+    let config = format!(
+        r#"model = "gpt-scripted"
+model_provider = "satchel"
+
+[model_providers.satchel]
+name = "satchel proxy"
+base_url = "{}"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"#,
+        proxy.url("/v1")
+    );
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.current_dir(&work)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("CODEX_HOME", &codex_home)
+        .env("TERM", "dumb")
+        .env("OPENAI_API_KEY", SECRET_KEY)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--json",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ])
+        // No plugin sync (GitHub, chatgpt.com) and no analytics.
+        .args([
+            "--disable",
+            "plugins",
+            "--disable",
+            "remote_plugin",
+            "-c",
+            "analytics.enabled=false",
+        ])
+        .arg("Run the shell commands the task needs, one per turn, then report.");
+    let finished = run_agent(cmd, dir.path());
+    assert!(
+        finished.status.success(),
+        "codex exited with {}:\n{}\n{}",
+        finished.status,
+        tail(&finished.stdout),
+        tail(&finished.stderr)
+    );
+    let events: Vec<Value> = finished
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let answer = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "item.completed" && e["item"]["type"] == "agent_message")
+        .map(|e| e["item"]["text"].clone());
+    assert_eq!(
+        answer,
+        Some(Value::from(FINAL_ANSWER)),
+        "codex's answer: {}",
+        tail(&finished.stdout)
+    );
+    let ran = events
+        .iter()
+        .filter(|e| e["type"] == "item.completed" && e["item"]["type"] == "command_execution")
+        .count();
+    assert_eq!(ran, STEPS, "codex ran every command");
+
+    let received = upstream.received();
+    let posts: Vec<&Received> = received.iter().filter(|r| r.method == "POST").collect();
+    assert!(posts.len() > STEPS, "{} requests for {STEPS} steps", posts.len());
+    let session = posts[0].json()["prompt_cache_key"]
+        .as_str()
+        .expect("Codex sends its thread id as prompt_cache_key")
+        .to_owned();
+    let mut recount = Recount::new();
+    let mut max_tokens = 0;
+    let mut agent_compactions = 0;
+    for (i, request) in posts.iter().enumerate() {
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {SECRET_KEY}").as_str()),
+            "the key reaches the model"
+        );
+        let body = request.json();
+        assert_eq!(body["prompt_cache_key"], session.as_str(), "one session");
+        let input = body["input"].as_array().unwrap();
+        let tools = body["tools"].as_array().cloned().unwrap_or_default();
+        let tokens = recount.request(body.get("instructions"), &tools, input);
+        assert!(
+            tokens <= WINDOW,
+            "request {i} has {tokens} tokens, over the window of {WINDOW}"
+        );
+        max_tokens = max_tokens.max(tokens);
+        assert_pairs(i, input);
+        assert_reasoning_untouched(i, input);
+        if tools.is_empty() && input.last().is_some_and(|m| item_text(m).contains(COMPACTION_PROMPT)) {
+            agent_compactions += 1;
+        }
+    }
+    let measured = check_workspace(&ws, &proxy, &session, posts.len(), max_tokens);
+    eprintln!(
+        "agents::codex: {version}: {} requests, {} compactions by satchel, {agent_compactions} by the agent, \
+         largest request {} tokens of {WINDOW}, {:.1} s",
+        measured.requests,
+        measured.compactions,
+        measured.max_tokens,
+        finished.elapsed.as_secs_f64()
+    );
+}
+
+/// Every `function_call` has its `function_call_output` later in the input, and every
+/// output follows its call (the Responses API refuses either alone).
+fn assert_pairs(request: usize, input: &[Value]) {
+    let mut called = HashSet::new();
+    let mut answered = HashSet::new();
+    for (i, item) in input.iter().enumerate() {
+        let id = item["call_id"].as_str().unwrap_or_default().to_owned();
+        match item["type"].as_str() {
+            Some("function_call") => {
+                called.insert(id);
+            }
+            Some("function_call_output") => {
+                assert!(
+                    called.contains(&id),
+                    "request {request}: item {i} answers {id}, which no earlier item calls"
+                );
+                answered.insert(id);
+            }
+            _ => {}
+        }
+    }
+    let unanswered: Vec<_> = called.difference(&answered).collect();
+    assert!(
+        unanswered.is_empty(),
+        "request {request}: calls without output: {unanswered:?}"
+    );
+}
+
+/// A reasoning item reaches the model as the model wrote it: its encrypted content and summary.
+fn assert_reasoning_untouched(request: usize, input: &[Value]) {
+    for item in input.iter().filter(|i| i["type"] == "reasoning") {
+        let encrypted = item["encrypted_content"].as_str().unwrap_or_default();
+        let step = (0..STEPS)
+            .find(|&n| model::thinks(n) && model::thought(n).1 == encrypted)
+            .unwrap_or_else(|| panic!("request {request}: a reasoning item's encrypted content changed: {item}"));
+        assert_eq!(
+            item["summary"][0]["text"],
+            model::thought(step).0,
+            "request {request}: step {step}'s reasoning summary"
+        );
+    }
+}
