@@ -23,6 +23,11 @@ fn blocks(message: &Value) -> &[Value] {
     message["content"].as_array().map_or(&[], Vec::as_slice)
 }
 
+/// Whether a request is Claude Code's side request for a session title (a JSON answer).
+fn is_title_request(body: &Value) -> bool {
+    body["output_config"]["format"]["type"] == "json_schema"
+}
+
 /// The scripted Anthropic model.
 fn script(request: &Received) -> Reply {
     let path = request.target.split('?').next().unwrap_or_default();
@@ -42,7 +47,9 @@ fn script(request: &Received) -> Reply {
                     .iter()
                     .any(|b| b["text"].as_str().is_some_and(|t| t.contains(COMPACTION_PROMPT)))
             });
-            let turn = if compaction {
+            let turn = if is_title_request(&body) {
+                Turn::Text(r#"{"title": "Scripted shell run"}"#.into())
+            } else if compaction {
                 Turn::Text(model::summary(next))
             } else if next >= STEPS {
                 Turn::Text(FINAL_ANSWER.into())
@@ -57,14 +64,42 @@ fn script(request: &Received) -> Reply {
 
 #[test]
 fn claude_code_runs_42_commands_through_satchel_which_compacts_and_keeps_every_output() {
-    let test = "agents::claude";
+    let test = "agents::claude::quiet";
     let Some((bin, version)) = agent_bin(test, "claude", "SATCHEL_TEST_CLAUDE") else {
         return;
     };
-    isolated(test, move || run(&bin, &version));
+    isolated(test, move |_| run(&bin, &version, Variant::Quiet));
 }
 
-fn run(bin: &Path, version: &str) {
+/// Claude Code as a user runs it: its nonessential traffic on (a title request, when it
+/// sends one, would come through the proxy in the same session: 2.1.332 sends none in `-p`
+/// mode) and compacting on its own, between satchel's compactions. Only in the
+/// loopback-only namespace, where its calls to Anthropic's own hosts cannot leave.
+#[test]
+fn claude_code_with_its_side_requests_and_its_own_compaction_goes_through_satchel() {
+    let test = "agents::claude::chatty";
+    let Some((bin, version)) = agent_bin(test, "claude", "SATCHEL_TEST_CLAUDE") else {
+        return;
+    };
+    isolated(test, move |in_namespace| {
+        if in_namespace {
+            run(&bin, &version, Variant::Chatty);
+        } else {
+            eprintln!("skipped {test}: its side traffic needs the loopback-only namespace");
+        }
+    });
+}
+
+/// How Claude Code is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// Nonessential traffic off, no compaction of its own.
+    Quiet,
+    /// Nonessential traffic on, compacting on its own.
+    Chatty,
+}
+
+fn run(bin: &Path, version: &str, variant: Variant) {
     let (dir, ws) = workspace();
     let upstream = Upstream::start(script);
     let window = WINDOW.to_string();
@@ -89,8 +124,6 @@ fn run(bin: &Path, version: &str) {
         .env("TERM", "dumb")
         .env("ANTHROPIC_BASE_URL", proxy.url(""))
         .env("ANTHROPIC_API_KEY", SECRET_KEY)
-        // No title request, no calls to Anthropic's own hosts, no telemetry or updates.
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_AUTOUPDATER", "1")
         .env("DISABLE_ERROR_REPORTING", "1")
@@ -109,6 +142,17 @@ fn run(bin: &Path, version: &str) {
         ])
         .arg("--debug-file")
         .arg(dir.path().join("claude-debug.log"));
+    match variant {
+        // No title request, no calls to Anthropic's own hosts.
+        Variant::Quiet => cmd.env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        // Its compaction threshold: 58 % of (100 000, its least window, - 20 000 kept for
+        // output) = 46 400 tokens of its own count, which counts the whole outputs it holds:
+        // it compacts about every third large output, and satchel in between (at 50 % it
+        // compacted so often that satchel never had to; at 65 % never).
+        Variant::Chatty => cmd
+            .env("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")
+            .env("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "58"),
+    };
     let finished = run_agent(cmd, dir.path());
     let debug = std::fs::read_to_string(dir.path().join("claude-debug.log")).unwrap_or_default();
     assert!(
@@ -130,6 +174,7 @@ fn run(bin: &Path, version: &str) {
     let mut recount = Recount::new();
     let mut max_tokens = 0;
     let mut agent_compactions = 0;
+    let mut titles = 0;
     for (i, request) in posts.iter().enumerate() {
         assert_eq!(request.target, "/v1/messages?beta=true");
         assert_eq!(
@@ -138,6 +183,7 @@ fn run(bin: &Path, version: &str) {
             "the key reaches the model"
         );
         let body = request.json();
+        titles += usize::from(is_title_request(&body));
         let messages = body["messages"].as_array().unwrap();
         let tools = body["tools"].as_array().cloned().unwrap_or_default();
         let tokens = recount.request(body.get("system"), &tools, messages);
@@ -179,10 +225,16 @@ fn run(bin: &Path, version: &str) {
             &text[..60.min(text.len())]
         );
     }
-    let measured = check_workspace(&ws, &proxy, SESSION, posts.len(), max_tokens);
+    if variant == Variant::Chatty {
+        assert!(
+            agent_compactions >= 2,
+            "Claude Code compacted {agent_compactions} times on its own"
+        );
+    }
+    let measured = check_workspace(&ws, &proxy, SESSION, (posts.len(), max_tokens), 2);
     eprintln!(
-        "agents::claude: {version}: {} requests, {} compactions by satchel, {agent_compactions} by the agent, \
-         largest request {} tokens of {WINDOW}, {:.1} s",
+        "agents::claude ({variant:?}): {version}: {} requests ({titles} for a title), {} compactions by satchel, \
+         {agent_compactions} by the agent, largest request {} tokens of {WINDOW}, {:.1} s",
         measured.requests,
         measured.compactions,
         measured.max_tokens,

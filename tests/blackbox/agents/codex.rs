@@ -55,10 +55,26 @@ fn codex_runs_42_commands_through_satchel_which_compacts_and_keeps_every_output(
     let Some((bin, version)) = agent_bin(test, "codex", "SATCHEL_TEST_CODEX") else {
         return;
     };
-    isolated(test, move || run(&bin, &version));
+    isolated(test, move |_| run(&bin, &version, None));
 }
 
-fn run(bin: &Path, version: &str) {
+/// Codex compacting on its own too (`model_auto_compact_token_limit`), between satchel's
+/// compactions: its compaction requests and the new history after each go through.
+#[test]
+fn codex_compacting_on_its_own_goes_through_satchel() {
+    let test = "agents::codex::own_compaction";
+    let Some((bin, version)) = agent_bin(test, "codex", "SATCHEL_TEST_CODEX") else {
+        return;
+    };
+    // Codex compacts when the usage it is told (body bytes / 4) reaches the limit; satchel at
+    // 80 % of its window, by its own count (about 0.8 of body bytes / 4). Between 17 000 and
+    // 18 000 both compact in this session (at 16 000 satchel never has to, at 19 000 Codex
+    // never does).
+    isolated(test, move |_| run(&bin, &version, Some(17_500)));
+}
+
+/// Runs Codex, with its own compaction at `auto_compact` tokens (of the usage it is told).
+fn run(bin: &Path, version: &str, auto_compact: Option<u64>) {
     let (dir, ws) = workspace();
     let upstream = Upstream::start(script);
     let window = WINDOW.to_string();
@@ -75,10 +91,13 @@ fn run(bin: &Path, version: &str) {
     std::fs::write(work.join("README.md"), "A throwaway project.\n").unwrap();
     // Top-level keys before any table: after one, Codex would read them as the table's and
     // fall back to OpenAI's own provider. No retries: a failure should fail the test at once.
+    let own_limit = auto_compact.map_or(String::new(), |limit| {
+        format!("model_context_window = 200000\nmodel_auto_compact_token_limit = {limit}\n")
+    });
     let config = format!(
         r#"model = "gpt-scripted"
 model_provider = "satchel"
-
+{own_limit}
 [model_providers.satchel]
 name = "satchel proxy"
 base_url = "{}"
@@ -176,9 +195,13 @@ stream_max_retries = 0
             agent_compactions += 1;
         }
     }
-    let measured = check_workspace(&ws, &proxy, &session, posts.len(), max_tokens);
+    if auto_compact.is_some() {
+        assert!(agent_compactions >= 1, "Codex never compacted on its own");
+    }
+    let min_compactions = if auto_compact.is_some() { 1 } else { 2 };
+    let measured = check_workspace(&ws, &proxy, &session, (posts.len(), max_tokens), min_compactions);
     eprintln!(
-        "agents::codex: {version}: {} requests, {} compactions by satchel, {agent_compactions} by the agent, \
+        "agents::codex (own compaction at {auto_compact:?}): {version}: {} requests, {} compactions by satchel, {agent_compactions} by the agent, \
          largest request {} tokens of {WINDOW}, {:.1} s",
         measured.requests,
         measured.compactions,
