@@ -10,7 +10,7 @@
 //! proxy's own token. Every test also finds the client's key in no workspace file and no log.
 //!
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
-//! `tests/sdk`; not yet: Claude Code or Codex end to end.
+//! `tests/sdk`; Claude Code and Codex end to end in `agents` (which uses this harness).
 
 pub mod harness;
 mod passthrough;
