@@ -13,6 +13,7 @@
 //! `tests/sdk`; Claude Code and Codex end to end in `agents` (which uses this harness).
 
 pub mod harness;
+mod origin;
 mod passthrough;
 mod responses;
 

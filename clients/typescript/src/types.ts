@@ -696,6 +696,21 @@ export interface InspectResult {
   detail?: SectionDetail | null;
   /** Lines of the workspace's candidate store that were skipped (bad signature, unparsable): never used. */
   rejected_candidates?: RejectedEntry[];
+  /** How `satchel proxy` made the session; absent for a session of JSON-RPC clients. */
+  origin?: SessionOrigin | null;
+}
+
+/** The provider API of a proxied session's agent and what named the session. */
+export interface SessionOrigin {
+  api: string;
+  key_from: string;
+  agent_compactions?: AgentCompaction[];
+}
+
+/** A compaction the agent asked its own model for, through the proxy. */
+export interface AgentCompaction {
+  at: string;
+  messages: number;
 }
 
 /** `context.usage`: the provider's input tokens for the session's last `context.prepare`. */
@@ -1153,7 +1168,10 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'archived_messages', 'summary?', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
     'totalChars?', 'estimatedTokens?', 'contextWindowTokens?', 'systemPromptSharePct?', 'requestFocus?', 'budget?',
     'truncatedSectionKeys?', 'sections?', 'overBudget?', 'injectedCandidateIds?', 'detail?', 'rejected_candidates?',
+    'origin?',
   ]),
+  SessionOrigin: fields<SessionOrigin>()(['api', 'key_from', 'agent_compactions?']),
+  AgentCompaction: fields<AgentCompaction>()(['at', 'messages']),
   MessageRoleTokens: fields<MessageRoleTokens>()(['user', 'assistant', 'tool_results']),
   OffloadedResult: fields<OffloadedResult>()([
     'id', 'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'tool?', 'phase?', 'sent_bytes?', 'pinned?',

@@ -72,6 +72,7 @@ impl Engine {
                 calibration: session.requests().calibration,
                 prompt,
                 detail,
+                origin: session.origin().cloned(),
             })
         })
     }

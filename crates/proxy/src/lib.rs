@@ -27,7 +27,9 @@
 //! - [`session`]: which session a request belongs to.
 //! - `provider`: what differs between Anthropic and OpenAI: routes, error shapes, usage.
 //! - `usage`: the provider's reported input tokens, read from a body or a stream as it passes.
+//! - `agent_compaction`: recognising the agent's own compaction requests.
 
+mod agent_compaction;
 pub mod body;
 mod forward;
 mod provider;
@@ -56,6 +58,21 @@ pub trait Hook: Send + Sync + 'static {
 
     /// `context.usage`: the provider's input tokens for the session's last prepared request.
     fn report_usage(&self, session_id: &str, input_tokens: u64) -> Result<(), String>;
+
+    /// Records where a request `prepare` just took came from, for inspect.
+    fn note_origin(&self, session_id: &str, origin: RequestOrigin<'_>) -> Result<(), String>;
+}
+
+/// What the proxy knows of a request that inspect shows: the API, what named the session,
+/// and whether the agent asked for its own compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestOrigin<'a> {
+    /// `anthropic-messages`, `openai-chat` or `openai-responses`.
+    pub api: &'a str,
+    /// What named the session.
+    pub key_from: &'a str,
+    /// The agent's own compaction: the messages of the history it sent.
+    pub agent_compaction: Option<usize>,
 }
 
 /// Where each provider's requests go: base URLs without the `/v1/...` path, which the

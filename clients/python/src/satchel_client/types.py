@@ -722,6 +722,26 @@ class InspectResult(_InspectResultRequired, total=False):
     #: Lines of the workspace's candidate store that were skipped (bad signature, unparsable):
     #: never used.
     rejected_candidates: List["RejectedEntry"]
+    #: How ``satchel proxy`` made the session; absent for a session of JSON-RPC clients.
+    origin: Optional["SessionOrigin"]
+
+
+class AgentCompaction(TypedDict):
+    """A compaction the agent asked its own model for, through the proxy."""
+
+    at: str
+    messages: int
+
+
+class _SessionOriginRequired(TypedDict):
+    api: str
+    key_from: str
+
+
+class SessionOrigin(_SessionOriginRequired, total=False):
+    """The provider API of a proxied session's agent and what named the session."""
+
+    agent_compactions: List[AgentCompaction]
 
 
 class _SessionSummaryRequired(TypedDict):
