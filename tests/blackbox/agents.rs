@@ -226,6 +226,16 @@ impl Recount {
     }
 }
 
+/// How inspect should describe an agent's session.
+pub struct Origin {
+    /// The provider API (`anthropic-messages`, `openai-responses`).
+    pub api: &'static str,
+    /// What named the session.
+    pub key_from: &'static str,
+    /// The agent's own compaction requests the model received.
+    pub agent_compactions: usize,
+}
+
 /// What the satchel side of a run shows, checked the same way for both agents.
 pub struct Measured {
     pub requests: usize,
@@ -235,14 +245,16 @@ pub struct Measured {
 
 /// Checks what satchel kept of session `session` after an agent ran: compacted at least
 /// `min_compactions` times, every compaction done; every step's output (both its markers) in some workspace
-/// file; `satchel inspect` shows the session; the key nowhere. `requests` is how many the
-/// model got, `max_tokens` the largest recount of them.
+/// file; `satchel inspect` shows the session, named as `origin` says, with as many of the
+/// agent's own compactions as the model was asked for; the key nowhere. `requests` is how
+/// many the model got, `max_tokens` the largest recount of them.
 pub fn check_workspace(
     ws: &Path,
     proxy: &Proxy,
     session: &str,
     (requests, max_tokens): (usize, u64),
     min_compactions: usize,
+    origin: &Origin,
 ) -> Measured {
     let records = session_records(ws, session);
     let count = |kind: &str| records.iter().filter(|r| r["record"] == kind).count();
@@ -272,6 +284,16 @@ pub fn check_workspace(
     assert_eq!(
         shown["session_id"], session,
         "satchel inspect shows the agent's session"
+    );
+    assert_eq!(
+        (&shown["origin"]["api"], &shown["origin"]["key_from"]),
+        (&Value::from(origin.api), &Value::from(origin.key_from)),
+        "inspect tells where the session came from"
+    );
+    let recorded = shown["origin"]["agent_compactions"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        recorded, origin.agent_compactions,
+        "inspect records each of the agent's own compactions"
     );
     assert_no_secret(ws, proxy);
     Measured {

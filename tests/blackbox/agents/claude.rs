@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::model::{self, FINAL_ANSWER, STEPS, Turn};
-use super::{Recount, agent_bin, check_workspace, isolated, run_agent, tail};
+use super::{Origin, Recount, agent_bin, check_workspace, isolated, run_agent, tail};
 use crate::proxy::harness::{Proxy, Received, Reply, SECRET_KEY, Upstream, workspace, workspace_holds};
 
 /// The window satchel keeps each request within. Claude Code's own part of a request (24
@@ -231,7 +231,18 @@ fn run(bin: &Path, version: &str, variant: Variant) {
             "Claude Code compacted {agent_compactions} times on its own"
         );
     }
-    let measured = check_workspace(&ws, &proxy, SESSION, (posts.len(), max_tokens), 2);
+    let measured = check_workspace(
+        &ws,
+        &proxy,
+        SESSION,
+        (posts.len(), max_tokens),
+        2,
+        &Origin {
+            api: "anthropic-messages",
+            key_from: "x-claude-code-session-id header",
+            agent_compactions,
+        },
+    );
     eprintln!(
         "agents::claude ({variant:?}): {version}: {} requests ({titles} for a title), {} compactions by satchel, \
          {agent_compactions} by the agent, largest request {} tokens of {WINDOW}, {:.1} s",

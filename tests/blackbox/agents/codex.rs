@@ -7,7 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::model::{self, FINAL_ANSWER, STEPS, Turn};
-use super::{Recount, agent_bin, check_workspace, isolated, run_agent, tail};
+use super::{Origin, Recount, agent_bin, check_workspace, isolated, run_agent, tail};
 use crate::proxy::harness::{Proxy, Received, Reply, SECRET_KEY, Upstream, workspace};
 
 /// The window satchel keeps each request within. Codex's own part of a request (its
@@ -199,7 +199,18 @@ stream_max_retries = 0
         assert!(agent_compactions >= 1, "Codex never compacted on its own");
     }
     let min_compactions = if auto_compact.is_some() { 1 } else { 2 };
-    let measured = check_workspace(&ws, &proxy, &session, (posts.len(), max_tokens), min_compactions);
+    let measured = check_workspace(
+        &ws,
+        &proxy,
+        &session,
+        (posts.len(), max_tokens),
+        min_compactions,
+        &Origin {
+            api: "openai-responses",
+            key_from: "prompt_cache_key",
+            agent_compactions,
+        },
+    );
     eprintln!(
         "agents::codex (own compaction at {auto_compact:?}): {version}: {} requests, {} compactions by satchel, {agent_compactions} by the agent, \
          largest request {} tokens of {WINDOW}, {:.1} s",
