@@ -213,6 +213,16 @@ fn run(bin: &Path, version: &str, variant: Variant) {
             content => content[0]["text"].as_str().unwrap_or_default().to_owned(),
         })
         .collect();
+    let with_system = posts
+        .iter()
+        .filter(|r| {
+            r.json()["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "system")
+        })
+        .count();
     assert!(
         !system_texts.is_empty(),
         "Claude Code's `system` messages reach the model"
@@ -244,8 +254,9 @@ fn run(bin: &Path, version: &str, variant: Variant) {
         },
     );
     eprintln!(
-        "agents::claude ({variant:?}): {version}: {} requests ({titles} for a title), {} compactions by satchel, \
-         {agent_compactions} by the agent, largest request {} tokens of {WINDOW}, {:.1} s",
+        "agents::claude ({variant:?}): {version}: {} requests ({titles} for a title, {with_system} with a \
+         `system` message), {} compactions by satchel, {agent_compactions} by the agent, largest request {} \
+         tokens of {WINDOW}, {:.1} s",
         measured.requests,
         measured.compactions,
         measured.max_tokens,
