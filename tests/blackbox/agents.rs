@@ -13,8 +13,9 @@
 //! workspace holds every output as the agent sent it; `satchel inspect` shows the session;
 //! the agent's key is in no workspace file and not in the log.
 //!
-//! Each run is isolated: a throwaway HOME and work directory, every telemetry and update
-//! switch of the agent off, and (where the machine allows: root, `unshare` and `ip`) a
+//! Each run is isolated: a throwaway HOME and work directory, the agent's telemetry, update
+//! and plugin switches off (its nonessential traffic too, but in the test that runs Claude
+//! Code as users do, which runs in the namespace only), and (where the machine allows: root, `unshare` and `ip`) a
 //! network namespace with loopback only, which the scripted server, the proxy and the agent
 //! share, so nothing can leave the machine. An agent that is not installed (a clone without
 //! `npm ci`) is skipped with the reason printed; `SATCHEL_TEST_CLAUDE` and
@@ -85,7 +86,8 @@ pub fn isolated<T: Send + 'static>(test: &str, scenario: impl FnOnce(bool) -> T 
     run.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// A network namespace with only `lo`, up, held open by a sleeping `unshare`.
+/// A network namespace with only `lo`, up, held open by an `unshare` that waits on its
+/// stdin, so it ends with this test process even when the process is killed.
 struct LoopbackNamespace {
     holder: Child,
     namespace: File,
@@ -99,9 +101,9 @@ impl LoopbackNamespace {
                 "--",
                 "sh",
                 "-c",
-                "ip link set lo up && echo up && exec sleep 3600",
+                "ip link set lo up && echo up && exec cat >/dev/null",
             ])
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -151,9 +153,13 @@ impl Drop for LoopbackNamespace {
 
 /// How an agent run ended.
 pub struct Finished {
+    /// Its exit status.
     pub status: ExitStatus,
+    /// What it printed: its result (Claude Code's JSON, Codex's JSON lines).
     pub stdout: String,
+    /// Its diagnostics, for a failure message.
     pub stderr: String,
+    /// Its wall time.
     pub elapsed: Duration,
 }
 
@@ -205,6 +211,7 @@ pub struct Recount {
 }
 
 impl Recount {
+    /// A recount with an empty cache of message counts.
     pub fn new() -> Recount {
         Recount {
             counter: TokenCounter::new(Tokenizer::O200kBase, 4.0),
@@ -238,8 +245,11 @@ pub struct Origin {
 
 /// What the satchel side of a run shows, checked the same way for both agents.
 pub struct Measured {
+    /// Requests the model got.
     pub requests: usize,
+    /// satchel's compactions of the session.
     pub compactions: usize,
+    /// The largest recount of a request the model got.
     pub max_tokens: u64,
 }
 

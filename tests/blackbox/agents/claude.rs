@@ -174,6 +174,7 @@ fn run(bin: &Path, version: &str, variant: Variant) {
     let mut recount = Recount::new();
     let mut max_tokens = 0;
     let mut agent_compactions = 0;
+    let mut signed = 0;
     let mut titles = 0;
     for (i, request) in posts.iter().enumerate() {
         assert_eq!(request.target, "/v1/messages?beta=true");
@@ -193,7 +194,7 @@ fn run(bin: &Path, version: &str, variant: Variant) {
         );
         max_tokens = max_tokens.max(tokens);
         assert_pairs(i, messages);
-        assert_thinking_untouched(i, messages);
+        signed += assert_thinking_untouched(i, messages);
         if messages.last().is_some_and(|m| {
             blocks(m)
                 .iter()
@@ -241,6 +242,7 @@ fn run(bin: &Path, version: &str, variant: Variant) {
             "Claude Code compacted {agent_compactions} times on its own"
         );
     }
+    assert!(signed > 0, "the agent sent the model's thinking blocks back");
     let measured = check_workspace(
         &ws,
         &proxy,
@@ -297,7 +299,9 @@ fn assert_pairs(request: usize, messages: &[Value]) {
 }
 
 /// A thinking block reaches the model as the model wrote it: its text and signature.
-fn assert_thinking_untouched(request: usize, messages: &[Value]) {
+/// Returns how many the request holds.
+fn assert_thinking_untouched(request: usize, messages: &[Value]) -> usize {
+    let mut seen = 0;
     for block in messages.iter().flat_map(blocks).filter(|b| b["type"] == "thinking") {
         let signature = block["signature"].as_str().unwrap_or_default();
         let step = (0..STEPS)
@@ -308,5 +312,7 @@ fn assert_thinking_untouched(request: usize, messages: &[Value]) {
             model::thought(step).0,
             "request {request}: step {step}'s thinking"
         );
+        seen += 1;
     }
+    seen
 }

@@ -173,6 +173,7 @@ stream_max_retries = 0
     let mut recount = Recount::new();
     let mut max_tokens = 0;
     let mut agent_compactions = 0;
+    let mut signed = 0;
     for (i, request) in posts.iter().enumerate() {
         assert_eq!(
             request.header("authorization"),
@@ -190,7 +191,7 @@ stream_max_retries = 0
         );
         max_tokens = max_tokens.max(tokens);
         assert_pairs(i, input);
-        assert_reasoning_untouched(i, input);
+        signed += assert_reasoning_untouched(i, input);
         if tools.is_empty() && input.last().is_some_and(|m| item_text(m).contains(COMPACTION_PROMPT)) {
             agent_compactions += 1;
         }
@@ -199,6 +200,7 @@ stream_max_retries = 0
         assert!(agent_compactions >= 1, "Codex never compacted on its own");
     }
     let min_compactions = if auto_compact.is_some() { 1 } else { 2 };
+    assert!(signed > 0, "the agent sent the model's reasoning items back");
     let measured = check_workspace(
         &ws,
         &proxy,
@@ -249,8 +251,10 @@ fn assert_pairs(request: usize, input: &[Value]) {
     );
 }
 
-/// A reasoning item reaches the model as the model wrote it: its encrypted content and summary.
-fn assert_reasoning_untouched(request: usize, input: &[Value]) {
+/// A reasoning item reaches the model as the model wrote it: its encrypted content and
+/// summary. Returns how many the request holds.
+fn assert_reasoning_untouched(request: usize, input: &[Value]) -> usize {
+    let mut seen = 0;
     for item in input.iter().filter(|i| i["type"] == "reasoning") {
         let encrypted = item["encrypted_content"].as_str().unwrap_or_default();
         let step = (0..STEPS)
@@ -261,5 +265,7 @@ fn assert_reasoning_untouched(request: usize, input: &[Value]) {
             model::thought(step).0,
             "request {request}: step {step}'s reasoning summary"
         );
+        seen += 1;
     }
+    seen
 }
