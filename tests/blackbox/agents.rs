@@ -244,6 +244,10 @@ pub struct Measured {
     pub requests: usize,
     /// satchel's compactions of the session.
     pub compactions: usize,
+    /// Requests whose history rewrote the session's (`truncate` records): Claude Code moves
+    /// its `cache_control` marker to the newest message, which satchel sees as a rewrite of
+    /// the one before.
+    pub rewrites: usize,
     /// The largest recount of a request the model got.
     pub max_tokens: u64,
 }
@@ -304,6 +308,7 @@ pub fn check_workspace(
     Measured {
         requests,
         compactions,
+        rewrites: count("truncate"),
         max_tokens,
     }
 }

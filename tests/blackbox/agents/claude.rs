@@ -257,10 +257,11 @@ fn run(bin: &Path, version: &str, variant: Variant) {
     );
     eprintln!(
         "agents::claude ({variant:?}): {version}: {} requests ({titles} for a title, {with_system} with a \
-         `system` message), {} compactions by satchel, {agent_compactions} by the agent, largest request {} \
+         `system` message), {} compactions by satchel ({} rewrites), {agent_compactions} by the agent, largest request {} \
          tokens of {WINDOW}, {:.1} s",
         measured.requests,
         measured.compactions,
+        measured.rewrites,
         measured.max_tokens,
         finished.elapsed.as_secs_f64()
     );

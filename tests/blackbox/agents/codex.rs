@@ -214,10 +214,11 @@ stream_max_retries = 0
         },
     );
     eprintln!(
-        "agents::codex (own compaction at {auto_compact:?}): {version}: {} requests, {} compactions by satchel, {agent_compactions} by the agent, \
+        "agents::codex (own compaction at {auto_compact:?}): {version}: {} requests, {} compactions by satchel ({} rewrites), {agent_compactions} by the agent, \
          largest request {} tokens of {WINDOW}, {:.1} s",
         measured.requests,
         measured.compactions,
+        measured.rewrites,
         measured.max_tokens,
         finished.elapsed.as_secs_f64()
     );
