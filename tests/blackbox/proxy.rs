@@ -7,7 +7,9 @@
 //! streams relayed byte for byte as they arrive, the upstream's errors, other paths and
 //! credentials passed through untouched, a malformed body answered in the provider's own
 //! error shape, a request satchel cannot prepare forwarded as sent with a warning, and the
-//! proxy's own token. Every test also finds the client's key in no workspace file and no log.
+//! proxy's own token; in `summarizer`, a compaction summarised by the request's own upstream
+//! with the client's key (`summarizer: "upstream"`). Every test also finds the client's key
+//! in no workspace file and no log.
 //!
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
 //! `tests/sdk`; Claude Code and Codex end to end in `agents` (which uses this harness).
@@ -16,6 +18,7 @@ pub mod harness;
 mod origin;
 mod passthrough;
 mod responses;
+mod summarizer;
 
 use std::path::Path;
 

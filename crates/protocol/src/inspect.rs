@@ -146,6 +146,10 @@ pub struct InspectResult {
     pub archived_messages: usize,
     /// The summary in force.
     pub summary: Option<CompactSummary>,
+    /// The token budget a compaction's summary is fitted to under the session's configuration
+    /// (`summary_window_share` of the window, at least 2,500, at most a quarter of the window
+    /// and `summary_max_tokens` when set).
+    pub summary_budget_tokens: u64,
     /// Offloaded results of live messages.
     pub offloaded: Vec<OffloadedResult>,
     /// The session's pins (`context.pin`), oldest first.

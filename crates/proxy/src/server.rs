@@ -22,7 +22,7 @@ use crate::body::{Fields, field_as};
 use crate::forward::{self, Outgoing, ProxyBody, UsageSink};
 use crate::provider::{Family, Provider, Route};
 use crate::session::{SESSION_HEADER, SessionKey, session_id};
-use crate::{Hook, Prepared, RequestOrigin, Settings};
+use crate::{Hook, Prepared, RequestOrigin, Settings, UpstreamModel};
 
 /// The longest `X-Satchel-Warning`: an engine error can be long, a header should not be.
 const MAX_WARNING_CHARS: usize = 300;
@@ -199,8 +199,11 @@ impl Proxy {
                 };
                 let hook = self.hook.clone();
                 let api = provider.api();
+                let base = Route::Managed(provider).family().base(&self.settings.upstreams);
+                let runtime = tokio::runtime::Handle::current();
+                let upstream = UpstreamModel::lend(provider, base, headers, self.client.clone(), runtime);
                 tokio::task::spawn_blocking(move || {
-                    let prepared = hook.prepare(params)?;
+                    let prepared = hook.prepare(params, upstream)?;
                     let origin = RequestOrigin {
                         api,
                         key_from: from,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use satchel_protocol::{Config, PrepareParams, UsageParams};
-use satchel_proxy::{Hook, Prepared, RequestOrigin, Settings, Upstreams};
+use satchel_proxy::{Hook, Prepared, RequestOrigin, Settings, UpstreamModel, Upstreams};
 use satchel_storage::Layout;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -29,8 +29,8 @@ const PROXY_FILE: &str = "proxy.json";
 pub struct EngineHook(pub Arc<Daemon>);
 
 impl Hook for EngineHook {
-    fn prepare(&self, params: PrepareParams<Box<RawValue>>) -> Result<Prepared, String> {
-        self.0.prepare_detached(params).map_err(|e| e.to_string())
+    fn prepare(&self, params: PrepareParams<Box<RawValue>>, upstream: UpstreamModel) -> Result<Prepared, String> {
+        self.0.prepare_detached(params, upstream).map_err(|e| e.to_string())
     }
 
     fn report_usage(&self, session_id: &str, input_tokens: u64) -> Result<(), String> {

@@ -46,7 +46,13 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         .iter()
         .map(|c| c.tokens_before.saturating_sub(c.tokens_after))
         .sum();
-    writeln!(out, "\ncompactions {} (tokens saved {})", r.compactions.len(), k(saved))?;
+    writeln!(
+        out,
+        "\ncompactions {} (tokens saved {}), summary budget {} tokens",
+        r.compactions.len(),
+        k(saved),
+        r.summary_budget_tokens
+    )?;
     for (n, c) in r.compactions.iter().enumerate() {
         let runs: Vec<String> = c
             .archive
