@@ -5,8 +5,10 @@
 //!
 //! Each agent runs a session of 42 shell commands, several with outputs of 80–110 KB, at a
 //! window small enough that satchel compacts several times on the way: once as configured
-//! for a quiet test, once compacting on its own as well (its compaction requests, and the
-//! new history after each, go through satchel like any request). What is checked is
+//! for a quiet test, with satchel's extractive summaries; once compacting on its own as
+//! well (its compaction requests, and the new history after each, go through satchel like
+//! any request), with satchel's summaries written by the agent's own model and key
+//! (`summarizer: "upstream"`). What is checked is
 //! what a user relies on: the agent finishes with the scripted answer; every request the
 //! model got fits the window (recounted here with satchel's tokenizer) and is valid for its
 //! provider (calls and results paired, signed thinking and reasoning untouched); the
@@ -37,7 +39,7 @@ use satchel_core::tokens::TokenCounter;
 use satchel_protocol::config::Tokenizer;
 use serde_json::Value;
 
-use crate::proxy::harness::{Proxy, assert_no_secret, workspace_holds};
+use crate::proxy::harness::{Proxy, Received, Upstream, assert_no_secret, workspace_holds};
 use crate::support::checks::session_records;
 use crate::support::satchel_bin;
 
@@ -226,6 +228,57 @@ impl Recount {
         }
         total
     }
+}
+
+/// satchel's configuration for a run: a small window, small tool-result limits, and with
+/// `upstream_summaries` the upstream summariser (the agent's own model and key write the
+/// summary of each compaction).
+pub fn satchel_env(window: u64, upstream_summaries: bool) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("SATCHEL_MAX_INPUT_LENGTH", window.to_string()),
+        ("SATCHEL_PRUNING_RECENT_MSG_MAX_BYTES", "4000".into()),
+        ("SATCHEL_PRUNING_OLD_MSG_MAX_BYTES", "1500".into()),
+    ];
+    if upstream_summaries {
+        env.extend([
+            ("SATCHEL_SUMMARIZER", "upstream".into()),
+            (
+                "SATCHEL_SUMMARIZER_UPSTREAM_MODEL_ANTHROPIC",
+                model::SUMMARY_MODEL_ANTHROPIC.into(),
+            ),
+            (
+                "SATCHEL_SUMMARIZER_UPSTREAM_MODEL_OPENAI",
+                model::SUMMARY_MODEL_OPENAI.into(),
+            ),
+        ]);
+    }
+    env
+}
+
+/// Starts the proxy on `ws` in front of `upstream` with `env`.
+pub fn start_proxy(ws: &Path, upstream: &Upstream, env: &[(&'static str, String)]) -> Proxy {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Proxy::start(ws, upstream, &env)
+}
+
+/// Checks satchel's summary calls to the agent's model: one per compaction (none fell back
+/// to the extractive summary), each with the agent's own key (`has_key`), and the summary
+/// the model wrote reached the agent's requests.
+pub fn check_summary_calls(
+    calls: &[&Received],
+    has_key: impl Fn(&Received) -> bool,
+    agent: &[&Received],
+    compactions: usize,
+) {
+    assert_eq!(calls.len(), compactions, "one summary call per compaction");
+    assert!(
+        calls.iter().all(|c| has_key(c)),
+        "each summary call carries the agent's key"
+    );
+    assert!(
+        agent.iter().any(|r| r.text().contains(model::SUMMARY_MARK)),
+        "the summary the model wrote reaches the model with the agent's next request"
+    );
 }
 
 /// How inspect should describe an agent's session.

@@ -7,8 +7,11 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::model::{self, FINAL_ANSWER, STEPS, Turn};
-use super::{Origin, Recount, agent_bin, check_workspace, isolated, run_agent, tail};
-use crate::proxy::harness::{Proxy, Received, Reply, SECRET_KEY, Upstream, workspace, workspace_holds};
+use super::{
+    Origin, Recount, agent_bin, check_summary_calls, check_workspace, isolated, run_agent, satchel_env, start_proxy,
+    tail,
+};
+use crate::proxy::harness::{Received, Reply, SECRET_KEY, Upstream, workspace, workspace_holds};
 
 /// The window satchel keeps each request within. Claude Code's own part of a request (24
 /// tool definitions, its system prompt and a `system` message) is about 17 K tokens.
@@ -33,6 +36,7 @@ fn script(request: &Received) -> Reply {
     let path = request.target.split('?').next().unwrap_or_default();
     match (request.method.as_str(), path) {
         ("HEAD", _) => model::empty(),
+        ("POST", "/v1/messages") if model::is_summary_call(request) => model::summary_reply(request),
         ("POST", "/v1/messages") => {
             let body = request.json();
             let messages = body["messages"].as_array().cloned().unwrap_or_default();
@@ -73,8 +77,9 @@ fn claude_code_runs_42_commands_through_satchel_which_compacts_and_keeps_every_o
 
 /// Claude Code as a user runs it: its nonessential traffic on (a title request, when it
 /// sends one, would come through the proxy in the same session: 2.1.332 sends none in `-p`
-/// mode) and compacting on its own, between satchel's compactions. Only in the
-/// loopback-only namespace, where its calls to Anthropic's own hosts cannot leave.
+/// mode) and compacting on its own, between satchel's compactions, whose summaries its own
+/// model writes. Only in the loopback-only namespace, where its calls to Anthropic's own
+/// hosts cannot leave.
 #[test]
 fn claude_code_with_its_side_requests_and_its_own_compaction_goes_through_satchel() {
     let test = "agents::claude::chatty";
@@ -95,20 +100,15 @@ fn claude_code_with_its_side_requests_and_its_own_compaction_goes_through_satche
 enum Variant {
     /// Nonessential traffic off, no compaction of its own.
     Quiet,
-    /// Nonessential traffic on, compacting on its own.
+    /// Nonessential traffic on, compacting on its own; satchel's summaries written by the
+    /// agent's model (`summarizer: "upstream"`).
     Chatty,
 }
 
 fn run(bin: &Path, version: &str, variant: Variant) {
     let (dir, ws) = workspace();
     let upstream = Upstream::start(script);
-    let window = WINDOW.to_string();
-    let env = [
-        ("SATCHEL_MAX_INPUT_LENGTH", window.as_str()),
-        ("SATCHEL_PRUNING_RECENT_MSG_MAX_BYTES", "4000"),
-        ("SATCHEL_PRUNING_OLD_MSG_MAX_BYTES", "1500"),
-    ];
-    let proxy = Proxy::start(&ws, &upstream, &env);
+    let proxy = start_proxy(&ws, &upstream, &satchel_env(WINDOW, variant == Variant::Chatty));
     let (home, work) = (dir.path().join("home"), dir.path().join("work"));
     // Claude Code keeps a Bash output over 30 000 characters in a file of its own and sends
     // a 2 KB preview; at its highest setting it sends the whole output, for satchel to manage.
@@ -169,7 +169,10 @@ fn run(bin: &Path, version: &str, variant: Variant) {
     assert_eq!(result["session_id"], SESSION);
 
     let received = upstream.received();
-    let posts: Vec<&Received> = received.iter().filter(|r| r.method == "POST").collect();
+    let (summary_calls, posts): (Vec<&Received>, Vec<&Received>) = received
+        .iter()
+        .filter(|r| r.method == "POST")
+        .partition(|r| model::is_summary_call(r));
     assert!(posts.len() > STEPS, "{} requests for {STEPS} steps", posts.len());
     let mut recount = Recount::new();
     let mut max_tokens = 0;
@@ -255,6 +258,12 @@ fn run(bin: &Path, version: &str, variant: Variant) {
             agent_compactions,
         },
     );
+    if variant == Variant::Chatty {
+        let has_key = |r: &Received| r.header("x-api-key") == Some(SECRET_KEY);
+        check_summary_calls(&summary_calls, has_key, &posts, measured.compactions);
+    } else {
+        assert!(summary_calls.is_empty(), "an extractive summary calls no model");
+    }
     eprintln!(
         "agents::claude ({variant:?}): {version}: {} requests ({titles} for a title, {with_system} with a \
          `system` message), {} compactions by satchel ({} rewrites), {agent_compactions} by the agent, largest request {} \

@@ -7,8 +7,11 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::model::{self, FINAL_ANSWER, STEPS, Turn};
-use super::{Origin, Recount, agent_bin, check_workspace, isolated, run_agent, tail};
-use crate::proxy::harness::{Proxy, Received, Reply, SECRET_KEY, Upstream, workspace};
+use super::{
+    Origin, Recount, agent_bin, check_summary_calls, check_workspace, isolated, run_agent, satchel_env, start_proxy,
+    tail,
+};
+use crate::proxy::harness::{Received, Reply, SECRET_KEY, Upstream, workspace};
 
 /// The window satchel keeps each request within. Codex's own part of a request (its
 /// developer prompt, environment and 9 tool definitions) is about 9 K tokens.
@@ -29,6 +32,9 @@ fn item_text(item: &Value) -> String {
 fn script(request: &Received) -> Reply {
     if (request.method.as_str(), request.target.as_str()) != ("POST", "/v1/responses") {
         return model::not_found();
+    }
+    if model::is_summary_call(request) {
+        return model::summary_reply(request);
     }
     let body = request.json();
     let input = body["input"].as_array().cloned().unwrap_or_default();
@@ -59,7 +65,8 @@ fn codex_runs_42_commands_through_satchel_which_compacts_and_keeps_every_output(
 }
 
 /// Codex compacting on its own too (`model_auto_compact_token_limit`), between satchel's
-/// compactions: its compaction requests and the new history after each go through.
+/// compactions, whose summaries Codex's own model writes (`summarizer: "upstream"`): its
+/// compaction requests and the new history after each go through.
 #[test]
 fn codex_compacting_on_its_own_goes_through_satchel() {
     let test = "agents::codex::own_compaction";
@@ -73,17 +80,12 @@ fn codex_compacting_on_its_own_goes_through_satchel() {
     isolated(test, move |_| run(&bin, &version, Some(17_500)));
 }
 
-/// Runs Codex, with its own compaction at `auto_compact` tokens (of the usage it is told).
+/// Runs Codex, with its own compaction at `auto_compact` tokens (of the usage it is told)
+/// and then satchel's upstream summariser.
 fn run(bin: &Path, version: &str, auto_compact: Option<u64>) {
     let (dir, ws) = workspace();
     let upstream = Upstream::start(script);
-    let window = WINDOW.to_string();
-    let env = [
-        ("SATCHEL_MAX_INPUT_LENGTH", window.as_str()),
-        ("SATCHEL_PRUNING_RECENT_MSG_MAX_BYTES", "4000"),
-        ("SATCHEL_PRUNING_OLD_MSG_MAX_BYTES", "1500"),
-    ];
-    let proxy = Proxy::start(&ws, &upstream, &env);
+    let proxy = start_proxy(&ws, &upstream, &satchel_env(WINDOW, auto_compact.is_some()));
     let (home, work) = (dir.path().join("home"), dir.path().join("work"));
     let codex_home = home.join(".codex");
     std::fs::create_dir_all(&codex_home).unwrap();
@@ -164,7 +166,10 @@ stream_max_retries = 0
     assert_eq!(ran, STEPS, "codex ran every command");
 
     let received = upstream.received();
-    let posts: Vec<&Received> = received.iter().filter(|r| r.method == "POST").collect();
+    let (summary_calls, posts): (Vec<&Received>, Vec<&Received>) = received
+        .iter()
+        .filter(|r| r.method == "POST")
+        .partition(|r| model::is_summary_call(r));
     assert!(posts.len() > STEPS, "{} requests for {STEPS} steps", posts.len());
     let session = posts[0].json()["prompt_cache_key"]
         .as_str()
@@ -213,6 +218,13 @@ stream_max_retries = 0
             agent_compactions,
         },
     );
+    if auto_compact.is_some() {
+        let bearer = format!("Bearer {SECRET_KEY}");
+        let has_key = |r: &Received| r.header("authorization") == Some(bearer.as_str());
+        check_summary_calls(&summary_calls, has_key, &posts, measured.compactions);
+    } else {
+        assert!(summary_calls.is_empty(), "an extractive summary calls no model");
+    }
     eprintln!(
         "agents::codex (own compaction at {auto_compact:?}): {version}: {} requests, {} compactions by satchel ({} rewrites), {agent_compactions} by the agent, \
          largest request {} tokens of {WINDOW}, {:.1} s",

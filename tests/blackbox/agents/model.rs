@@ -20,6 +20,46 @@ pub const FINAL_ANSWER: &str = "AGENT-FINAL: all 42 commands ran";
 /// The words a summary of ours ends with, naming the next step.
 const NEXT_STEP: &str = "NEXT-STEP: ";
 
+/// The models satchel's upstream summariser is configured with, which tell its summary
+/// calls from the agent's requests.
+pub const SUMMARY_MODEL_ANTHROPIC: &str = "claude-summary-scripted";
+pub const SUMMARY_MODEL_OPENAI: &str = "gpt-summary-scripted";
+/// A mark in the summary the model writes for satchel, to be found in the agent's requests.
+pub const SUMMARY_MARK: &str = "model-written-summary-7e1";
+
+/// Whether satchel's upstream summariser sent `request` (it asks a summary model).
+pub fn is_summary_call(request: &Received) -> bool {
+    let model = &request.json()["model"];
+    model == SUMMARY_MODEL_ANTHROPIC || model == SUMMARY_MODEL_OPENAI
+}
+
+/// The summary the model writes for satchel, in the sections satchel's prompt asks for.
+fn summary_for_satchel() -> String {
+    format!(
+        "## Goal\n- Run the shell commands of the task, one per turn ({SUMMARY_MARK})\n\n\
+         ## Constraints & Preferences\n- (none)\n\n## Progress\n### Done\n- [x] The first commands\n\n\
+         ### In Progress\n- [ ] The next command\n\n### Blocked\n- (none)\n\n## Key Decisions\n- (none)\n\n\
+         ## Next Steps\n1. Run the next command\n\n## Critical Context\n- (none)\n"
+    )
+}
+
+/// The answer to a summary call (not streamed: satchel asks for one JSON reply), in the
+/// call's API.
+pub fn summary_reply(request: &Received) -> Reply {
+    let text = summary_for_satchel();
+    let body = if request.json()["model"] == SUMMARY_MODEL_ANTHROPIC {
+        json!({"id": response_id("msg"), "type": "message", "role": "assistant", "model": SUMMARY_MODEL_ANTHROPIC,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": reported_tokens(request), "output_tokens": 120}})
+    } else {
+        json!({"id": response_id("resp"), "object": "response", "status": "completed", "model": SUMMARY_MODEL_OPENAI,
+            "output": [{"type": "message", "id": response_id("msg"), "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+            "usage": {"input_tokens": reported_tokens(request), "output_tokens": 120, "total_tokens": reported_tokens(request) + 120}})
+    };
+    Reply::json(200, &body)
+}
+
 /// The first and last line step `n`'s output prints. The command computes them
 /// (`$((50000+n))`), so they are in the output only, never in the call that asked for it.
 pub fn markers(n: usize) -> [String; 2] {
