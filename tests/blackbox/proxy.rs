@@ -12,9 +12,9 @@
 //! in no workspace file and no log.
 //!
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
-//! `tests/sdk`; not yet: Claude Code or Codex end to end.
+//! `tests/sdk`; Claude Code and Codex end to end in `agents` (which uses this harness).
 
-mod harness;
+pub mod harness;
 mod origin;
 mod passthrough;
 mod responses;
