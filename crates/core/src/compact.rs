@@ -4,8 +4,8 @@
 //! `compact_keep_recent_messages` messages (CoPaw's `COPAW_MEMORY_COMPACT_KEEP_RECENT`), and
 //! compacts what is before it, but only at a point where nothing is cut in half: never between a tool call and its results, never
 //! between a user message and the assistant reply to it. The newest user message is never
-//! compacted, even when it lies before the split (it is kept, pinned); so are leading system
-//! messages (and, in the Responses format, `developer` ones), and a provider-native compaction with everything
+//! compacted, even when it lies before the split (it is kept, pinned); so are system messages
+//! (and, in the Responses format, `developer` ones), wherever they are (a repeated one once), and a provider-native compaction with everything
 //! before it and the rest of its step ([`fixed_prefix`]). One backward pass over precomputed token counts: linear in the messages
 //! (the peer's suffix search is quadratic).
 
@@ -121,6 +121,29 @@ pub fn fixed_prefix(messages: &[impl Borrow<Value>], format: MessageFormat) -> u
     }
 }
 
+/// System (and Responses `developer`) messages in `range`: the zones count them as the
+/// system prompt, which is never compacted, and agents put their environment there in the
+/// middle of a conversation (Claude Code's `role: "system"` messages). A message whose content
+/// a later one repeats (a reminder sent again) is not pinned: the later one stands for it.
+fn pinned_instructions(
+    messages: &[impl Borrow<Value>],
+    range: std::ops::Range<usize>,
+    format: MessageFormat,
+) -> Vec<usize> {
+    let mut seen = std::collections::HashSet::new();
+    let mut pinned: Vec<usize> = (range.start..messages.len())
+        .rev()
+        .filter(|&i| {
+            let message = messages[i].borrow();
+            is_instructions(message, format)
+                && seen.insert(message.get("content").map(Value::to_string))
+                && i < range.end
+        })
+        .collect();
+    pinned.reverse();
+    pinned
+}
+
 /// Plans a compaction that keeps about `tail.tokens` tokens of tail, and at least
 /// `tail.min_messages` messages (pass a [`Config`] for both, or a `u64` for the tokens alone).
 ///
@@ -163,13 +186,16 @@ pub fn plan_split(
     }
     let (tail_start, tail_tokens) = best?;
     let pinned_user = newest_user.filter(|&u| u >= pinned_prefix && u < tail_start);
-    let compact: Vec<usize> = (pinned_prefix..tail_start)
-        .filter(|&i| Some(i) != pinned_user)
-        .collect();
+    let instructions = pinned_instructions(messages, pinned_prefix..tail_start, format);
+    let pinned = |i: usize| Some(i) == pinned_user || instructions.contains(&i);
+    let compact: Vec<usize> = (pinned_prefix..tail_start).filter(|&i| !pinned(i)).collect();
     if compact.is_empty() {
         return None;
     }
-    let keep = (0..pinned_prefix).chain(pinned_user).chain(tail_start..n).collect();
+    let keep = (0..pinned_prefix)
+        .chain((pinned_prefix..tail_start).filter(|&i| pinned(i)))
+        .chain(tail_start..n)
+        .collect();
     Some(SplitPlan {
         compact,
         keep,
@@ -320,6 +346,27 @@ mod tests {
         ];
         assert_eq!(fixed_prefix(&r, MessageFormat::OpenaiResponses), 3);
         assert_eq!(fixed_prefix(&r[..2], MessageFormat::OpenaiResponses), 1);
+    }
+
+    #[test]
+    fn system_messages_in_the_middle_stay_and_a_repeated_one_only_once() {
+        let f = MessageFormat::Anthropic;
+        let system = |t: &str| json!({"role": "system", "content": t});
+        let m = vec![
+            user("task"),
+            system("# Environment: cwd /repo"), // 1: pinned
+            reply("a"),
+            system("Reminder: use the task tools"), // 3: repeated at 6, not pinned
+            user("more"),
+            reply("b"),
+            system("Reminder: use the task tools"), // 6: pinned
+            user("last"),
+            reply("c"),
+        ];
+        let plan = plan_split(&m, &[1, 50, 10, 5, 10, 10, 5, 10, 10], f, 25u64).unwrap();
+        assert_eq!(plan.tail_start, 7);
+        assert_eq!(plan.compact, vec![0, 2, 3, 4, 5]);
+        assert_eq!(plan.keep, vec![1, 6, 7, 8]);
     }
 
     #[test]

@@ -111,6 +111,7 @@ impl SpanFacts {
             match format::role_of(message) {
                 Some("user") => {
                     for text in text_blocks(message) {
+                        let text = &*without_harness_notes(text);
                         if text.trim().is_empty() {
                             continue;
                         }
@@ -385,4 +386,29 @@ pub(crate) fn is_flagged(message: &Value, id: &str) -> bool {
             b.get("tool_use_id").and_then(Value::as_str) == Some(id)
                 && b.get("is_error").and_then(Value::as_bool) == Some(true)
         })
+}
+
+/// The tag an agent harness wraps the notes it adds to a user message in (Claude Code's
+/// `<system-reminder>`: the date, git attribution, tool hints): the harness's words, not the
+/// user's, so never a request or a constraint.
+const HARNESS_NOTE: (&str, &str) = ("<system-reminder>", "</system-reminder>");
+
+/// `text` without the harness's notes.
+pub(crate) fn without_harness_notes(text: &str) -> std::borrow::Cow<'_, str> {
+    let (open, close) = HARNESS_NOTE;
+    if !text.contains(open) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(open) {
+        kept.push_str(&rest[..start]);
+        match rest[start..].find(close) {
+            Some(end) => rest = &rest[start + end + close.len()..],
+            // An unclosed note runs to the end of the text.
+            None => rest = "",
+        }
+    }
+    kept.push_str(rest);
+    std::borrow::Cow::Owned(kept)
 }

@@ -258,6 +258,25 @@ fn next_steps_come_from_the_stated_plan() {
     assert!(later.in_progress.is_empty(), "{:?}", later.in_progress);
 }
 
+/// Claude Code's `<system-reminder>` notes in a user message are the harness's words: never
+/// a request nor a constraint; the user's text beside them is.
+#[test]
+fn harness_notes_are_not_the_user_s_words() {
+    let summary = Case::new(vec![
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>\nAs you answer, you must always credit Claude in commits. Never skip it.\n</system-reminder>"},
+            {"type": "text", "text": "Fix the lexer in src/lexer.rs. Never change the public API."},
+        ]}),
+        say("ok"),
+    ])
+    .anthropic()
+    .summarize();
+    assert_eq!(summary.constraints, ["Never change the public API."]);
+    let request = &summary.requests[0].text;
+    assert!(request.starts_with("Fix the lexer"), "{request}");
+    assert!(!render_summary(&summary).contains("credit Claude"));
+}
+
 /// In Progress is only a step not yet taken: an intent the agent stated without a call, or
 /// whose call has no result in the span.
 #[test]
