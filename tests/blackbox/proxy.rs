@@ -15,6 +15,7 @@
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
 //! `tests/sdk`; not yet: Claude Code or Codex end to end.
 
+mod first_byte;
 mod harness;
 mod passthrough;
 mod replay;

@@ -51,6 +51,11 @@ pub async fn serve(listener: TcpListener, hook: Arc<dyn Hook>, settings: Setting
                 continue;
             }
         };
+        // A relayed event goes out when written: with Nagle's algorithm a stream's first event
+        // waited for the client's delayed ACK of the headers, some 40 ms on Linux.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("proxy: TCP_NODELAY not set: {e}");
+        }
         let proxy = proxy.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
