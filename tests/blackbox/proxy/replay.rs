@@ -4,7 +4,9 @@
 //! `context.prepare` over stdio, on a second daemon with the same configuration in a second
 //! workspace. The messages the upstream receives must be the prepared messages byte for byte
 //! (the workspace's own path in the truncation notices aside), its system prompt the prepared
-//! one, its `X-Satchel-Tokens` the prepared count, and the request valid for its provider,
+//! one (where the system prompt is the leading message, what satchel adds to it comes as a
+//! message right after it), its `X-Satchel-Tokens` the prepared count, and the request valid
+//! for its provider,
 //! step by step, through compactions (a small window), in Anthropic Messages, OpenAI Chat and
 //! OpenAI Responses. The usage the upstream reports calibrates the proxied session; the same
 //! number is reported to the stdio session, so both count alike.
@@ -82,13 +84,11 @@ fn an_agent_loop_through_the_proxy_gets_the_requests_context_prepare_gives() {
             tally.compactions
         );
         assert!(tally.cut_steps > 0, "{}: no request carried a cut output", t.name);
-        if t.system.is_some() {
-            assert!(
-                tally.system_steps > 0,
-                "{}: no request carried satchel's system prompt",
-                t.name
-            );
-        }
+        assert!(
+            tally.system_steps > 0,
+            "{}: no request carried satchel's system prompt",
+            t.name
+        );
     }
 }
 
@@ -180,8 +180,9 @@ struct Tally {
     compactions: usize,
     /// Steps whose request carried a cut output.
     cut_steps: usize,
-    /// Steps whose system prompt (Anthropic's `system`, Responses' `instructions`) is
-    /// satchel's, not the client's: a learned lesson added to it.
+    /// Steps whose system prompt is satchel's, not the client's: a learned lesson added to
+    /// it (Anthropic's `system`, Responses' `instructions`, or a message after the leading
+    /// system message).
     system_steps: usize,
     bytes: usize,
     elapsed: Duration,
@@ -286,10 +287,8 @@ fn replay_job(conversations: &[Trajectory], env: &[(&str, &str)]) -> Result<Tall
             tally.compactions += usize::from(compacted_here);
             tally.cut_steps += usize::from(expected.messages.get().contains(crate::support::MARKER));
             tally.bytes += expected.messages.get().len();
-            // (OpenAI Chat has no field for it: its system prompt is a message.)
             let own_system = |system: &RawValue| serde_json::from_str::<Value>(system.get()).ok() != t.system;
-            let sends_system = system_field(t.format).is_some();
-            tally.system_steps += usize::from(sends_system && expected.system.as_deref().is_some_and(own_system));
+            tally.system_steps += usize::from(expected.system.as_deref().is_some_and(own_system));
         }
         tally.conversations += 1;
     }
@@ -431,18 +430,39 @@ fn compare(
         .ok_or_else(|| format!("the upstream got no `{messages_field}`"))?
         .get()
         .replace(&*proxy_ws.to_string_lossy(), &stdio_ws.to_string_lossy());
-    let (sent, expected) = (without_ids(&sent), without_ids(prepared.messages.get()));
-    if sent != expected {
+    let as_value = |raw: &RawValue| serde_json::from_str::<Value>(raw.get()).unwrap();
+    let mut sent_list: Vec<Box<RawValue>> = serde_json::from_str(&sent).unwrap();
+    let beside_field = system_field(t.format).is_none() || t.system.is_none();
+    // The system prompt is the leading message: what satchel adds to it comes as a message
+    // of its role right after it (`context.prepare` returns it beside).
+    if let Some(system) = prepared.system.as_deref().filter(|_| beside_field) {
+        let first = sent_list.first().map(|m| as_value(m)).unwrap_or_default();
+        let (at, role) = match first["role"].as_str() {
+            Some(role @ ("system" | "developer")) => (1, role.to_owned()),
+            _ => (0, "system".to_owned()),
+        };
+        let expected = json!({"role": role, "content": as_value(system)});
+        let added = (at < sent_list.len()).then(|| sent_list.remove(at));
+        if added.as_deref().map(as_value).map(|v| without_ids(&v.to_string()))
+            != Some(without_ids(&expected.to_string()))
+        {
+            return Err(format!(
+                "the upstream's message {at} is {added:?}, context.prepare's system {expected}"
+            ));
+        }
+    }
+    let joined = format!("[{}]", sent_list.iter().map(|m| m.get()).collect::<Vec<_>>().join(","));
+    let (joined, expected) = (without_ids(&joined), without_ids(prepared.messages.get()));
+    if joined != expected {
         return Err(format!(
             "the upstream's `{messages_field}` differ from context.prepare's: {}",
-            first_difference(&sent, &expected)
+            first_difference(&joined, &expected)
         ));
     }
     let messages: Vec<Value> = serde_json::from_str(&sent).unwrap();
     check_request_shape(&messages, t.format).map_err(|e| format!("an invalid request went upstream: {e}"))?;
-    if let Some(field) = system_field(t.format) {
+    if let Some(field) = system_field(t.format).filter(|_| !beside_field) {
         // As values: the proxy keeps the client's bytes when the prepared prompt is the same.
-        let as_value = |raw: &RawValue| serde_json::from_str::<Value>(raw.get()).unwrap();
         let upstream_system = fields.get(field).map(|raw| without_ids(&as_value(raw).to_string()));
         let expected = match &prepared.system {
             Some(system) => Some(as_value(system)),
