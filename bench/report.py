@@ -143,6 +143,11 @@ def get(scenarios: dict, scenario: str, field: str):
     return scenarios.get(scenario, {}).get(field)
 
 
+def proxy_only(scenarios: dict) -> bool:
+    """A run of the `proxy` scenario alone, which has its own table."""
+    return set(scenarios) <= {"proxy"}
+
+
 def conversations_table(results: Results) -> str:
     rows = []
     for source, info in results.conversations.items():
@@ -163,6 +168,8 @@ def conversations_table(results: Results) -> str:
 def first_pass_table(results: Results) -> str:
     rows = []
     for _source, label, tokenizer, s in results.rows():
+        if proxy_only(s):
+            continue
         actions = get(s, "first_pass", "actions") or {}
         rows.append(
             [
@@ -196,6 +203,8 @@ def first_pass_table(results: Results) -> str:
 def step_table(results: Results) -> str:
     rows = []
     for _source, label, tokenizer, s in results.rows():
+        if proxy_only(s):
+            continue
         sa = s.get("steady_append", {})
         sf = s.get("steady_full", {})
         ra = s.get("replay_append", {})
@@ -400,6 +409,8 @@ def proxy_table(results: Results) -> str | None:
 def memory_table(results: Results) -> str:
     rows = []
     for _source, label, tokenizer, s in results.rows():
+        if proxy_only(s):
+            continue
         sr = s.get("sessions_rss", {})
         sessions = sr.get("sessions")
         rows.append(
