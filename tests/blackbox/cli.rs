@@ -303,13 +303,7 @@ fn config_shows_each_keys_value_default_source_and_variable() {
     );
     assert_eq!(
         row(&table, "summary_max_tokens"),
-        [
-            "summary_max_tokens",
-            "1800",
-            "2500",
-            "env",
-            "SATCHEL_SUMMARY_MAX_TOKENS"
-        ]
+        ["summary_max_tokens", "1800", "0", "env", "SATCHEL_SUMMARY_MAX_TOKENS"]
     );
     assert_eq!(row(&table, "llm_model")[1..4], ["user-model", "gpt-4o-mini", "file"]);
     assert_eq!(

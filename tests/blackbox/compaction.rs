@@ -516,9 +516,10 @@ fn initialize_lists_the_compaction_methods() {
     assert_eq!(
         (
             config["compact_enabled"].as_bool(),
-            config["summary_max_tokens"].as_u64()
+            config["summary_max_tokens"].as_u64(),
+            config["summary_window_share"].as_f64()
         ),
-        (Some(true), Some(2500))
+        (Some(true), Some(0), Some(0.12))
     );
 }
 

@@ -26,9 +26,8 @@
 //! index is in the dialog archive) are looked up in the returned summary message (whitespace
 //! collapsed on both sides); each (call, fact) lookup counts as one check of its kind
 //! (requests, constraint, follow-up). Every call's `tokens.summary` is also compared with the
-//! summary budget, `min(summary_max_tokens, window / 4)` (`summary_max_tokens` from the
-//! effective configuration `initialize` returns), and the calls reporting `over_limit` are
-//! counted.
+//! summary budget at that window (`summary_budget_tokens`, as `context.inspect` reports it),
+//! and the calls reporting `over_limit` are counted.
 //!
 //! Every fact must have left the session (been compacted into the archive) and been checked
 //! after that. When the chain is too short for that at a window (a fact still in the live tail
@@ -303,7 +302,7 @@ impl Tally {
 #[derive(Debug, Default)]
 struct Report {
     window: u64,
-    summary_max_tokens: u64,
+    /// The summary budget at this window (0 until the first call, which makes the session).
     budget: u64,
     passes: usize,
     messages: usize,
@@ -367,7 +366,6 @@ impl Report {
             "summary_tokens": {
                 "max": self.max_summary_tokens,
                 "budget": self.budget,
-                "summary_max_tokens": self.summary_max_tokens,
                 "calls_over_budget": self.over_budget,
             },
             "over_limit_calls": self.over_limit,
@@ -417,6 +415,12 @@ impl Replay<'_> {
             result["reconciliation"]
         );
 
+        if self.report.budget == 0 {
+            let shown = self.daemon.call("context.inspect", json!({"session_id": SESSION}));
+            self.report.budget = shown["summary_budget_tokens"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("inspect reports no summary_budget_tokens: {shown}"));
+        }
         let summary_tokens = result.pointer("/tokens/summary").and_then(Value::as_u64).unwrap_or(0);
         self.report.max_summary_tokens = self.report.max_summary_tokens.max(summary_tokens);
         if summary_tokens > self.report.budget {
@@ -508,19 +512,13 @@ fn replay_window(window: u64, first: &Chain, second: &Chain, show_misses: bool) 
     let started = Instant::now();
     let workspace = tempfile::tempdir().expect("temp workspace");
     let mut daemon = Daemon::start(workspace.path(), &[]);
-    let init = daemon.call("initialize", json!({}));
-    let summary_max_tokens = init
-        .pointer("/config/summary_max_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("initialize reports no config.summary_max_tokens: {init}"));
+    daemon.call("initialize", json!({}));
     let mut replay = Replay {
         daemon,
         workspace: workspace.path(),
         facts: &first.facts,
         report: Report {
             window,
-            summary_max_tokens,
-            budget: summary_max_tokens.min(window / 4),
             ..Report::default()
         },
         sent: 0,

@@ -7,19 +7,23 @@
 //! streams relayed byte for byte as they arrive, the upstream's errors, other paths and
 //! credentials passed through untouched, a malformed body answered in the provider's own
 //! error shape, a request satchel cannot prepare forwarded as sent with a warning, and the
-//! proxy's own token; in `replay`, an agent's loop and the shared trajectories replayed in
-//! the three formats through the proxy and, beside it, through `context.prepare` over stdio
-//! give the upstream exactly the prepared requests, step by step, through compactions. Every
-//! other test also finds the client's key in no workspace file and no log.
+//! proxy's own token; in `summarizer`, a compaction summarised by the request's own upstream
+//! with the client's key (`summarizer: "upstream"`); in `replay`, an agent's loop and the
+//! shared trajectories replayed in the three formats through the proxy and, beside it,
+//! through `context.prepare` over stdio give the upstream exactly the prepared requests, step
+//! by step, through compactions; in `first_byte`, a stream's first event is not held back.
+//! Every other test also finds the client's key in no workspace file and no log.
 //!
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
 //! `tests/sdk`; not yet: Claude Code or Codex end to end.
 
 mod first_byte;
 mod harness;
+mod origin;
 mod passthrough;
 mod replay;
 mod responses;
+mod summarizer;
 
 use std::path::Path;
 

@@ -66,7 +66,7 @@ fn build_loop(
 fn the_summary_budget_is_at_most_a_quarter_of_the_window() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Daemon::start(dir.path(), &[]);
-    // summary_max_tokens stays at its default (2500): a 2048-token window gets 512.
+    // At most a quarter of the window, whatever the share and the floor: a 2048-token window gets 512.
     let config = json!({"max_input_length": 2048});
     let request =
         |i| (i == 0).then(|| user("Build every module and keep the warnings as they are, do not silence them."));

@@ -9,7 +9,7 @@ export type Message = { [key: string]: any };
 export type FormatHint = 'auto' | 'openai' | 'anthropic' | 'openai-responses';
 export type MessageFormat = 'openai' | 'anthropic' | 'openai-responses';
 export type Tokenizer = 'o200k_base' | 'cl100k_base' | 'estimate';
-export type SummarizerKind = 'extractive' | 'openai' | 'client';
+export type SummarizerKind = 'extractive' | 'openai' | 'client' | 'upstream';
 export type SummaryLanguage = 'en' | 'zh';
 export type Pressure = 'low' | 'medium' | 'high' | 'critical';
 export type IdentifierList = 'constraints' | 'files_read' | 'files_modified' | 'commands' | 'errors' | 'notes';
@@ -75,12 +75,19 @@ export interface Config {
   reserve_threshold_ratio?: number;
   /** Newest messages a compaction always keeps, whatever their tokens (0: the reserve alone decides). */
   compact_keep_recent_messages?: number;
+  /** Share of the window the summary may fill (its budget grows with the window). */
+  summary_window_share?: number;
+  /** A cap on the summary's budget; 0: none. */
   summary_max_tokens?: number;
   demonstration_prefixes?: string[];
   summarizer?: SummarizerKind;
   summary_language?: SummaryLanguage;
   llm_base_url?: string;
   llm_model?: string;
+  /** `summarizer: "upstream"`: the model asked at a proxied Anthropic Messages request's own upstream. */
+  summarizer_upstream_model_anthropic?: string;
+  /** `summarizer: "upstream"`: the model asked at a proxied OpenAI Chat or Responses request's own upstream. */
+  summarizer_upstream_model_openai?: string;
   llm_api_key_env?: string;
   llm_timeout_secs?: number;
   llm_max_output_tokens?: number;
@@ -673,6 +680,8 @@ export interface InspectResult {
   messages: number;
   archived_messages: number;
   summary?: CompactSummary | null;
+  /** The token budget a compaction's summary is fitted to under the session's configuration. */
+  summary_budget_tokens: number;
   offloaded: OffloadedResult[];
   pins?: PinInfo[];
   compactions: CompactionReport[];
@@ -696,6 +705,21 @@ export interface InspectResult {
   detail?: SectionDetail | null;
   /** Lines of the workspace's candidate store that were skipped (bad signature, unparsable): never used. */
   rejected_candidates?: RejectedEntry[];
+  /** How `satchel proxy` made the session; absent for a session of JSON-RPC clients. */
+  origin?: SessionOrigin | null;
+}
+
+/** The provider API of a proxied session's agent and what named the session. */
+export interface SessionOrigin {
+  api: string;
+  key_from: string;
+  agent_compactions?: AgentCompaction[];
+}
+
+/** A compaction the agent asked its own model for, through the proxy. */
+export interface AgentCompaction {
+  at: string;
+  messages: number;
 }
 
 /** `context.usage`: the provider's input tokens for the session's last `context.prepare`. */
@@ -1060,7 +1084,8 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'max_input_length?', 'max_output_tokens?', 'context_mode?', 'prune_trigger_ratio?', 'prune_target_ratio?',
     'prune_protected_turns?', 'prune_stub_chars?', 'prompt_max_section_chars?', 'prompt_max_total_chars?',
     'compact_enabled?', 'compact_threshold_ratio?', 'reserve_threshold_ratio?', 'compact_keep_recent_messages?',
-    'summary_max_tokens?', 'demonstration_prefixes?', 'summarizer?', 'summary_language?', 'llm_base_url?', 'llm_model?',
+    'summary_window_share?', 'summary_max_tokens?', 'demonstration_prefixes?', 'summarizer?', 'summary_language?',
+    'llm_base_url?', 'llm_model?', 'summarizer_upstream_model_anthropic?', 'summarizer_upstream_model_openai?',
     'llm_api_key_env?', 'llm_timeout_secs?',
     'llm_max_output_tokens?', 'llm_temperature?', 'llm_extra_headers?', 'llm_input_budget_tokens?', 'memory_enabled?',
     'token_count_estimate_divisor?', 'tokenizer?', 'dialog_path?', 'pruning_enabled?', 'pruning_recent_n?',
@@ -1150,10 +1175,13 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   InspectParams: fields<InspectParams>()(['session_id', 'query_hint?', 'detail_key?']),
   InspectResult: fields<InspectResult>()([
     'session_id', 'format?', 'loaded', 'tokens', 'message_tokens', 'config_overrides', 'pressure', 'messages',
-    'archived_messages', 'summary?', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
+    'archived_messages', 'summary?', 'summary_budget_tokens', 'offloaded', 'pins?', 'compactions', 'peak_tokens', 'monitor', 'calibration', 'sessionId?',
     'totalChars?', 'estimatedTokens?', 'contextWindowTokens?', 'systemPromptSharePct?', 'requestFocus?', 'budget?',
     'truncatedSectionKeys?', 'sections?', 'overBudget?', 'injectedCandidateIds?', 'detail?', 'rejected_candidates?',
+    'origin?',
   ]),
+  SessionOrigin: fields<SessionOrigin>()(['api', 'key_from', 'agent_compactions?']),
+  AgentCompaction: fields<AgentCompaction>()(['at', 'messages']),
   MessageRoleTokens: fields<MessageRoleTokens>()(['user', 'assistant', 'tool_results']),
   OffloadedResult: fields<OffloadedResult>()([
     'id', 'index', 'pointer', 'file', 'total_bytes', 'total_lines', 'tool?', 'phase?', 'sent_bytes?', 'pinned?',
@@ -1227,7 +1255,7 @@ export const SCHEMA_ENUMS: Record<string, readonly string[]> = {
   FormatHint: exact<FormatHint>()(['auto', 'openai', 'anthropic', 'openai-responses']),
   MessageFormat: exact<MessageFormat>()(['openai', 'anthropic', 'openai-responses']),
   Tokenizer: exact<Tokenizer>()(['o200k_base', 'cl100k_base', 'estimate']),
-  SummarizerKind: exact<SummarizerKind>()(['extractive', 'openai', 'client']),
+  SummarizerKind: exact<SummarizerKind>()(['extractive', 'openai', 'client', 'upstream']),
   SummaryLanguage: exact<SummaryLanguage>()(['en', 'zh']),
   Pressure: exact<Pressure>()(['low', 'medium', 'high', 'critical']),
   Phase: exact<Phase>()(['recent', 'old']),

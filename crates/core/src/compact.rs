@@ -5,7 +5,8 @@
 //! compacts what is before it, but only at a point where nothing is cut in half: never between a tool call and its results, never
 //! between a user message and the assistant reply to it. The newest user message is never
 //! compacted, even when it lies before the split (it is kept, pinned); so are leading system
-//! messages (and, in the Responses format, `developer` ones). One backward pass over precomputed token counts: linear in the messages
+//! messages (and, in the Responses format, `developer` ones), and a provider-native compaction with everything
+//! before it and the rest of its step ([`fixed_prefix`]). One backward pass over precomputed token counts: linear in the messages
 //! (the peer's suffix search is quadratic).
 
 use std::borrow::Borrow;
@@ -13,7 +14,7 @@ use std::borrow::Borrow;
 use satchel_protocol::Config;
 use serde_json::Value;
 
-use crate::format::{MessageFormat, has_tool_result, is_instructions, role_of, tool_calls};
+use crate::format::{MessageFormat, has_tool_result, is_instructions, last_native_compaction, role_of, tool_calls};
 
 /// What the kept tail of a compaction must hold.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,6 +101,26 @@ fn is_split_point(messages: &[impl Borrow<Value>], k: usize, format: MessageForm
         .any(|m| !tool_calls(m, format).is_empty())
 }
 
+/// How many leading messages no compaction takes: the leading instructions (system
+/// messages, and `developer` ones in the Responses format) and, when the history holds a
+/// provider-native compaction, everything up to the first point after it where the list may
+/// be cut. The provider drops what comes before its own compaction, so summarising that would
+/// be wasted, and the native item is signed: it stays as sent, with the calls and results of
+/// its step. `messages.len()` when no such point follows the native compaction.
+pub fn fixed_prefix(messages: &[impl Borrow<Value>], format: MessageFormat) -> usize {
+    let instructions = messages
+        .iter()
+        .take_while(|m| is_instructions((*m).borrow(), format))
+        .count();
+    match last_native_compaction(messages, format) {
+        None => instructions,
+        Some(native) => (native + 1..messages.len())
+            .find(|&k| is_split_point(messages, k, format))
+            .unwrap_or(messages.len())
+            .max(instructions),
+    }
+}
+
 /// Plans a compaction that keeps about `tail.tokens` tokens of tail, and at least
 /// `tail.min_messages` messages (pass a [`Config`] for both, or a `u64` for the tokens alone).
 ///
@@ -122,10 +143,7 @@ pub fn plan_split(
     } = tail.into();
     let n = messages.len();
     debug_assert_eq!(n, tokens.len());
-    let pinned_prefix = messages
-        .iter()
-        .take_while(|m| is_instructions((*m).borrow(), format))
-        .count();
+    let pinned_prefix = fixed_prefix(messages, format);
     let newest_user = messages.iter().rposition(|m| is_user_turn(m.borrow(), format));
 
     // Backward pass: the smallest valid split point whose tail fits, else the largest valid one;
@@ -265,6 +283,43 @@ mod tests {
         let plan = plan_split(&m, &[1, 1, 10_000, 1], MessageFormat::Openai, 10u64).unwrap();
         assert_eq!((plan.tail_start, plan.tail_tokens), (2, 10_001));
         assert_eq!(plan.compact, vec![0, 1]);
+    }
+
+    #[test]
+    fn a_native_compaction_and_its_step_are_never_compacted() {
+        let f = MessageFormat::Anthropic;
+        let use_ = |id: &str| json!({"type": "tool_use", "id": id, "name": "Bash", "input": {}});
+        let res = |id: &str| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "out"}]});
+        let m = vec![
+            json!({"role": "user", "content": "task"}),
+            json!({"role": "assistant", "content": [use_("a")]}),
+            res("a"),
+            // The provider's summary of 0..2, signed, and a call in the same turn.
+            json!({"role": "assistant", "content": [{"type": "compaction", "content": "sum"}, use_("b")]}),
+            res("b"),
+            json!({"role": "assistant", "content": [use_("c")]}), // 5: first cut after it
+            res("c"),
+            json!({"role": "assistant", "content": [use_("d")]}),
+            res("d"),
+        ];
+        assert_eq!(fixed_prefix(&m, f), 5);
+        let plan = plan_split(&m, &[1, 1, 1, 1, 100, 1, 100, 1, 100], f, 101u64).unwrap();
+        assert_eq!(plan.compact, vec![5, 6], "only what follows the native step");
+        assert_eq!(plan.keep, vec![0, 1, 2, 3, 4, 7, 8]);
+        let kept: Vec<Value> = plan.keep.iter().map(|&i| m[i].clone()).collect();
+        assert_eq!(check_pairs(&kept, f), Ok(()));
+        // Nothing after the native step can be cut: nothing is compacted.
+        assert_eq!(fixed_prefix(&m[..5], f), 5);
+        assert_eq!(plan_split(&m[..5], &[1, 1, 1, 1, 100], f, 0u64), None);
+        // A Responses compaction item, after the developer instructions.
+        let r = vec![
+            json!({"type": "message", "role": "developer", "content": "You are Codex."}),
+            json!({"type": "message", "role": "user", "content": "task"}),
+            json!({"type": "compaction", "encrypted_content": "gAAA"}),
+            json!({"type": "message", "role": "user", "content": "next"}),
+        ];
+        assert_eq!(fixed_prefix(&r, MessageFormat::OpenaiResponses), 3);
+        assert_eq!(fixed_prefix(&r[..2], MessageFormat::OpenaiResponses), 1);
     }
 
     #[test]

@@ -7,10 +7,12 @@
 //! input item is a "message" here too: [`role_of`] gives an item without a role the role of the
 //! side it stands on, so every later step reads all three formats through the same questions.
 
+mod native;
 mod responses;
 
 use serde_json::Value;
 
+pub use native::{is_native_compaction, last_native_compaction};
 pub(crate) use responses::output_type;
 
 pub use satchel_protocol::MessageFormat;

@@ -12,10 +12,11 @@
 use satchel_protocol::{MessageFormat, OffloadNoticePath, Phase, RenderConfig};
 use serde_json::{Value, json};
 
-use crate::compact::is_user_turn;
+use crate::compact::{fixed_prefix, is_user_turn};
 use crate::format::{self, ToolCall};
 use crate::offload::{self, ResultKind};
 use crate::repair::RepairItem;
+use crate::tokens::TokenCounter;
 use crate::truncate::{Excerpt, ExcerptLimits, FileRef, TextStats, render_excerpt};
 
 /// A tool-result text whose full content is in an offload file.
@@ -171,12 +172,16 @@ pub fn notice_root<'a>(config: &RenderConfig, workspace_root: &'a str) -> Option
 /// after the system messages; Responses, after the leading `system` and `developer` messages,
 /// as a `message` item); for Anthropic, whose roles must alternate, a text block at the
 /// start of the first user message, or a user message of its own when the kept part starts
-/// with the assistant. Generic over how the request holds its messages, like the repair pass.
+/// with the assistant. After a provider-native compaction, the summary goes after it and
+/// its step (where [`fixed_prefix`] ends), since the provider drops what comes before it and
+/// satchel compacted only what follows; when no step follows, it stays first, with what it
+/// summarises. Generic over how the request holds its messages, like the repair pass.
 pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: MessageFormat) {
-    let at = messages
-        .iter()
-        .take_while(|m| format::is_instructions(m.value(), format))
-        .count();
+    let values: Vec<&Value> = messages.iter().map(RepairItem::value).collect();
+    let mut at = fixed_prefix(&values, format);
+    if at == values.len() {
+        at = values.iter().take_while(|m| format::is_instructions(m, format)).count();
+    }
     if format == MessageFormat::OpenaiResponses {
         messages.insert(at, M::from_value(responses_summary_item(text)));
         return;
@@ -196,6 +201,18 @@ pub fn insert_summary<M: RepairItem>(messages: &mut Vec<M>, text: &str, format: 
         return;
     }
     messages.insert(at, M::from_value(json!({"role": "user", "content": text})));
+}
+
+/// Tokens of the summary message as a request in `format` carries it: what a session counts
+/// for its summary and what a summariser fits to its budget, so the two never disagree.
+/// (Anthropic merges the summary into the first user message as a block: about the same.)
+pub fn summary_message_tokens(text: &str, format: MessageFormat, counter: &TokenCounter) -> u64 {
+    match format {
+        MessageFormat::OpenaiResponses => counter.count_message(&responses_summary_item(text)),
+        MessageFormat::Openai | MessageFormat::Anthropic => {
+            counter.count_message(&json!({"role": "user", "content": text}))
+        }
+    }
 }
 
 /// The summary as the Responses format carries it: a user `message` item of its own, whose
@@ -633,6 +650,41 @@ mod tests {
                     true,
                 ),
             ],
+        );
+    }
+
+    #[test]
+    fn after_a_native_compaction_the_summary_follows_its_step() {
+        let native = json!({"role": "assistant", "content": [{"type": "compaction", "content": "provider summary"}]});
+        let task = json!({"role": "user", "content": "task"});
+        let next = json!({"role": "user", "content": "next"});
+        let reply = json!({"role": "assistant", "content": "ok"});
+        let merged =
+            json!({"role": "user", "content": [{"type": "text", "text": SUMMARY}, {"type": "text", "text": "next"}]});
+        check_insert(
+            vec![task.clone(), native.clone(), next, reply.clone()],
+            MessageFormat::Anthropic,
+            vec![
+                (task.clone(), false),
+                (native.clone(), false),
+                (merged, true),
+                (reply, false),
+            ],
+        );
+        // Nothing follows the native step: the summary stays first, with what it summarises.
+        let first =
+            json!({"role": "user", "content": [{"type": "text", "text": SUMMARY}, {"type": "text", "text": "task"}]});
+        check_insert(
+            vec![task, native.clone()],
+            MessageFormat::Anthropic,
+            vec![(first, true), (native, false)],
+        );
+        let item = json!({"type": "compaction", "encrypted_content": "gAAA"});
+        let user = json!({"type": "message", "role": "user", "content": "next"});
+        check_insert(
+            vec![item.clone(), user.clone()],
+            MessageFormat::OpenaiResponses,
+            vec![(item, false), (responses_summary_item(SUMMARY), true), (user, false)],
         );
     }
 }

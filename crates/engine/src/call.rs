@@ -54,11 +54,12 @@ impl CallToken {
     }
 }
 
-/// Where the `openai` and `client` summarisers get their model.
+/// Where the model-backed summarisers (`openai`, `client`, `upstream`) get their model.
 pub trait ModelSource: Sync {
     /// The completer for `kind` under `config`, or why there is none (the compaction then
-    /// falls back to the extractive summariser and says so).
-    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String>;
+    /// falls back to the extractive summariser and says so). It may borrow from the source,
+    /// so what a call lends its model (a proxied request's credentials) cannot outlive it.
+    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer + '_>, String>;
 }
 
 /// No model at all: every compaction is extractive.
@@ -66,7 +67,7 @@ pub trait ModelSource: Sync {
 pub struct NoModels;
 
 impl ModelSource for NoModels {
-    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer>, String> {
+    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer + '_>, String> {
         Err("no model backend is available to this call".into())
     }
 }

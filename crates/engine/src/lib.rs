@@ -14,8 +14,8 @@
 //!   the files that each hold one call's `impl Engine` block.
 //! - [`live`]: sessions in memory, the per-session queue of calls, eviction.
 //! - `candidates`: learning candidates in the signed store, and their prompt sections.
-//! - `prepare`, `ingest`, `compact`, `expand`, `pins`, `usage_report`, `recovery`, `queries`:
-//!   one call or stage each; `inspection`: what inspect derives from a session (tokens by
+//! - `prepare`, `ingest`, `compact`, `expand`, `pins`, `usage_report`, `origin`, `recovery`,
+//!   `queries`: one call or stage each; `inspection`: what inspect derives from a session (tokens by
 //!   role, offload savings) and its effective configuration.
 //! - `request`: the one `Request` a call counts, prunes, renders and compacts (its
 //!   configuration, counter and extras), and the token usage per zone of it.
@@ -40,6 +40,7 @@ mod expand;
 mod ingest;
 mod inspection;
 pub mod live;
+mod origin;
 pub mod parallel;
 mod pins;
 mod prepare;
@@ -58,6 +59,7 @@ pub use clock::{Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemCl
 pub use engine::Engine;
 pub use error::EngineError;
 pub use live::Ticket;
+pub use origin::RequestOrigin;
 pub use prepare::Prepared;
 
 use satchel_core::repair::Repair;

@@ -55,6 +55,7 @@ impl Engine {
                 messages: session.entries().len(),
                 archived_messages: session.archived_count(),
                 summary: session.summary().cloned(),
+                summary_budget_tokens: session_config.summary_budget_tokens(),
                 offloaded: inspection::offloaded(session, config),
                 pins: session.pins().infos(),
                 rejected_candidates: self.rejected_candidates(),
@@ -72,6 +73,7 @@ impl Engine {
                 calibration: session.requests().calibration,
                 prompt,
                 detail,
+                origin: session.origin().cloned(),
             })
         })
     }

@@ -24,6 +24,7 @@ impl Engine {
         let format = format_or_default(log.format);
         let mut session = Session::new(log.format, self.offloads.clone());
         session.restore_requests(log.calibration.unwrap_or_default(), log.config_overrides);
+        session.restore_origin(log.origin);
         session.restore_history(log.original_hashes.iter().map(|h| stored_hash(h)).collect());
         for (index, stored) in log.messages {
             let logged_hash = stored.hash.parse::<MessageHash>().ok();

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use satchel_core::calibration::corrected;
+use satchel_core::format::is_native_compaction;
 use satchel_core::hash::MessageHash;
 use satchel_core::tokens::TokenCounter;
 use satchel_core::zones::{MessageTokens, RequestTokens, zone_usage};
@@ -67,11 +68,21 @@ impl<'a> Request<'a> {
             counter,
         );
         let summary = session.summary_tokens(counter, config);
-        let messages: Vec<MessageTokens> = session
-            .entries()
+        // The provider drops what comes before its own compaction: those messages cost nothing.
+        let entries = session.entries();
+        let read_from = entries.iter().rposition(|e| is_native_compaction(&e.message, format));
+        let messages: Vec<MessageTokens> = entries
             .iter()
             .zip(per_message)
-            .map(|(entry, tokens)| MessageTokens::of(&entry.message, corrected(tokens, factor), format))
+            .enumerate()
+            .map(|(i, (entry, tokens))| {
+                let sent = if read_from.is_some_and(|from| i < from) {
+                    0
+                } else {
+                    tokens
+                };
+                MessageTokens::of(&entry.message, corrected(sent, factor), format)
+            })
             .collect();
         let extras = RequestTokens {
             system: corrected(system, factor),

@@ -146,6 +146,10 @@ pub struct InspectResult {
     pub archived_messages: usize,
     /// The summary in force.
     pub summary: Option<CompactSummary>,
+    /// The token budget a compaction's summary is fitted to under the session's configuration
+    /// (`summary_window_share` of the window, at least 2,500, at most a quarter of the window
+    /// and `summary_max_tokens` when set).
+    pub summary_budget_tokens: u64,
     /// Offloaded results of live messages.
     pub offloaded: Vec<OffloadedResult>,
     /// The session's pins (`context.pin`), oldest first.
@@ -170,4 +174,35 @@ pub struct InspectResult {
     /// The section named by `detail_key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<SectionDetail>,
+    /// Where the session's requests come from when `satchel proxy` made it: the provider API
+    /// and what named the session. Absent for a session of JSON-RPC clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
+}
+
+/// How a proxied session came to be: which provider API its agent speaks, what named the
+/// session (README, "Which session a request belongs to"), and the compactions the agent
+/// ran through its own model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionOrigin {
+    /// `anthropic-messages`, `openai-chat` or `openai-responses`.
+    pub api: String,
+    /// What named the session: `x-satchel-session header`, `x-claude-code-session-id header`,
+    /// `metadata.user_id`, `prompt_cache_key`, `user`, or `hash of the system prompt and first
+    /// user message`.
+    pub key_from: String,
+    /// Requests in which the agent asked its model to summarise the conversation itself
+    /// (Claude Code's and Codex's own compaction), oldest first. satchel prepared them like
+    /// any other request, so they fit the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_compactions: Vec<AgentCompaction>,
+}
+
+/// One compaction the agent asked its own model for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCompaction {
+    /// When the request came (RFC 3339).
+    pub at: String,
+    /// Messages of the history the agent sent with it.
+    pub messages: usize,
 }

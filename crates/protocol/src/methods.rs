@@ -10,7 +10,8 @@ use crate::assembly::{PromptAssembly, PromptSection, ProviderUsage, PruneReport}
 use crate::candidates::{CandidatesEvaluate, CandidatesFeedback, CandidatesList, CandidatesObserve, CandidatesRemove};
 use crate::expand::ContextExpand;
 pub use crate::inspect::{
-    ContextInspect, ContextMonitor, InspectParams, InspectResult, MessageRoleTokens, OffloadedResult, SectionDetail,
+    AgentCompaction, ContextInspect, ContextMonitor, InspectParams, InspectResult, MessageRoleTokens, OffloadedResult,
+    SectionDetail, SessionOrigin,
 };
 pub use crate::memory::{MemoryAppend, MemoryGet, MemoryMerge, MemoryRecall, MemorySearch, MemoryStatus, MemoryWrite};
 use crate::pins::{ContextPin, ContextPurge, ContextUnpin};

@@ -18,7 +18,10 @@
 //!
 //! The proxy knows no JSON-RPC and no engine: the binary gives it a [`Hook`] that runs the
 //! engine's calls. Client credentials (`x-api-key`, `authorization`, …) go to the configured
-//! upstream only (redirects are never followed), and are never logged or stored.
+//! upstream only (redirects are never followed), and are never logged or stored. The one
+//! other use of them: a compaction that a request's prepare runs may ask the same upstream
+//! for its summary (`summarizer: "upstream"`), through an [`UpstreamModel`] lent to that
+//! prepare alone.
 //!
 //! # Layout
 //!
@@ -29,12 +32,17 @@
 //! - [`session`]: which session a request belongs to.
 //! - `provider`: what differs between Anthropic and OpenAI: routes, error shapes, usage.
 //! - `usage`: the provider's reported input tokens, read from a body or a stream as it passes.
+//! - `agent_compaction`: recognising the agent's own compaction requests.
+//! - `upstream`: [`UpstreamModel`], the request's upstream and credentials lent to its
+//!   prepare for a model summary (`summarizer: "upstream"`).
 
+mod agent_compaction;
 pub mod body;
 mod forward;
 mod provider;
 mod server;
 pub mod session;
+mod upstream;
 mod usage;
 
 use std::net::SocketAddr;
@@ -45,19 +53,37 @@ use serde_json::value::RawValue;
 
 pub use provider::Provider;
 pub use server::serve;
+pub use upstream::{ModelCall, UpstreamModel};
 
 /// What the engine's `context.prepare` returns: the messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;
 
-/// The engine's calls the proxy needs, run by the binary. Both block (they run on tokio's
+/// The engine's calls the proxy needs, run by the binary. Each blocks (they run on tokio's
 /// blocking pool); an error is a sentence for the `X-Satchel-Warning` header and the log, so
 /// it must not contain what the client sent.
 pub trait Hook: Send + Sync + 'static {
-    /// `context.prepare` with `params`, on the daemon's own configuration.
-    fn prepare(&self, params: PrepareParams<Box<RawValue>>) -> Result<Prepared, String>;
+    /// `context.prepare` with `params`, on the daemon's own configuration. `upstream` is the
+    /// request's own upstream with its credentials, for a compaction's summary: it must be
+    /// dropped when the call returns, kept nowhere.
+    fn prepare(&self, params: PrepareParams<Box<RawValue>>, upstream: UpstreamModel) -> Result<Prepared, String>;
 
     /// `context.usage`: the provider's input tokens for the session's last prepared request.
     fn report_usage(&self, session_id: &str, input_tokens: u64) -> Result<(), String>;
+
+    /// Records where a request `prepare` just took came from, for inspect.
+    fn note_origin(&self, session_id: &str, origin: RequestOrigin<'_>) -> Result<(), String>;
+}
+
+/// What the proxy knows of a request that inspect shows: the API, what named the session,
+/// and whether the agent asked for its own compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestOrigin<'a> {
+    /// `anthropic-messages`, `openai-chat` or `openai-responses`.
+    pub api: &'a str,
+    /// What named the session.
+    pub key_from: &'a str,
+    /// The agent's own compaction: the messages of the history it sent.
+    pub agent_compaction: Option<usize>,
 }
 
 /// Where each provider's requests go: base URLs without the `/v1/...` path, which the

@@ -123,6 +123,15 @@ impl Provider {
         }
     }
 
+    /// The API's name, as inspect shows it (`origin.api`).
+    pub fn api(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic-messages",
+            Provider::OpenAiChat => "openai-chat",
+            Provider::OpenAiResponses => "openai-responses",
+        }
+    }
+
     /// The body field that holds the conversation.
     pub fn messages_field(self) -> &'static str {
         match self {

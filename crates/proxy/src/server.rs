@@ -17,11 +17,12 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::net::TcpListener;
 
+use crate::agent_compaction::asks_for_summary;
 use crate::body::{Fields, field_as};
 use crate::forward::{self, Outgoing, ProxyBody, UsageSink};
 use crate::provider::{Family, Provider, Route};
-use crate::session::{SESSION_HEADER, session_id};
-use crate::{Hook, Prepared, Settings};
+use crate::session::{SESSION_HEADER, SessionKey, session_id};
+use crate::{Hook, Prepared, RequestOrigin, Settings, UpstreamModel};
 
 /// The longest `X-Satchel-Warning`: an engine error can be long, a header should not be.
 const MAX_WARNING_CHARS: usize = 300;
@@ -181,7 +182,8 @@ impl Proxy {
             Some(Ok(messages)) => messages,
             _ => return Err(format!("`{field}`: an array of messages is required")),
         };
-        let session_id = session_id(provider, headers, &fields);
+        let SessionKey { id: session_id, from } = session_id(provider, headers, &fields);
+        let agent_compaction = asks_for_summary(&messages).then_some(messages.len());
         let extras = extras(provider, &fields);
         let system = extras.as_ref().ok().and_then(|(system, _)| system.clone());
         let prepared = match extras {
@@ -201,7 +203,23 @@ impl Proxy {
                     config: None,
                 };
                 let hook = self.hook.clone();
-                tokio::task::spawn_blocking(move || hook.prepare(params))
+                let api = provider.api();
+                let base = Route::Managed(provider).family().base(&self.settings.upstreams);
+                let runtime = tokio::runtime::Handle::current();
+                let upstream = UpstreamModel::lend(provider, base, headers, self.client.clone(), runtime);
+                tokio::task::spawn_blocking(move || {
+                    let prepared = hook.prepare(params, upstream)?;
+                    let origin = RequestOrigin {
+                        api,
+                        key_from: from,
+                        agent_compaction,
+                    };
+                    // Inspect's record of the request; the request itself is prepared.
+                    if let Err(e) = hook.note_origin(&prepared.session_id, origin) {
+                        tracing::warn!(session = %prepared.session_id, "proxy: the request's origin was not recorded: {e}");
+                    }
+                    Ok(prepared)
+                })
                     .await
                     // A panic's message may quote the request: the panic hook has logged it.
                     .unwrap_or_else(|_| {
@@ -215,6 +233,10 @@ impl Proxy {
             body: None,
             headers: vec![header(SESSION_HEADER, &session_id)],
         };
+        if agent_compaction.is_some() {
+            tracing::info!(session = %session_id, "proxy: the agent asks its model for its own compaction");
+            managed.headers.push(header("x-satchel-agent-compaction", "true"));
+        }
         match prepared {
             Ok(prepared) => {
                 managed.body = Some(rewrite(provider, &fields, &prepared, system.as_ref()));

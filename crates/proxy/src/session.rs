@@ -9,6 +9,12 @@
 //!
 //! A key that is a valid session id (1–128 of `[A-Za-z0-9._-]`, a UUID) is the session id
 //! itself, so `satchel inspect` shows the agent's own id; any other key is hashed to one.
+//! Inspect shows what named a session (`origin.key_from`).
+//!
+//! Claude Code sends side requests under its session's identity (a title for the session,
+//! with no tools and a system prompt of its own): their one-message history would replace
+//! the session's, so a tool-less Anthropic request keyed by Claude Code's identity goes to
+//! the session `<id>.side` instead.
 
 use hyper::HeaderMap;
 use sha2::{Digest, Sha256};
@@ -26,8 +32,17 @@ const CLAUDE_CODE_SESSION_HEADER: &str = "x-claude-code-session-id";
 /// user message and after a compaction: left out of the hash, which must not change.
 const BILLING_BLOCK_PREFIX: &str = "x-anthropic-billing-header:";
 
+/// The session a request belongs to, and what named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionKey {
+    /// The session id.
+    pub id: String,
+    /// What named it, as inspect shows it.
+    pub from: &'static str,
+}
+
 /// The session of a request to `provider` with `headers` and body `fields`.
-pub fn session_id(provider: Provider, headers: &HeaderMap, fields: &Fields) -> String {
+pub fn session_id(provider: Provider, headers: &HeaderMap, fields: &Fields) -> SessionKey {
     let header = |name: &str| {
         headers
             .get(name)
@@ -37,16 +52,42 @@ pub fn session_id(provider: Provider, headers: &HeaderMap, fields: &Fields) -> S
             .map(str::to_owned)
     };
     let agent = || match provider {
-        Provider::Anthropic => header(CLAUDE_CODE_SESSION_HEADER).or_else(|| metadata_session(fields)),
-        Provider::OpenAiChat | Provider::OpenAiResponses => {
-            string_field(fields, "prompt_cache_key").or_else(|| string_field(fields, "user"))
+        Provider::Anthropic => {
+            let claude_code = header(CLAUDE_CODE_SESSION_HEADER)
+                .map(|key| (key, "x-claude-code-session-id header"))
+                .or_else(|| metadata_session(fields).map(|key| (key, "metadata.user_id")));
+            claude_code.map(|(key, from)| {
+                if has_tools(fields) {
+                    (key, from)
+                } else {
+                    (format!("{key}.side"), from)
+                }
+            })
         }
+        Provider::OpenAiChat | Provider::OpenAiResponses => string_field(fields, "prompt_cache_key")
+            .map(|key| (key, "prompt_cache_key"))
+            .or_else(|| string_field(fields, "user").map(|key| (key, "user"))),
     };
-    match header(SESSION_HEADER).or_else(agent) {
-        Some(key) if is_session_id(&key) => key,
-        Some(key) => format!("k-{}", hex_digest(&[key.as_bytes()])),
-        None => format!("h-{}", conversation_hash(provider, fields)),
-    }
+    let key = header(SESSION_HEADER)
+        .map(|key| (key, "x-satchel-session header"))
+        .or_else(agent);
+    let (id, from) = match key {
+        Some((key, from)) if is_session_id(&key) => (key, from),
+        Some((key, from)) => (format!("k-{}", hex_digest(&[key.as_bytes()])), from),
+        None => (
+            format!("h-{}", conversation_hash(provider, fields)),
+            "hash of the system prompt and first user message",
+        ),
+    };
+    SessionKey { id, from }
+}
+
+/// Whether the request offers the model tools (a non-empty `tools`).
+fn has_tools(fields: &Fields) -> bool {
+    fields
+        .get("tools")
+        .and_then(|raw| field_as::<Vec<&serde_json::value::RawValue>>(raw).ok())
+        .is_some_and(|tools| !tools.is_empty())
 }
 
 /// Whether `id` is a session id as `context.prepare` takes it.
@@ -147,10 +188,10 @@ mod tests {
         for (name, value) in headers {
             map.insert(*name, value.parse().unwrap());
         }
-        session_id(provider, &map, &Fields::parse(body.as_bytes()).unwrap())
+        session_id(provider, &map, &Fields::parse(body.as_bytes()).unwrap()).id
     }
 
-    const CLAUDE_BODY: &str = r#"{"metadata":{"user_id":"{\"device_id\":\"d\",\"account_uuid\":\"\",\"session_id\":\"92fda710-39dc\"}"},"messages":[]}"#;
+    const CLAUDE_BODY: &str = r#"{"metadata":{"user_id":"{\"device_id\":\"d\",\"account_uuid\":\"\",\"session_id\":\"92fda710-39dc\"}"},"tools":[{"name":"Bash"}],"messages":[]}"#;
 
     #[test]
     fn the_explicit_header_wins_then_the_agents_own_identity() {
@@ -161,7 +202,7 @@ mod tests {
             "cc-1"
         );
         assert_eq!(id(anthropic, &[], CLAUDE_BODY), "92fda710-39dc");
-        let old = r#"{"metadata":{"user_id":"user_ab_account_cd_session_ef-01"}}"#;
+        let old = r#"{"metadata":{"user_id":"user_ab_account_cd_session_ef-01"},"tools":[{"name":"Bash"}]}"#;
         assert_eq!(id(anthropic, &[], old), "ef-01");
         let openai = Provider::OpenAiChat;
         assert_eq!(
@@ -169,6 +210,52 @@ mod tests {
             "thread-9"
         );
         assert_eq!(id(openai, &[], r#"{"user":"u"}"#), "u");
+    }
+
+    #[test]
+    fn claude_code_s_tool_less_side_requests_have_a_session_of_their_own() {
+        let title = CLAUDE_BODY.replace(r#""tools":[{"name":"Bash"}],"#, "");
+        let header = [("x-claude-code-session-id", "cc-1")];
+        assert_eq!(id(Provider::Anthropic, &header, &title), "cc-1.side");
+        assert_eq!(
+            id(Provider::Anthropic, &[], &title.replace("[]", "[{}]")),
+            "92fda710-39dc.side"
+        );
+        let empty = CLAUDE_BODY.replace(r#"[{"name":"Bash"}]"#, "[]");
+        assert_eq!(id(Provider::Anthropic, &header, &empty), "cc-1.side");
+        // An explicit session is the client's choice, with or without tools.
+        assert_eq!(
+            id(Provider::Anthropic, &[("x-satchel-session", "mine")], &title),
+            "mine"
+        );
+    }
+
+    #[test]
+    fn what_named_the_session_is_told() {
+        let from = |provider, headers: &[(&'static str, &'static str)], body: &str| {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                map.insert(*name, value.parse().unwrap());
+            }
+            session_id(provider, &map, &Fields::parse(body.as_bytes()).unwrap()).from
+        };
+        let anthropic = Provider::Anthropic;
+        assert_eq!(
+            from(anthropic, &[("x-satchel-session", "m")], CLAUDE_BODY),
+            "x-satchel-session header"
+        );
+        assert_eq!(
+            from(anthropic, &[("x-claude-code-session-id", "c")], CLAUDE_BODY),
+            "x-claude-code-session-id header"
+        );
+        assert_eq!(from(anthropic, &[], CLAUDE_BODY), "metadata.user_id");
+        let responses = Provider::OpenAiResponses;
+        assert_eq!(from(responses, &[], r#"{"prompt_cache_key":"t"}"#), "prompt_cache_key");
+        assert_eq!(from(Provider::OpenAiChat, &[], r#"{"user":"u"}"#), "user");
+        assert_eq!(
+            from(responses, &[], r#"{"input":[]}"#),
+            "hash of the system prompt and first user message"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The model backends of the LLM summariser: an OpenAI-compatible HTTP endpoint, and the
+//! The model backends of the LLM summariser: an OpenAI-compatible HTTP endpoint, the
 //! client itself (`summarizer.complete`, for editor plugins that already hold the user's model
-//! connection). The prompts, staging, validation and fallback live in
+//! connection), and a proxied request's own upstream with its credentials (`upstream`). The prompts, staging, validation and fallback live in
 //! `satchel_core::summary::llm`; this module only moves text to a model and back.
 //!
 //! An error's text becomes the summariser's fallback reason, which is stored in the session
@@ -14,6 +14,7 @@ use std::time::Duration;
 use satchel_core::summary::llm::{ChatMessage, Completer, CompletionError};
 use satchel_protocol::Config;
 use satchel_protocol::config::REDACTED;
+use satchel_proxy::{ModelCall, Provider, UpstreamModel};
 use serde_json::{Value, json};
 
 use crate::transport::{ClientHandle, ClientRequestError, EngineToken};
@@ -127,6 +128,58 @@ impl OpenAiCompleter {
             .as_str()
             .map(str::to_owned)
             .ok_or_else(|| CompletionError("response has no choices[0].message.content".into()))
+    }
+}
+
+/// Why the `upstream` summariser has no model outside the proxy (stdio, the socket, the
+/// scheduled memory merge): it borrows a proxied request's own upstream and credentials.
+pub const NO_UPSTREAM: &str =
+    "no proxied request in flight: the upstream summariser uses a request's own upstream, in satchel proxy only";
+
+/// The model behind a proxied request's own upstream (`summarizer: "upstream"`), with the
+/// request's credentials, which it borrows: it cannot outlive the prepare they are lent to.
+pub struct UpstreamCompleter<'a> {
+    upstream: &'a UpstreamModel,
+    model: String,
+    temperature: f64,
+    timeout: Duration,
+}
+
+impl<'a> UpstreamCompleter<'a> {
+    /// The configured model of `upstream`'s API (`summarizer_upstream_model_*`).
+    pub fn new(upstream: &'a UpstreamModel, config: &Config) -> Self {
+        let model = match upstream.provider() {
+            Provider::Anthropic => &config.summary.summarizer_upstream_model_anthropic,
+            Provider::OpenAiChat | Provider::OpenAiResponses => &config.summary.summarizer_upstream_model_openai,
+        };
+        UpstreamCompleter {
+            upstream,
+            model: model.clone(),
+            temperature: config.summary.llm_temperature,
+            timeout: Duration::from_secs_f64(config.summary.llm_timeout_secs),
+        }
+    }
+}
+
+impl Completer for UpstreamCompleter<'_> {
+    fn complete(&self, messages: &[ChatMessage], max_tokens: u64) -> Result<String, CompletionError> {
+        let messages: Vec<(&str, &str)> = messages.iter().map(|m| (m.role, m.content.as_str())).collect();
+        let call = ModelCall {
+            model: &self.model,
+            messages: &messages,
+            max_tokens,
+            temperature: self.temperature,
+            timeout: self.timeout,
+        };
+        // The upstream has taken its own credentials out already; the rest is redacted too.
+        self.upstream
+            .complete(&call)
+            .map_err(|e| CompletionError(redact(&e, &[])))
+            .inspect_err(|e| warn_failed(&self.name(), e))
+    }
+
+    fn name(&self) -> String {
+        format!("upstream:{}", self.model)
     }
 }
 

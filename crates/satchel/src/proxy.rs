@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use satchel_protocol::{Config, PrepareParams, UsageParams};
-use satchel_proxy::{Hook, Prepared, Settings, Upstreams};
+use satchel_proxy::{Hook, Prepared, RequestOrigin, Settings, UpstreamModel, Upstreams};
 use satchel_storage::Layout;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -29,8 +29,8 @@ const PROXY_FILE: &str = "proxy.json";
 pub struct EngineHook(pub Arc<Daemon>);
 
 impl Hook for EngineHook {
-    fn prepare(&self, params: PrepareParams<Box<RawValue>>) -> Result<Prepared, String> {
-        self.0.prepare_detached(params).map_err(|e| e.to_string())
+    fn prepare(&self, params: PrepareParams<Box<RawValue>>, upstream: UpstreamModel) -> Result<Prepared, String> {
+        self.0.prepare_detached(params, upstream).map_err(|e| e.to_string())
     }
 
     fn report_usage(&self, session_id: &str, input_tokens: u64) -> Result<(), String> {
@@ -39,6 +39,19 @@ impl Hook for EngineHook {
             input_tokens,
         };
         self.0.usage_detached(params).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn note_origin(&self, session_id: &str, origin: RequestOrigin<'_>) -> Result<(), String> {
+        let engine = self.0.engine();
+        let ticket = engine.ticket(session_id).map_err(|e| e.to_string())?;
+        let origin = satchel_engine::RequestOrigin {
+            api: origin.api,
+            key_from: origin.key_from,
+            agent_compaction: origin.agent_compaction,
+        };
+        engine
+            .note_origin(ticket, origin, &satchel_engine::CallToken::new())
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -11,7 +11,9 @@ use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::path::PathBuf;
 
-use satchel_protocol::{ArchiveRange, Calibration, CompactSummary, DroppedIdentifier, MessageFormat};
+use satchel_protocol::{
+    AgentCompaction, ArchiveRange, Calibration, CompactSummary, DroppedIdentifier, MessageFormat, SessionOrigin,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -108,6 +110,16 @@ pub enum SessionRecord {
         /// The pin.
         id: String,
     },
+    /// `satchel proxy` named the session (or named it differently than before): the
+    /// provider API and what named it. Logs of JSON-RPC sessions have none.
+    Origin {
+        /// `anthropic-messages`, `openai-chat` or `openai-responses`.
+        api: String,
+        /// What named the session.
+        key_from: String,
+    },
+    /// A proxied request in which the agent asked its model to summarise the conversation.
+    AgentCompaction(AgentCompaction),
     /// `context.purge`: the result is a stub in every later request.
     Purge {
         /// The result (`r12`).
@@ -277,6 +289,9 @@ pub struct SessionLog {
     pub purged: std::collections::BTreeSet<String>,
     /// The per-request config overrides of the last `context.prepare`, the latest logged.
     pub config_overrides: serde_json::Map<String, Value>,
+    /// Where a proxied session's requests come from, the latest logged, with the agent's
+    /// own compactions.
+    pub origin: Option<SessionOrigin>,
 }
 
 impl SessionLog {
@@ -300,6 +315,7 @@ impl SessionLog {
                     format: self.format,
                     calibration: self.calibration,
                     config_overrides: std::mem::take(&mut self.config_overrides),
+                    origin: self.origin.take(),
                     compactions: std::mem::take(&mut self.compactions),
                     pins,
                     pins_made: self.pins_made,
@@ -331,6 +347,16 @@ impl SessionLog {
                 }
             }
             SessionRecord::RequestConfig { overrides } => self.config_overrides = overrides,
+            SessionRecord::Origin { api, key_from } => {
+                let origin = self.origin.get_or_insert_with(SessionOrigin::default);
+                origin.api = api;
+                origin.key_from = key_from;
+            }
+            SessionRecord::AgentCompaction(compaction) => self
+                .origin
+                .get_or_insert_with(SessionOrigin::default)
+                .agent_compactions
+                .push(compaction),
             SessionRecord::CompactionDone {
                 id,
                 range,
@@ -734,6 +760,43 @@ mod tests {
         );
         assert_eq!(log.original_hashes, ["a", "c"]);
         assert_eq!(store.list().unwrap(), ["s1"]);
+    }
+
+    #[test]
+    fn a_proxied_session_s_origin_and_agent_compactions_are_replayed_and_survive_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(&Workspace::open(dir.path()).unwrap());
+        let origin = |api: &str| SessionRecord::Origin {
+            api: api.into(),
+            key_from: "prompt_cache_key".into(),
+        };
+        let compaction = |messages| {
+            SessionRecord::AgentCompaction(AgentCompaction {
+                at: "2026-11-28T01:00:00.000Z".into(),
+                messages,
+            })
+        };
+        store.append("s1", &[msg("a")]).unwrap();
+        assert_eq!(
+            store.load("s1").unwrap().unwrap().origin,
+            None,
+            "a JSON-RPC session has none"
+        );
+        let records = [
+            origin("openai-chat"),
+            compaction(12),
+            origin("openai-responses"),
+            SessionRecord::Reset,
+            compaction(3),
+        ];
+        store.append("s1", &records).unwrap();
+        let loaded = store.load("s1").unwrap().unwrap().origin.unwrap();
+        assert_eq!(
+            (loaded.api.as_str(), loaded.key_from.as_str()),
+            ("openai-responses", "prompt_cache_key")
+        );
+        let sent: Vec<usize> = loaded.agent_compactions.iter().map(|c| c.messages).collect();
+        assert_eq!(sent, [12, 3]);
     }
 
     #[test]

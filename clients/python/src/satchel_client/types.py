@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 MessageFormat = Literal["openai", "anthropic", "openai-responses"]
 FormatHint = Literal["auto", "openai", "anthropic", "openai-responses"]
 Tokenizer = Literal["o200k_base", "cl100k_base", "estimate"]
-SummarizerKind = Literal["extractive", "openai", "client"]
+SummarizerKind = Literal["extractive", "openai", "client", "upstream"]
 SummaryLanguage = Literal["en", "zh"]
 Pressure = Literal["low", "medium", "high", "critical"]
 Phase = Literal["recent", "old"]
@@ -241,12 +241,15 @@ class Config(TypedDict, total=False):
     compact_threshold_ratio: float
     reserve_threshold_ratio: float
     compact_keep_recent_messages: int
+    summary_window_share: float
     summary_max_tokens: int
     demonstration_prefixes: List[str]
     summarizer: SummarizerKind
     summary_language: SummaryLanguage
     llm_base_url: str
     llm_model: str
+    summarizer_upstream_model_anthropic: str
+    summarizer_upstream_model_openai: str
     llm_api_key_env: str
     llm_timeout_secs: float
     llm_max_output_tokens: int
@@ -693,6 +696,7 @@ class _InspectResultRequired(TypedDict):
     pressure: Pressure
     messages: int
     archived_messages: int
+    summary_budget_tokens: int
     offloaded: List[OffloadedResult]
     compactions: List[CompactionReport]
     peak_tokens: int
@@ -722,6 +726,26 @@ class InspectResult(_InspectResultRequired, total=False):
     #: Lines of the workspace's candidate store that were skipped (bad signature, unparsable):
     #: never used.
     rejected_candidates: List["RejectedEntry"]
+    #: How ``satchel proxy`` made the session; absent for a session of JSON-RPC clients.
+    origin: Optional["SessionOrigin"]
+
+
+class AgentCompaction(TypedDict):
+    """A compaction the agent asked its own model for, through the proxy."""
+
+    at: str
+    messages: int
+
+
+class _SessionOriginRequired(TypedDict):
+    api: str
+    key_from: str
+
+
+class SessionOrigin(_SessionOriginRequired, total=False):
+    """The provider API of a proxied session's agent and what named the session."""
+
+    agent_compactions: List[AgentCompaction]
 
 
 class _SessionSummaryRequired(TypedDict):

@@ -21,13 +21,14 @@
 
 use std::collections::BTreeMap;
 
-use satchel_protocol::{CompactSummary, CriticalContext, IdentifierList, ItemGroup, OmittedItems};
+use satchel_protocol::{CompactSummary, CriticalContext, IdentifierList, ItemGroup, MessageFormat, OmittedItems};
 
 use super::extract::text::cut_words;
 use super::fields::{Field, field_of_list};
 use super::merge::Draft;
 use super::render::{summary_message_text, with_next_range};
-use crate::tokens::{MESSAGE_OVERHEAD_TOKENS, TokenCounter};
+use crate::render::summary_message_tokens;
+use crate::tokens::TokenCounter;
 
 /// Chars of a request or constraint cut to its first lines: enough for the task line.
 pub const HEAD_CHARS: usize = 200;
@@ -53,13 +54,19 @@ enum Step {
 /// The most detailed summary of `draft` whose message fits `max_tokens` once the caller
 /// appends the archive range of the compaction in progress, serving fields in `priority`
 /// order.
-pub(crate) fn fit(draft: &Draft, priority: &[Field], max_tokens: u64, counter: &TokenCounter) -> CompactSummary {
+pub(crate) fn fit(
+    draft: &Draft,
+    priority: &[Field],
+    max_tokens: u64,
+    counter: &TokenCounter,
+    format: MessageFormat,
+) -> CompactSummary {
     let steps = plan(draft, priority);
     // The whole summary message counts, as the daemon counts it, once the caller has
     // archived this compaction.
     let fits = |taken: usize| {
         let shown = summary_message_text(&with_next_range(&build(draft, &steps[..taken])));
-        counter.count_text(&shown) + MESSAGE_OVERHEAD_TOKENS <= max_tokens
+        summary_message_tokens(&shown, format, counter) <= max_tokens
     };
     if fits(0) {
         return build(draft, &[]);

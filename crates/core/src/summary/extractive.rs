@@ -26,7 +26,13 @@ pub struct ExtractiveSummarizer;
 impl Summarizer for ExtractiveSummarizer {
     fn summarize(&self, input: &SummaryInput<'_>) -> Result<CompactSummary, SummarizeError> {
         let (draft, steering) = draft(input);
-        Ok(budget::fit(&draft, &steering.priority, input.max_tokens, input.counter))
+        Ok(budget::fit(
+            &draft,
+            &steering.priority,
+            input.max_tokens,
+            input.counter,
+            input.format,
+        ))
     }
 }
 

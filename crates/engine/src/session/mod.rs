@@ -19,7 +19,7 @@ use satchel_core::compact::is_user_turn;
 use satchel_core::format::MessageFormat;
 use satchel_core::hash::MessageHash;
 use satchel_core::offload::batched_recent_start;
-use satchel_core::render::{RenderedText, ResultControl, insert_summary, responses_summary_item};
+use satchel_core::render::{RenderedText, ResultControl, insert_summary, summary_message_tokens};
 use satchel_core::repair::{Repair, RepairItem, repair};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
@@ -301,6 +301,11 @@ impl Session {
         self.futile_compaction_at
     }
 
+    /// Where the session's requests come from, when the proxy made it.
+    pub fn origin(&self) -> Option<&satchel_protocol::SessionOrigin> {
+        self.requests.origin.as_ref()
+    }
+
     /// Calibration, the last system prompt and the monitor's numbers.
     pub fn requests(&self) -> &RequestState {
         &self.requests
@@ -390,10 +395,7 @@ impl Session {
         match &view.tokens {
             Some((made_with, made_for, tokens)) if *made_with == key && *made_for == format => *tokens,
             _ => {
-                let tokens = match format {
-                    MessageFormat::OpenaiResponses => counter.count_message(&responses_summary_item(&view.text)),
-                    MessageFormat::Openai | MessageFormat::Anthropic => counter.count_text(&view.text) + 4,
-                };
+                let tokens = summary_message_tokens(&view.text, format, counter);
                 view.tokens = Some((key, format, tokens));
                 tokens
             }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use satchel_protocol::{Calibration, Config, ContextMonitor, Pressure, TokenUsage};
+use satchel_protocol::{Calibration, Config, ContextMonitor, Pressure, SessionOrigin, TokenUsage};
 use serde_json::{Map, Value};
 
 use super::prompt::PromptState;
@@ -55,6 +55,8 @@ pub struct RequestState {
     /// The per-request `config` overrides of the last `context.prepare`; persisted in the
     /// log when they change.
     pub config_overrides: Map<String, Value>,
+    /// Where the session's requests come from when the proxy made it; persisted in the log.
+    pub origin: Option<SessionOrigin>,
     /// The effective configuration of the last `context.prepare`, which inspect renders and
     /// counts with (the daemon's own when no prepare ran since the session was loaded).
     pub last_config: Option<Arc<Config>>,

@@ -7,7 +7,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use satchel_core::hash::MessageHash;
-use satchel_protocol::{Calibration, CompactSummary, Config, MessageFormat, TokenUsage};
+use satchel_protocol::{
+    AgentCompaction, Calibration, CompactSummary, Config, MessageFormat, SessionOrigin, TokenUsage,
+};
 use satchel_storage::{CompactionInfo, PinRecord};
 use serde_json::{Map, Value};
 
@@ -197,6 +199,20 @@ impl Session {
     pub fn restore_requests(&mut self, calibration: Calibration, config_overrides: Map<String, Value>) {
         self.requests.calibration = calibration;
         self.requests.config_overrides = config_overrides;
+    }
+
+    /// Restores where the session's requests come from, as last logged.
+    pub fn restore_origin(&mut self, origin: Option<SessionOrigin>) {
+        self.requests.origin = origin;
+    }
+
+    /// Takes what the proxy said of a request: its API and key source, and the agent's
+    /// own compaction if it was one.
+    pub fn note_origin(&mut self, api: &str, key_from: &str, compaction: Option<AgentCompaction>) {
+        let origin = self.requests.origin.get_or_insert_with(SessionOrigin::default);
+        api.clone_into(&mut origin.api);
+        key_from.clone_into(&mut origin.key_from);
+        origin.agent_compactions.extend(compaction);
     }
 
     /// Restores the pins in force (`records`), the count ever made and the purged results,

@@ -9,6 +9,7 @@ mod candidates;
 mod compaction;
 mod expand;
 mod ingest;
+mod native;
 mod props;
 mod recovery;
 mod refusals;

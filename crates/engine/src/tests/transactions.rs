@@ -68,7 +68,7 @@ impl Completer for CancellingModel {
 }
 
 impl ModelSource for CancellingModel {
-    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer>, String> {
+    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer + '_>, String> {
         Ok(Box::new(CancellingModel(self.0.clone())))
     }
 }
@@ -228,7 +228,7 @@ impl Completer for PanickingModel {
 }
 
 impl ModelSource for PanickingModel {
-    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer>, String> {
+    fn completer(&self, _: SummarizerKind, _: &Config) -> Result<Box<dyn Completer + '_>, String> {
         Ok(Box::new(PanickingModel))
     }
 }

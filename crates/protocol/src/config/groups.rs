@@ -148,7 +148,11 @@ impl Default for CompactionConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct SummaryConfig {
-    /// Token budget of the compact summary; at most a quarter of `max_input_length` is used.
+    /// Share of the window (`max_input_length` less `max_output_tokens`) the summary may fill:
+    /// its token budget grows with the window, never below 2500 tokens nor above a quarter.
+    pub summary_window_share: f64,
+    /// A cap on the summary's token budget (at least 200); 0, the default: no cap, the window
+    /// share decides.
     pub summary_max_tokens: u64,
     /// Openings of user messages that demonstrate how to work rather than ask for work
     /// (compared case-insensitively): the summary labels them and never makes them the goal.
@@ -159,6 +163,12 @@ pub struct SummaryConfig {
     pub summary_language: SummaryLanguage,
     /// Model name for compaction (a cheap one is the point).
     pub llm_model: String,
+    /// `summarizer: "upstream"`: the model a compaction inside a proxied Anthropic Messages
+    /// request asks, at the request's own upstream.
+    pub summarizer_upstream_model_anthropic: String,
+    /// `summarizer: "upstream"`: the model a compaction inside a proxied OpenAI Chat or
+    /// Responses request asks, at the request's own upstream.
+    pub summarizer_upstream_model_openai: String,
     /// Seconds before a model call is abandoned.
     pub llm_timeout_secs: f64,
     /// Maximum tokens the model may write.
@@ -174,11 +184,14 @@ pub struct SummaryConfig {
 impl Default for SummaryConfig {
     fn default() -> Self {
         SummaryConfig {
-            summary_max_tokens: 2_500,
+            summary_window_share: 0.12,
+            summary_max_tokens: 0,
             demonstration_prefixes: DEFAULT_DEMONSTRATION_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
             summarizer: SummarizerKind::Extractive,
             summary_language: SummaryLanguage::En,
             llm_model: "gpt-4o-mini".into(),
+            summarizer_upstream_model_anthropic: "claude-haiku-4-5".into(),
+            summarizer_upstream_model_openai: "gpt-4o-mini".into(),
             llm_timeout_secs: 60.0,
             llm_max_output_tokens: 2_000,
             llm_temperature: 0.2,

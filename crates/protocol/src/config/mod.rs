@@ -69,6 +69,12 @@ pub enum SummarizerKind {
     Openai,
     /// The client runs the model: satchel sends it `summarizer.complete` requests.
     Client,
+    /// The provider a request proxied by `satchel proxy` goes to, with that request's own
+    /// credentials, lent for the one `context.prepare` it triggers and never kept; the model
+    /// is `summarizer_upstream_model_anthropic` or `_openai`, by the request's API. A call with
+    /// no proxied request in flight (stdio, the socket) gets the extractive summary, which
+    /// says why.
+    Upstream,
 }
 
 /// Language of the summariser's prompts.
@@ -176,6 +182,11 @@ pub const DEFAULT_DEMONSTRATION_PREFIXES: &[&str] = &[
 /// session that compaction could not shrink anyway, so a larger value is taken for a typo.
 pub const MAX_KEEP_RECENT_MESSAGES: usize = 10_000;
 
+/// The least token budget of a summary, when a quarter of the window allows it: the fixed
+/// budget summaries had before it grew with the window, so a small window's summary keeps
+/// the detail it had.
+pub const SUMMARY_FLOOR_TOKENS: u64 = 2_500;
+
 /// What a secret is shown as: header values in `initialize`, keys and tokens in error texts.
 pub const REDACTED: &str = "[redacted]";
 
@@ -266,11 +277,18 @@ impl Config {
         (self.effective_window() as f64 * self.prune.prune_target_ratio) as u64
     }
 
-    /// Token budget of a summary: `summary_max_tokens`, but never more than a quarter of the
-    /// window, so a small window is not filled by its own summary (and compaction cannot
-    /// thrash: a summary that large could not make the request smaller).
+    /// Token budget of a summary: `summary_window_share` of the window, at least
+    /// [`SUMMARY_FLOOR_TOKENS`], never more than a quarter of the window (so a small window is
+    /// not filled by its own summary, and compaction cannot thrash: a summary that large
+    /// could not make the request smaller), and at most `summary_max_tokens` when that is set.
     pub fn summary_budget_tokens(&self) -> u64 {
-        self.summary.summary_max_tokens.min(self.effective_window() / 4)
+        let window = self.effective_window();
+        let share = (window as f64 * self.summary.summary_window_share) as u64;
+        let budget = share.max(SUMMARY_FLOOR_TOKENS).min(window / 4);
+        match self.summary.summary_max_tokens {
+            0 => budget,
+            cap => budget.min(cap),
+        }
     }
 
     /// Tokens of recent messages a compaction keeps.

@@ -60,7 +60,12 @@ fn every_rule_names_its_own_key() {
         ("llm_max_output_tokens", 99.into()),
         ("llm_temperature", (-0.1).into()),
         ("llm_temperature", 2.1.into()),
+        ("summarizer_upstream_model_anthropic", "".into()),
+        ("summarizer_upstream_model_openai", " ".into()),
+        ("summarizer_upstream_model_openai", "gpt\n4".into()),
         ("summary_max_tokens", 199.into()),
+        ("summary_window_share", 0.0.into()),
+        ("summary_window_share", 0.26.into()),
         ("token_count_estimate_divisor", 0.5.into()),
         ("token_count_estimate_divisor", 11.0.into()),
         ("pruning_tail_ratio", 0.6.into()),
@@ -150,7 +155,7 @@ fn clients_see_no_header_value_and_no_url_credentials() {
 fn the_wire_form_is_flat_and_reads_back() {
     let value = serde_json::to_value(Config::default()).unwrap();
     let Value::Object(keys) = &value else { panic!("{value}") };
-    assert_eq!(keys.len(), 78);
+    assert_eq!(keys.len(), 81);
     assert_eq!(keys.keys().cloned().collect::<Vec<_>>(), Config::keys());
     assert!(
         keys.values().all(|v| !v.is_object() || v == &json!({})),
@@ -251,4 +256,55 @@ where
 fn the_cache_keyed_groups_hash_every_key() {
     hash_changes_with_every_key(&RenderConfig::default(), &["relative"]);
     hash_changes_with_every_key(&TokenConfig::default(), &["estimate"]);
+}
+
+/// The summary's budget grows with the window: the share, never below the floor nor above a
+/// quarter of the window, and under `summary_max_tokens` when that is set.
+#[test]
+fn the_summary_budget_scales_with_the_window() {
+    let budget = |max_input_length: u64, cap: u64| {
+        let mut config = Config::default();
+        config.window.max_input_length = max_input_length;
+        config.summary.summary_max_tokens = cap;
+        (config.effective_window(), config.summary_budget_tokens())
+    };
+    let (window, at_131k) = budget(131_072, 0);
+    assert_eq!(at_131k, (window as f64 * 0.12) as u64);
+    assert!(at_131k > 10_000, "{at_131k}");
+    assert_eq!(
+        budget(16_384, 0).1,
+        super::SUMMARY_FLOOR_TOKENS,
+        "the floor at a small window"
+    );
+    let (small, at_8k) = budget(8_192, 0);
+    assert_eq!(
+        at_8k,
+        (small / 4).min(super::SUMMARY_FLOOR_TOKENS),
+        "a quarter of a tiny window"
+    );
+    assert_eq!(budget(131_072, 4_000).1, 4_000, "the cap");
+    assert_eq!(budget(16_384, 800).1, 800, "a cap under the floor");
+}
+
+/// `summarizer: "upstream"` is a value of its own, with a model per provider API that a
+/// request may override like `llm_model`.
+#[test]
+fn the_upstream_summarizer_has_a_model_per_api() {
+    let c: Config = serde_json::from_value(json!({
+        "summarizer": "upstream",
+        "summarizer_upstream_model_anthropic": "claude-test",
+    }))
+    .unwrap();
+    assert_eq!(c.summary.summarizer, SummarizerKind::Upstream);
+    assert_eq!(
+        (
+            c.summary.summarizer_upstream_model_anthropic.as_str(),
+            c.summary.summarizer_upstream_model_openai.as_str()
+        ),
+        ("claude-test", "gpt-4o-mini")
+    );
+    assert_eq!(c.validate(), Ok(()));
+    assert!(!DaemonConfig::has_key("summarizer_upstream_model_openai"));
+    let err = serde_json::from_value::<Config>(json!({"summarizer": "upstreams"})).unwrap_err();
+    assert!(err.to_string().contains("upstream"), "{err}");
 }

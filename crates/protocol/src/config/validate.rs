@@ -147,12 +147,37 @@ impl Config {
         if !(0.0..=2.0).contains(&self.summary.llm_temperature) {
             return Err(ConfigError::new("llm_temperature", "must be in [0, 2]"));
         }
-        // The budget used is capped at a quarter of the window; it must still leave room
-        // below the compaction threshold, or every compaction would trigger the next.
-        if self.summary.summary_max_tokens < 200 || self.summary_budget_tokens() >= self.compact_threshold_tokens() {
+        for (key, model) in [
+            (
+                "summarizer_upstream_model_anthropic",
+                &self.summary.summarizer_upstream_model_anthropic,
+            ),
+            (
+                "summarizer_upstream_model_openai",
+                &self.summary.summarizer_upstream_model_openai,
+            ),
+        ] {
+            // It is sent as the `model` of a JSON body: a typo of a blank is an error here,
+            // not a fallback at every compaction.
+            if model.trim().is_empty() || model.chars().any(char::is_control) {
+                return Err(ConfigError::new(key, "must be a model name"));
+            }
+        }
+        if !(self.summary.summary_window_share > 0.0 && self.summary.summary_window_share <= 0.25) {
+            return Err(ConfigError::new("summary_window_share", "must be in (0, 0.25]"));
+        }
+        if (1..200).contains(&self.summary.summary_max_tokens) {
             return Err(ConfigError::new(
                 "summary_max_tokens",
-                "must be at least 200, and the budget used (at most a quarter of max_input_length) below the compaction threshold",
+                "must be 0 (no cap) or at least 200",
+            ));
+        }
+        // The budget used is at most a quarter of the window; it must still leave room below
+        // the compaction threshold, or every compaction would trigger the next.
+        if self.summary_budget_tokens() >= self.compact_threshold_tokens() {
+            return Err(ConfigError::new(
+                "summary_max_tokens",
+                "the summary's budget (at most a quarter of the window) must stay below the compaction threshold",
             ));
         }
         if !(1.0..=10.0).contains(&self.tokens.token_count_estimate_divisor.get()) {

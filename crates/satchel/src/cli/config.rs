@@ -65,13 +65,45 @@ pub fn run(args: &ConfigArgs, workspace: &Path) -> anyhow::Result<()> {
             "workspace": workspace,
             "files": loaded.files.iter().map(|(path, found)| json!({"path": path, "found": found})).collect::<Vec<_>>(),
             "keys": rows.iter().map(row_json).collect::<Vec<_>>(),
+            "derived": derived(&loaded.config).iter().map(|(name, tokens, rule)| json!({"name": name, "tokens": tokens, "rule": rule})).collect::<Vec<_>>(),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&document)?)?;
     } else {
         write_table(&mut out, workspace, &loaded.files, &rows)?;
+        writeln!(out, "\nderived, in tokens, at this configuration:")?;
+        for (name, tokens, rule) in derived(&loaded.config) {
+            writeln!(out, "  {name:<18} {tokens:>8}  {rule}")?;
+        }
     }
     out.flush()?;
     Ok(())
+}
+
+/// The token numbers the keys decide together: what a request must fit, when it is made
+/// smaller, and what a compaction keeps and writes.
+fn derived(config: &Config) -> [(&'static str, u64, &'static str); 4] {
+    [
+        (
+            "window",
+            config.effective_window(),
+            "max_input_length less max_output_tokens",
+        ),
+        (
+            "compaction at",
+            config.compact_threshold_tokens(),
+            "the window times compact_threshold_ratio (prune_trigger_ratio in aceclaw mode)",
+        ),
+        (
+            "recent reserve",
+            config.reserve_tokens(),
+            "the window times reserve_threshold_ratio",
+        ),
+        (
+            "summary budget",
+            config.summary_budget_tokens(),
+            "the window times summary_window_share, at least 2500, at most a quarter of the window and summary_max_tokens (when not 0)",
+        ),
+    ]
 }
 
 /// The rows of every key, in the declaration order of [`Config`].
@@ -262,5 +294,17 @@ mod tests {
             .find("VARIABLE")
             .unwrap();
         assert_eq!(row.find("SATCHEL_"), Some(at));
+    }
+
+    #[test]
+    fn the_derived_numbers_follow_the_window() {
+        let at = |max_input_length: u64| {
+            let mut config = Config::default();
+            config.window.max_input_length = max_input_length;
+            derived(&config).map(|(_, tokens, _)| tokens)
+        };
+        // window, compaction at (0.8), reserve (0.1), summary budget (0.12, floor 2500).
+        assert_eq!(at(131_072), [131_072, 104_857, 13_107, 15_728]);
+        assert_eq!(at(16_384), [16_384, 13_107, 1_638, 2_500]);
     }
 }

@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 
 use crate::config::apply_overrides;
 use crate::error::RpcError;
-use crate::llm::{ClientCompleter, OpenAiCompleter};
+use crate::llm::{ClientCompleter, NO_UPSTREAM, OpenAiCompleter};
 use crate::memory::Memory;
 use crate::transport::{CallScope, ClientHandle, EngineToken};
 use work_done::{WorkDone, progress_sink};
@@ -182,13 +182,13 @@ struct CancellableModels<'a> {
 }
 
 impl ModelSource for CallModels<'_> {
-    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String> {
+    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer + '_>, String> {
         self.completer_for(kind, config, &EngineToken::default())
     }
 }
 
 impl ModelSource for CancellableModels<'_> {
-    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String> {
+    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer + '_>, String> {
         self.models.completer_for(kind, config, self.token)
     }
 }
@@ -200,10 +200,11 @@ impl CallModels<'_> {
         kind: SummarizerKind,
         config: &Config,
         token: &EngineToken,
-    ) -> Result<Box<dyn Completer>, String> {
+    ) -> Result<Box<dyn Completer + '_>, String> {
         match kind {
             SummarizerKind::Extractive => Err("the extractive summariser needs no model".into()),
             SummarizerKind::Openai => Ok(Box::new(OpenAiCompleter::from_config(config))),
+            SummarizerKind::Upstream => Err(NO_UPSTREAM.into()),
             SummarizerKind::Client => {
                 let declared = lock(&self.daemon.completing_clients).contains(&self.client.connection_id());
                 if !declared {

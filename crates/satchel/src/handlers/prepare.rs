@@ -7,11 +7,12 @@ use satchel_core::summary::llm::Completer;
 use satchel_engine::{CallContext, CallToken, ModelSource, Prepared};
 use satchel_protocol::config::SummarizerKind;
 use satchel_protocol::{Config, PrepareParams};
+use satchel_proxy::UpstreamModel;
 use serde_json::value::RawValue;
 
 use super::Daemon;
 use crate::error::RpcError;
-use crate::llm::OpenAiCompleter;
+use crate::llm::{OpenAiCompleter, UpstreamCompleter};
 use crate::transport::CallScope;
 
 impl Daemon {
@@ -34,13 +35,19 @@ impl Daemon {
 
     /// `context.prepare` for a caller that is no JSON-RPC connection (the provider proxy):
     /// the daemon's own configuration, no client to summarise with or report progress to,
-    /// and no cancellation; watchers of the session are told as for any call.
-    pub fn prepare_detached(&self, params: PrepareParams<Box<RawValue>>) -> Result<Prepared, RpcError> {
+    /// and no cancellation; watchers of the session are told as for any call. `upstream`, the
+    /// request's own upstream and credentials, is lent to this call's summariser only and
+    /// dropped when it returns.
+    pub fn prepare_detached(
+        &self,
+        params: PrepareParams<Box<RawValue>>,
+        upstream: UpstreamModel,
+    ) -> Result<Prepared, RpcError> {
         check_depth(&params)?;
         let ticket = self.engine().ticket(&params.session_id)?;
         let publish = |event| self.publish(Some(event));
         let call = CallContext {
-            models: &EndpointModels,
+            models: &ProxiedModels(upstream),
             progress: Arc::new(|_, _| {}),
             events: &publish,
             token: CallToken::new(),
@@ -52,13 +59,14 @@ impl Daemon {
     }
 }
 
-/// The models of a call with no client: the configured endpoint only.
-struct EndpointModels;
+/// The models of a proxied request: the configured endpoint, and the request's own upstream.
+struct ProxiedModels(UpstreamModel);
 
-impl ModelSource for EndpointModels {
-    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer>, String> {
+impl ModelSource for ProxiedModels {
+    fn completer(&self, kind: SummarizerKind, config: &Config) -> Result<Box<dyn Completer + '_>, String> {
         match kind {
             SummarizerKind::Openai => Ok(Box::new(OpenAiCompleter::from_config(config))),
+            SummarizerKind::Upstream => Ok(Box::new(UpstreamCompleter::new(&self.0, config))),
             SummarizerKind::Extractive => Err("the extractive summariser needs no model".into()),
             SummarizerKind::Client => Err("a proxied request has no client to summarise with".into()),
         }

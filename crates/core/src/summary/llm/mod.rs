@@ -433,5 +433,11 @@ fn finish(model: CompactSummary, input: &SummaryInput<'_>) -> CompactSummary {
         .map(|i| i.text.clone())
         .collect();
     draft.list_mut(Field::FilesRead).retain(|i| !modified.contains(&i.text));
-    budget::fit(&draft, &steering.priority, input.max_tokens, input.counter)
+    budget::fit(
+        &draft,
+        &steering.priority,
+        input.max_tokens,
+        input.counter,
+        input.format,
+    )
 }

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use super::extractive::ExtractiveSummarizer;
 use super::render::{render_summary, summary_message_text};
 use super::{Summarizer, SummaryInput};
-use crate::tokens::{MESSAGE_OVERHEAD_TOKENS, TokenCounter};
+use crate::render::summary_message_tokens;
+use crate::tokens::TokenCounter;
 
 fn counter() -> TokenCounter {
     TokenCounter::new(Tokenizer::O200kBase, 4.0)
@@ -95,7 +96,7 @@ impl<'a> Case<'a> {
         if !self.messages.is_empty() {
             summary.add_archive_range(range, &indices);
         }
-        let tokens = counter.count_text(&summary_message_text(&summary)) + MESSAGE_OVERHEAD_TOKENS;
+        let tokens = summary_message_tokens(&summary_message_text(&summary), self.format, &counter);
         assert!(
             tokens <= self.max_tokens,
             "{tokens} tokens over the budget of {}:\n{}",

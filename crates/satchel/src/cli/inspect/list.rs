@@ -3,7 +3,9 @@
 
 use std::io::{self, Write};
 
-use satchel_protocol::{Calibration, ContextMonitor, InspectResult, PinInfo, PinKind, PromptAssembly, RequestFocus};
+use satchel_protocol::{
+    Calibration, ContextMonitor, InspectResult, PinInfo, PinKind, PromptAssembly, RequestFocus, SessionOrigin,
+};
 use serde_json::{Map, Value};
 
 use super::window::{NOT_LOADED, k, write_window};
@@ -31,6 +33,9 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         r.archived_messages
     )?;
     writeln!(out, "config   {}", overrides(&r.config_overrides))?;
+    if let Some(origin) = &r.origin {
+        writeln!(out, "{}", origin_line(origin))?;
+    }
     if !r.loaded {
         writeln!(out, "context  {NOT_LOADED}")?;
     } else {
@@ -41,7 +46,13 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
         .iter()
         .map(|c| c.tokens_before.saturating_sub(c.tokens_after))
         .sum();
-    writeln!(out, "\ncompactions {} (tokens saved {})", r.compactions.len(), k(saved))?;
+    writeln!(
+        out,
+        "\ncompactions {} (tokens saved {}), summary budget {} tokens",
+        r.compactions.len(),
+        k(saved),
+        r.summary_budget_tokens
+    )?;
     for (n, c) in r.compactions.iter().enumerate() {
         let runs: Vec<String> = c
             .archive
@@ -99,6 +110,21 @@ pub(super) fn write_list(out: &mut impl Write, r: &InspectResult, options: &List
 }
 
 /// The per-request config overrides of the session's last `context.prepare`, `key=value`.
+/// How `satchel proxy` made the session: the API, what named it, the agent's own compactions.
+fn origin_line(origin: &SessionOrigin) -> String {
+    let mut line = format!("proxy    {} requests, session named by {}", origin.api, origin.key_from);
+    if let Some(last) = origin.agent_compactions.last() {
+        let n = origin.agent_compactions.len();
+        line.push_str(&format!(
+            "; the agent compacted on its own {} (last at {}, {} sent)",
+            plural(n as u64, "time"),
+            last.at,
+            plural(last.messages as u64, "message")
+        ));
+    }
+    line
+}
+
 fn overrides(overrides: &Map<String, Value>) -> String {
     if overrides.is_empty() {
         return "the daemon's (the last prepare sent no overrides)".to_owned();
@@ -322,6 +348,32 @@ mod tests {
         assert!(text.contains("truncated  memory:journal, git:status"));
         assert!(text.contains("section:KEY"));
         insta::assert_snapshot!("list_view", text);
+    }
+
+    #[test]
+    fn inspect_list_view_tells_how_the_proxy_made_the_session() {
+        let mut r = fixture::result();
+        assert!(!list(&r, None).contains("proxy "), "no origin, no line");
+        r.origin = Some(SessionOrigin {
+            api: "anthropic-messages".into(),
+            key_from: "x-claude-code-session-id header".into(),
+            agent_compactions: Vec::new(),
+        });
+        let line = "proxy    anthropic-messages requests, session named by x-claude-code-session-id header\n";
+        assert!(list(&r, None).contains(line), "{}", list(&r, None));
+        r.origin.as_mut().unwrap().agent_compactions = vec![
+            satchel_protocol::AgentCompaction {
+                at: "2026-11-28T01:00:00.000Z".into(),
+                messages: 40,
+            },
+            satchel_protocol::AgentCompaction {
+                at: "2026-11-28T01:20:00.000Z".into(),
+                messages: 52,
+            },
+        ];
+        assert!(list(&r, None).contains(
+            "; the agent compacted on its own 2 times (last at 2026-11-28T01:20:00.000Z, 52 messages sent)\n"
+        ));
     }
 
     #[test]

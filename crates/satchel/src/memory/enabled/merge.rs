@@ -17,7 +17,7 @@ use satchel_storage::MemoryFiles;
 
 use super::Memory;
 use crate::error::RpcError;
-use crate::llm::OpenAiCompleter;
+use crate::llm::{NO_UPSTREAM, OpenAiCompleter};
 
 impl Memory {
     /// Merges the logs of the `memory_merge_days` days up to `through` into the memory file of
@@ -85,6 +85,8 @@ fn consolidate(
         SummarizerKind::Openai => Some("openai"),
         // The scheduled merge has no connection to ask.
         SummarizerKind::Client => models.map(|_| "client"),
+        // No proxied request is in flight: the warning says so.
+        SummarizerKind::Upstream => Some("upstream"),
     };
     let Some(backend) = backend.filter(|_| new.count() > 0) else {
         return (extractive(memory, new), "extractive".into(), Vec::new());
@@ -111,8 +113,9 @@ fn consolidate_with_model(
     models: Option<&dyn ModelSource>,
     config: &Config,
 ) -> Result<Merged, String> {
-    let completer: Box<dyn Completer> = match models {
+    let completer: Box<dyn Completer + '_> = match models {
         Some(models) => models.completer(config.summary.summarizer, config)?,
+        None if config.summary.summarizer == SummarizerKind::Upstream => return Err(NO_UPSTREAM.into()),
         None => Box::new(OpenAiCompleter::from_config(config)),
     };
     let prompt = consolidation_prompt(memory, new);
