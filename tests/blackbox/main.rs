@@ -9,6 +9,7 @@
 
 mod support;
 
+mod agents;
 mod assembly;
 mod basics;
 mod cache_prefix;

@@ -15,10 +15,10 @@
 //! Every other test also finds the client's key in no workspace file and no log.
 //!
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
-//! `tests/sdk`; not yet: Claude Code or Codex end to end.
+//! `tests/sdk`; Claude Code and Codex end to end in `agents` (which uses this harness).
 
 mod first_byte;
-mod harness;
+pub mod harness;
 mod origin;
 mod passthrough;
 mod replay;

@@ -5,10 +5,12 @@
 //! asks for). Detail is given up in a fixed order of steps, least valuable first:
 //!
 //! 1. identifiers from earlier spans move into counted groups ("and 37 more in `src/`"),
-//!    then notes, then the prose of earlier spans (done, decisions) is dropped;
+//!    but the newest 40 files modified, then notes, then the prose of earlier spans (done,
+//!    decisions) is dropped;
 //! 2. the opening of every request but the newest is cut to its first lines;
 //! 3. field by field, lowest priority first: the newest span's identifiers move into groups
-//!    (oldest first), prose items are dropped (oldest first);
+//!    (oldest first), together with the files modified kept in step 1, prose items are
+//!    dropped (oldest first);
 //! 4. the newest request and the constraints are cut to their first lines;
 //! 5. requests are cut to their task line (past the opening they share with other requests),
 //!    goal statements dropped, constraints cut short, older requests reduced to references
@@ -35,6 +37,9 @@ pub const HEAD_CHARS: usize = 200;
 /// Chars of a request cut to its task line: counted after the opening it shares with
 /// another request ("We're currently solving the following issue…"), which says nothing.
 pub const BRIEF_CHARS: usize = 120;
+/// Files modified listed one by one whatever their age, before the prose gives way: the
+/// artifact trail an agent needs most after a compaction.
+const TRAIL_LISTED: usize = 40;
 /// Groups of omitted items named per list; the rest are only counted.
 const GROUPS_KEPT: usize = 8;
 
@@ -97,9 +102,16 @@ fn plan(draft: &Draft, priority: &[Field]) -> Vec<Step> {
             .map(|(i, _)| i)
             .collect()
     };
-    // 1. Earlier spans' identifiers, then notes.
+    // 1. Earlier spans' identifiers, then notes. Files modified are the artifact trail: only
+    //    the oldest past the newest `TRAIL_LISTED` become counts here; the rest give way in
+    //    step 3 with the newest span's identifiers.
+    let modified = draft.list(Field::FilesModified).len();
+    let (older_modified, trail): (Vec<usize>, Vec<usize>) =
+        (0..modified).partition(|&i| !draft.list(Field::FilesModified)[i].fresh && i + TRAIL_LISTED < modified);
     for &field in &lowest_first {
-        if field.identifier_list().is_some() && field != Field::Notes {
+        if field == Field::FilesModified {
+            steps.extend(older_modified.iter().map(|&i| Step::Omit(field, i)));
+        } else if field.identifier_list().is_some() && field != Field::Notes {
             steps.extend(indices(field, false).into_iter().map(|i| Step::Omit(field, i)));
         }
     }
@@ -129,7 +141,7 @@ fn plan(draft: &Draft, priority: &[Field]) -> Vec<Step> {
             run.push(field);
             continue;
         }
-        steps.extend(interleave(draft, &run));
+        steps.extend(interleave(draft, &run, &trail));
         run.clear();
         let len = draft.list(field).len();
         match field {
@@ -162,12 +174,13 @@ fn plan(draft: &Draft, priority: &[Field]) -> Vec<Step> {
     steps
 }
 
-/// The newest span's items of `fields`, oldest first across them by relative position.
-fn interleave(draft: &Draft, fields: &[Field]) -> Vec<Step> {
+/// The newest span's items of `fields`, and the earlier files modified of `trail`, oldest
+/// first across them by relative position.
+fn interleave(draft: &Draft, fields: &[Field], trail: &[usize]) -> Vec<Step> {
     let mut ranked: Vec<(usize, usize, Step)> = Vec::new();
     for &field in fields {
         let fresh: Vec<usize> = (0..draft.list(field).len())
-            .filter(|&i| draft.list(field)[i].fresh)
+            .filter(|&i| draft.list(field)[i].fresh || (field == Field::FilesModified && trail.contains(&i)))
             .collect();
         let len = fresh.len();
         ranked.extend(

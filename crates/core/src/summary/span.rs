@@ -72,8 +72,11 @@ pub(crate) struct SpanFacts {
     /// Files changed by calls that succeeded, for one "Modified" item in `done`.
     changed: Unique,
     pub in_progress: Option<String>,
-    /// The span's last word on the step under way was an answer that ended it: a summary it
-    /// merges into no longer has one either.
+    /// The calls that carry out `in_progress` and have no result yet: when the span answers
+    /// them all, the step was taken, and it is done, not under way.
+    step_calls: Option<Vec<String>>,
+    /// The span's last word on the step under way was an answer that ended it, or the step
+    /// was taken: a summary it merges into no longer has one either.
     pub step_ended: bool,
     pub outcomes: Vec<Outcome>,
     pub next_steps: Vec<String>,
@@ -126,7 +129,13 @@ impl SpanFacts {
                     let text = text_blocks(message).collect::<Vec<_>>().join("\n");
                     let tool_calls = format::tool_calls(message, span.format);
                     if !text.trim().is_empty() {
-                        facts.assistant_text(&text, !tool_calls.is_empty());
+                        if facts.assistant_text(&text, !tool_calls.is_empty()) {
+                            facts.step_calls = facts
+                                .in_progress
+                                .as_ref()
+                                .map(|_| tool_calls.iter().map(|c| c.id.clone()).collect())
+                                .filter(|ids: &Vec<String>| !ids.is_empty());
+                        }
                         last_assistant = Some((text, !tool_calls.is_empty()));
                     }
                     pending_request = None;
@@ -141,7 +150,20 @@ impl SpanFacts {
         }
         facts.plan(last_assistant, pending_request);
         facts.report_changes();
+        facts.close_taken_step();
         facts
+    }
+
+    /// A step whose calls all have their results in the span was taken: it is the last
+    /// thing done, and nothing of the span is known to be under way (what is, is in the
+    /// messages the compaction keeps).
+    fn close_taken_step(&mut self) {
+        if self.step_calls.as_ref().is_some_and(Vec::is_empty)
+            && let Some(step) = self.in_progress.take()
+        {
+            self.done.push(format!("Last step: {step}"));
+            self.step_ended = true;
+        }
     }
 
     /// The files the span changed, as Done items: each one when there are a few, else how
@@ -213,7 +235,8 @@ impl SpanFacts {
     /// Decisions, and the step under way: the message's first intent ("Let's run the
     /// tests"), which its call carries out; later intents of it are the plan. A message
     /// without calls is an answer that ends the step under way, unless it states a new one.
-    fn assistant_text(&mut self, text: &str, has_calls: bool) {
+    /// Returns whether the message set the step under way.
+    fn assistant_text(&mut self, text: &str, has_calls: bool) -> bool {
         let mut intent = None;
         for sentence in sentences(text) {
             if is_decision(&sentence) {
@@ -226,7 +249,10 @@ impl SpanFacts {
         if intent.is_some() || !has_calls {
             self.step_ended = intent.is_none();
             self.in_progress = intent;
+            self.step_calls = None;
+            return true;
         }
+        false
     }
 
     /// Files a path-like token into read or identifiers (modified files are listed by the
@@ -265,6 +291,9 @@ impl SpanFacts {
         }
         let texts = format::result_texts(message, format);
         for id in format::result_ids(message, format) {
+            if let Some(pending) = &mut self.step_calls {
+                pending.retain(|c| *c != id);
+            }
             let text = texts
                 .iter()
                 .filter(|t| t.call_id.as_deref().unwrap_or("") == id)

@@ -4,6 +4,7 @@
 //! each rule guarantees.
 
 mod lessons;
+mod probe;
 mod props;
 mod retention;
 mod rules;

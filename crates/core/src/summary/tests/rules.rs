@@ -190,7 +190,8 @@ fn outcomes_not_keywords() {
         summary.done,
         [
             "Modified `src/parser.rs`",
-            "`cargo test -p parser` succeeded: test result: ok. 4 passed; 0 failed"
+            "`cargo test -p parser` succeeded: test result: ok. 4 passed; 0 failed",
+            "Last step: Let's run the tests."
         ]
     );
 }
@@ -215,7 +216,13 @@ fn next_steps_come_from_the_stated_plan() {
         summary.next_steps,
         ["Then I'll update the README.", "After that, we can run the tests."]
     );
-    assert_eq!(summary.in_progress, ["Now let's add the flag to src/cli.rs."]);
+    // The step its call took is done: nothing of the span is still under way.
+    assert!(summary.in_progress.is_empty(), "{:?}", summary.in_progress);
+    assert!(
+        summary
+            .done
+            .contains(&"Last step: Now let's add the flag to src/cli.rs.".to_owned())
+    );
     let ended = Case::new(vec![
         user("Fix the bug in src/a.rs please."),
         say("Exit due to cost limit"),
@@ -235,16 +242,42 @@ fn next_steps_come_from_the_stated_plan() {
     .summarize();
     assert!(answered.in_progress.is_empty(), "{:?}", answered.in_progress);
     assert!(answered.next_steps.is_empty(), "{:?}", answered.next_steps);
-    // The same when the answer comes in a later compaction than the step.
+    // A step whose edit has its result is done, not under way; a later answer changes nothing.
     let working = Case::new(lexer_fix_step()).summarize();
-    assert_eq!(
-        working.in_progress,
-        ["I'll advance by the length of the next char instead."]
+    assert!(working.in_progress.is_empty(), "{:?}", working.in_progress);
+    assert!(
+        working
+            .done
+            .contains(&"Last step: I'll advance by the length of the next char instead.".to_owned()),
+        "{:?}",
+        working.done
     );
     let later = Case::new(vec![say("Fixed: the lexer now advances by whole characters.")])
         .after(&working)
         .summarize();
     assert!(later.in_progress.is_empty(), "{:?}", later.in_progress);
+}
+
+/// In Progress is only a step not yet taken: an intent the agent stated without a call, or
+/// whose call has no result in the span.
+#[test]
+fn only_a_step_not_taken_is_in_progress() {
+    let stated = Case::new(vec![
+        user("Add a --verbose flag to the CLI."),
+        say("I'll add the flag to src/cli.rs next."),
+    ])
+    .summarize();
+    assert_eq!(stated.in_progress, ["I'll add the flag to src/cli.rs next."]);
+    let unanswered = Case::new(vec![
+        user("Add a --verbose flag to the CLI."),
+        run(
+            "c1",
+            "Let's add the flag to src/cli.rs.",
+            "sed -i 's/quiet/verbose/' src/cli.rs",
+        ),
+    ])
+    .summarize();
+    assert_eq!(unanswered.in_progress, ["Let's add the flag to src/cli.rs."]);
 }
 
 /// A request and the step the agent takes for it (an intent carried out by an edit).
