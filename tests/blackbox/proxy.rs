@@ -8,15 +8,20 @@
 //! credentials passed through untouched, a malformed body answered in the provider's own
 //! error shape, a request satchel cannot prepare forwarded as sent with a warning, and the
 //! proxy's own token; in `summarizer`, a compaction summarised by the request's own upstream
-//! with the client's key (`summarizer: "upstream"`). Every test also finds the client's key
-//! in no workspace file and no log.
+//! with the client's key (`summarizer: "upstream"`); in `replay`, an agent's loop and the
+//! shared trajectories replayed in the three formats through the proxy and, beside it,
+//! through `context.prepare` over stdio give the upstream exactly the prepared requests, step
+//! by step, through compactions; in `first_byte`, a stream's first event is not held back.
+//! Every other test also finds the client's key in no workspace file and no log.
 //!
 //! The official SDKs (Python `anthropic` and `openai`, Node `openai`) go through the proxy in
 //! `tests/sdk`; Claude Code and Codex end to end in `agents` (which uses this harness).
 
+mod first_byte;
 pub mod harness;
 mod origin;
 mod passthrough;
+mod replay;
 mod responses;
 mod summarizer;
 

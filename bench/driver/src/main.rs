@@ -12,10 +12,12 @@
 
 mod conversation;
 mod daemon;
+mod proxy;
 mod scenarios;
 mod sections;
 mod stats;
 mod synthetic;
+mod upstream;
 
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -9,6 +9,7 @@
 //! | `steady_full` | the same when the client resends its whole history, against the cost of merely parsing and writing that JSON once (the floor no JSON-RPC server can beat) |
 //! | `steady_sections` | what assembling a system prompt from 40 sections (over the prompt budget, so truncated) adds to a `steady_append` step |
 //! | `sessions_rss` | how much memory do `--sessions` loaded sessions take? |
+//! | `proxy` | what does `satchel proxy` add to a request, beyond a direct call to the same model server and `context.prepare`'s own cost, and to a stream's first byte (`proxy.rs`)? Not in the default set: `scripts/bench` runs it on the 130K-token conversation. |
 //! | `cache_prefix` | how much of each request of a replay is the previous request's prefix (what a provider's prompt cache reuses), with the recent window moving on every message (`pruning_phase_batch` 1, "before") and in the daemon's default steps ("after")? Not in the default set: `scripts/bench` runs it at a 16K window. |
 //!
 //! Each returns its own fields; `main` adds the fields every result line shares.
@@ -54,6 +55,9 @@ pub enum Scenario {
     SessionsRss,
     /// `replay_append` twice, with `pruning_phase_batch` 1 and the default: prefix reuse.
     CachePrefix,
+    /// The `steady_full` steps through `satchel proxy`, against a direct call and
+    /// `context.prepare` alone.
+    Proxy,
 }
 
 impl Scenario {
@@ -79,6 +83,7 @@ impl Scenario {
             Scenario::SteadySections => "steady_sections",
             Scenario::SessionsRss => "sessions_rss",
             Scenario::CachePrefix => "cache_prefix",
+            Scenario::Proxy => "proxy",
         }
     }
 }
@@ -221,6 +226,13 @@ impl Bench<'_> {
             Scenario::SteadySections => self.steady_sections(),
             Scenario::SessionsRss => self.sessions_rss(),
             Scenario::CachePrefix => self.cache_prefix(),
+            Scenario::Proxy => crate::proxy::run(&crate::proxy::Setup {
+                satchel: self.satchel,
+                conversation: self.conversation,
+                config: &self.config,
+                tokenizer: self.tokenizer(),
+                first: self.steady_start(),
+            }),
         }
     }
 

@@ -8,7 +8,9 @@
 //! `instructions` the system prompt) are managed: the request's messages become one
 //! `context.prepare` on the session the request belongs to ([`session`]), the prepared
 //! messages replace them, and every other field of the body is forwarded byte for byte
-//! ([`body`]). A Responses request with no history of its own (`previous_response_id`, where
+//! ([`body`]). What satchel adds to the system prompt (learned lessons) replaces `system` or
+//! `instructions`, or, where the system prompt is the leading message (OpenAI Chat), comes
+//! as a message of its role right after it. A Responses request with no history of its own (`previous_response_id`, where
 //! the provider holds it, or one text as `input`) is passed through as sent, the reason
 //! logged, and so is every other path and method. Responses come back as the provider sent them: status, headers
 //! and body, a stream relayed chunk by chunk as it arrives, plus `X-Satchel-*` headers saying

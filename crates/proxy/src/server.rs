@@ -52,6 +52,11 @@ pub async fn serve(listener: TcpListener, hook: Arc<dyn Hook>, settings: Setting
                 continue;
             }
         };
+        // A relayed event goes out when written: with Nagle's algorithm a stream's first event
+        // waited for the client's delayed ACK of the headers, some 40 ms on Linux.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("proxy: TCP_NODELAY not set: {e}");
+        }
         let proxy = proxy.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
@@ -292,32 +297,61 @@ fn extras(provider: Provider, fields: &Fields) -> Result<Extras, String> {
 
 /// The client's body with the prepared messages, and the prepared system prompt when it
 /// differs from the client's (satchel added to it or cut it); the client's own bytes
-/// otherwise.
+/// otherwise. A request whose system prompt is its leading message (OpenAI Chat, Responses
+/// without `instructions`) gets what satchel adds to it as a message of the same role right
+/// after it, as `context.prepare` returns it: beside the messages.
 fn rewrite(provider: Provider, fields: &Fields, prepared: &Prepared, system: Option<&Value>) -> Vec<u8> {
-    let messages = join_messages(&prepared.messages);
+    let field = provider.system_field().filter(|_| system.is_some());
+    let beside = prepared.system.as_ref().filter(|_| field.is_none());
+    let messages = join_messages(&prepared.messages, beside.map(|s| &**s));
     let mut replaced = vec![(provider.messages_field(), messages.as_str())];
     let prepared_system = prepared
         .system
         .as_ref()
         .filter(|s| system.is_some_and(|mine| serde_json::from_str::<Value>(s.get()).ok().as_ref() != Some(mine)));
-    if let (Some(prepared_system), Some(field)) = (prepared_system, provider.system_field()) {
+    if let (Some(prepared_system), Some(field)) = (prepared_system, field) {
         replaced.push((field, prepared_system.get()));
     }
     fields.with_replaced(&replaced)
 }
 
-/// The messages as one JSON array, from their texts.
-fn join_messages(messages: &[Arc<RawValue>]) -> String {
-    let mut out = String::with_capacity(messages.iter().map(|m| m.get().len() + 1).sum::<usize>() + 2);
+/// The messages as one JSON array, from their texts, with `beside` (a system prompt's text)
+/// as a message after the leading system or developer message, in its role (else first, as
+/// `system`).
+fn join_messages(messages: &[Arc<RawValue>], beside: Option<&RawValue>) -> String {
+    let leading_role = messages.first().and_then(|m| leading_role(m));
+    let beside = beside.map(|text| {
+        let role = leading_role.unwrap_or("system");
+        format!(r#"{{"role":"{role}","content":{}}}"#, text.get())
+    });
+    let mut parts: Vec<&str> = messages.iter().map(|m| m.get()).collect();
+    if let Some(beside) = &beside {
+        parts.insert(usize::from(leading_role.is_some()), beside);
+    }
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
     out.push('[');
-    for (i, message) in messages.iter().enumerate() {
+    for (i, part) in parts.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(message.get());
+        out.push_str(part);
     }
     out.push(']');
     out
+}
+
+/// `system` or `developer`, when `message` has that role.
+fn leading_role(message: &RawValue) -> Option<&'static str> {
+    #[derive(serde::Deserialize)]
+    struct Role {
+        role: Option<String>,
+    }
+    let role = serde_json::from_str::<Role>(message.get()).ok()?.role?;
+    match role.as_str() {
+        "system" => Some("system"),
+        "developer" => Some("developer"),
+        _ => None,
+    }
 }
 
 /// `X-Satchel-Tokens: before->after` (before is the count before this call's compaction,
@@ -352,4 +386,53 @@ fn header(name: &'static str, text: &str) -> (HeaderName, HeaderValue) {
 /// An error of the proxy's own, in the shape of the provider the request was for.
 fn own_error(family: Family, status: StatusCode, message: &str) -> Response<ProxyBody> {
     forward::own_response(status, family.error_body(status, message), Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Arc<RawValue> {
+        Arc::from(RawValue::from_string(text.to_owned()).unwrap())
+    }
+
+    #[test]
+    fn what_satchel_adds_to_a_leading_system_message_goes_right_after_it_in_its_role() {
+        let added = RawValue::from_string(r#""Learned: keep the API""#.to_owned()).unwrap();
+        let system = raw(r#"{"role":"system","content":"You fix builds."}"#);
+        let developer = raw(r#"{"role":"developer","content":"sandboxed"}"#);
+        let user = raw(r#"{"role":"user","content":"hi"}"#);
+        for (messages, beside, expected) in [
+            (
+                vec![system.clone(), user.clone()],
+                None,
+                r#"[{"role":"system","content":"You fix builds."},{"role":"user","content":"hi"}]"#,
+            ),
+            (
+                vec![system, user.clone()],
+                Some(&*added),
+                r#"[{"role":"system","content":"You fix builds."},{"role":"system","content":"Learned: keep the API"},{"role":"user","content":"hi"}]"#,
+            ),
+            (
+                vec![developer],
+                Some(&*added),
+                r#"[{"role":"developer","content":"sandboxed"},{"role":"developer","content":"Learned: keep the API"}]"#,
+            ),
+            (
+                vec![user],
+                Some(&*added),
+                r#"[{"role":"system","content":"Learned: keep the API"},{"role":"user","content":"hi"}]"#,
+            ),
+            (
+                vec![],
+                Some(&*added),
+                r#"[{"role":"system","content":"Learned: keep the API"}]"#,
+            ),
+            (vec![], None, "[]"),
+        ] {
+            let joined = join_messages(&messages, beside);
+            assert_eq!(joined, expected);
+            serde_json::from_str::<Value>(&joined).unwrap();
+        }
+    }
 }
