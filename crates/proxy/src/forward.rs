@@ -116,17 +116,29 @@ pub fn relay(
     let tap = usage.map(|sink| Tapped {
         tap: Some(UsageTap::new(stream)),
         sink,
+        remaining: upstream.content_length(),
     });
     let chunks = futures::stream::unfold((Some(upstream), tap), |(upstream, mut tap)| async move {
-        let mut upstream = upstream?;
+        let Some(mut upstream) = upstream else {
+            // The body ended: its usage is in before the client sees the end.
+            tap.as_mut()?.report().await;
+            return None;
+        };
         match upstream.chunk().await {
             Ok(Some(chunk)) => {
-                if let Some(Tapped { tap: Some(tap), .. }) = tap.as_mut() {
-                    tap.feed(&chunk);
+                if let Some(tapped) = tap.as_mut()
+                    && tapped.feed(&chunk)
+                {
+                    // The chunk completes the declared length: the client is done once it
+                    // has it, so the usage goes in first.
+                    tapped.report().await;
                 }
                 Some((Ok(Frame::data(chunk)), (Some(upstream), tap)))
             }
-            Ok(None) => None,
+            Ok(None) => {
+                tap.as_mut()?.report().await;
+                None
+            }
             // The client's response is then cut short, as the upstream's was.
             Err(e) => Some((Err(std::io::Error::other(e.without_url())), (None, tap))),
         }
@@ -135,25 +147,65 @@ pub fn relay(
     response.body(body).expect("headers copied from a valid response")
 }
 
-/// A response body's usage tap and where its usage goes. The usage is reported when the
-/// body is dropped: the server stops polling a body once it has written the length the
-/// headers declared, so its end is not always seen; a body cut short reports what its
-/// events said so far (the provider counted the input all the same).
+/// A response body's usage tap and where its usage goes. The usage is reported before the
+/// body's last byte reaches the client (the chunk that completes a declared length, or the
+/// end of a chunked body), so an agent's next request, which it sends once it has the whole
+/// response, is prepared after it: the usage is learnt for the request it answers. A body
+/// cut short reports, when dropped, what its events said so far (the provider counted the
+/// input all the same).
 struct Tapped {
     tap: Option<UsageTap>,
     sink: UsageSink,
+    /// Bytes of a declared `content-length` not yet relayed.
+    remaining: Option<u64>,
+}
+
+impl Tapped {
+    /// Looks at `chunk`; true when it completes the declared length.
+    fn feed(&mut self, chunk: &[u8]) -> bool {
+        if let Some(tap) = &mut self.tap {
+            tap.feed(chunk);
+        }
+        let Some(remaining) = &mut self.remaining else {
+            return false;
+        };
+        *remaining = remaining.saturating_sub(chunk.len() as u64);
+        *remaining == 0
+    }
+
+    /// Reports the usage (once), waiting until the engine has it.
+    async fn report(&mut self) {
+        let Some((hook, session_id, input_tokens)) = self.take_report() else {
+            return;
+        };
+        // Off the async threads: the engine's calls block.
+        let reported = tokio::task::spawn_blocking(move || {
+            hook.report_usage(&session_id, input_tokens)
+                .map_err(|e| (session_id, e))
+        });
+        if let Ok(Err((session_id, e))) = reported.await {
+            tracing::debug!(session = %session_id, "usage not learnt from: {e}");
+        }
+    }
+
+    fn take_report(&mut self) -> Option<(Arc<dyn Hook>, String, u64)> {
+        let input_tokens = self.tap.take().and_then(UsageTap::finish)?;
+        Some((
+            self.sink.hook.clone(),
+            std::mem::take(&mut self.sink.session_id),
+            input_tokens,
+        ))
+    }
 }
 
 impl Drop for Tapped {
     fn drop(&mut self) {
-        let Some(input_tokens) = self.tap.take().and_then(UsageTap::finish) else {
+        let Some((hook, session_id, input_tokens)) = self.take_report() else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (hook, session_id) = (self.sink.hook.clone(), std::mem::take(&mut self.sink.session_id));
-        // Off the async threads: the engine's calls block.
         runtime.spawn_blocking(move || {
             if let Err(e) = hook.report_usage(&session_id, input_tokens) {
                 tracing::debug!(session = %session_id, "usage not learnt from: {e}");

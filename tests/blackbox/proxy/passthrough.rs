@@ -337,3 +337,56 @@ fn the_proxy_token_guards_it_and_print_env_points_agents_at_it() {
         "{said}"
     );
 }
+
+/// The usage of a response is learnt before the client has the whole response, streamed or
+/// not: an agent's next request, sent as soon as it has it, is prepared after the report, so
+/// the usage calibrates the request it answers and never the next one.
+#[test]
+fn the_usage_is_learnt_before_the_response_ends() {
+    let (_dir, ws) = workspace();
+    let upstream = Upstream::start(|request: &Received| {
+        let n = request.json()["messages"].as_array().map_or(0, Vec::len) as u64;
+        if request.json()["stream"] == true {
+            let events = [
+                "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n".to_owned(),
+                format!(
+                    "data: {{\"id\":\"c\",\"choices\":[],\"usage\":{{\"prompt_tokens\":{},\"completion_tokens\":1}}}}\n\n",
+                    1000 + n
+                ),
+                "data: [DONE]\n\n".to_owned(),
+            ];
+            return Reply::stream(&events, Duration::from_millis(20));
+        }
+        Reply::json(
+            200,
+            &json!({"id": "c", "object": "chat.completion", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1000 + n, "completion_tokens": 1}}),
+        )
+    });
+    let proxy = Proxy::start(&ws, &upstream, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "hello there"})];
+    for (turn, stream) in [false, true, false, true].into_iter().enumerate() {
+        let mut response = client()
+            .post(proxy.url("/v1/chat/completions"))
+            .header("x-satchel-session", "usage-order")
+            .header("authorization", format!("Bearer {SECRET_KEY}"))
+            .json(&json!({"model": "gpt-test", "stream": stream, "messages": messages}))
+            .send()
+            .unwrap();
+        let mut body = String::new();
+        response.read_to_string(&mut body).unwrap();
+        // No waiting: the record is in the log by the time the response has ended.
+        let records = crate::support::checks::session_records(&ws, "usage-order");
+        let calibrations: Vec<&Value> = records.iter().filter(|r| r["record"] == "calibration").collect();
+        assert_eq!(calibrations.len(), turn + 1, "turn {turn} (stream {stream}): {body}");
+        let expected = 1000 + messages.len() as u64;
+        assert_eq!(
+            calibrations[turn]["last"]["provider_tokens"], expected,
+            "the usage of this turn's request"
+        );
+        messages.push(json!({"role": "assistant", "content": "ok"}));
+        messages.push(json!({"role": "user", "content": format!("and then {turn}?")}));
+    }
+    assert_no_secret(&ws, &proxy);
+}
