@@ -434,6 +434,8 @@ export interface CompactSummary {
   requests?: UserRequest[];
   /** Try-error lessons of the compacted spans: a failure and what fixed it (for the memory log). */
   lessons?: string[];
+  /** The agent framework's template sentences found in the user's messages: not constraints; not rendered. */
+  template?: string[];
 }
 
 export interface Reconciliation {
@@ -1158,7 +1160,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
   Reconciliation: fields<Reconciliation>()(['session_messages', 'reused', 'appended', 'replaced']),
   CompactSummary: fields<CompactSummary>()([
     'goal', 'constraints', 'done', 'in_progress', 'blocked', 'key_decisions', 'next_steps', 'critical_context', 'archive',
-    'instruction?', 'instruction_effect?', 'requests?', 'lessons?',
+    'instruction?', 'instruction_effect?', 'requests?', 'lessons?', 'template?',
   ]),
   CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes', 'omitted?']),
   OmittedItems: fields<OmittedItems>()(['list', 'count', 'groups']),

@@ -286,11 +286,19 @@ impl Engine {
             .map(|&p| session.entries()[p].full_message(&self.offloads))
             .collect();
         let indices: Vec<usize> = plan.compact.iter().map(|&p| session.entries()[p].index).collect();
+        // What the agent did and the user said after the span (offloaded outputs stay out:
+        // only requests and calls are read).
+        let kept: Vec<Value> = plan
+            .keep
+            .iter()
+            .map(|&p| session.entries()[p].message.clone())
+            .collect();
         let input = SummaryInput {
             previous: session.summary(),
             messages: &span,
             indices: &indices,
             format,
+            kept: &kept,
             instruction: how.instruction,
             demonstration_prefixes: Some(&config.summary.demonstration_prefixes),
             max_tokens: summary_budget(request),

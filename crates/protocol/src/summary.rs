@@ -65,6 +65,12 @@ pub struct CompactSummary {
     // `error[E0432]` above is a compiler message quoted, not a link.
     #[allow(rustdoc::broken_intra_doc_links)]
     pub lessons: Vec<String>,
+    /// Sentences of an agent framework's template found in the user's messages (a block that
+    /// every request repeats, a demonstration's instructions): left out of the constraints, as
+    /// they are not the user's words and the framework sends them again anyway; kept here so
+    /// a later request that repeats them is recognised. Not rendered for the model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub template: Vec<String>,
 }
 
 impl CompactSummary {

@@ -441,6 +441,8 @@ class CompactSummary(_CompactSummaryRequired, total=False):
     instruction_effect: Optional[str]
     requests: List[UserRequest]
     lessons: List[str]
+    #: The agent framework's template sentences found in the user's messages: not constraints.
+    template: List[str]
 
 
 class OffloadedAction(TypedDict):

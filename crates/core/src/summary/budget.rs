@@ -228,6 +228,7 @@ fn build(draft: &Draft, steps: &[Step]) -> CompactSummary {
         instruction: draft.instruction.clone(),
         instruction_effect: draft.instruction_effect.clone(),
         lessons: draft.lessons.clone(),
+        template: draft.template.clone(),
         critical_context: CriticalContext {
             omitted: draft.omitted.clone(),
             ..CriticalContext::default()

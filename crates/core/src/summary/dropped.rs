@@ -42,6 +42,7 @@ impl SpanIdentifiers {
             indices,
             format,
             demonstration_prefixes,
+            kept: &[],
         });
         SpanIdentifiers {
             facts,

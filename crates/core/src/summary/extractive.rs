@@ -43,6 +43,7 @@ pub(crate) fn draft(input: &SummaryInput<'_>) -> (Draft, Steering) {
         indices: input.indices,
         format: input.format,
         demonstration_prefixes: input.demonstration_prefixes,
+        kept: input.kept,
     });
     let mut draft = Draft::merge(input.previous, span);
     let steering = match input.instruction {

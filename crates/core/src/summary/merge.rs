@@ -17,7 +17,8 @@ use super::extract::paths::is_junk;
 use super::extract::text::{cut_words, normalized};
 use super::fields::Field;
 use super::render::{code_span, leading_code_span};
-use super::span::{Outcome, SHORT_COMMAND_CHARS, SpanFacts};
+use super::span::{Outcome, SENTENCE_CHARS, SHORT_COMMAND_CHARS, SpanFacts};
+use super::template::sentence_key;
 
 /// Cap for items carried over from a previous summary, which another backend may have written.
 const ITEM_CHARS: usize = 600;
@@ -28,6 +29,8 @@ const BLOCKED_LAST: usize = 3;
 const MAX_DECISIONS: usize = 10;
 /// Newest done items kept.
 const MAX_DONE: usize = 20;
+/// Template sentences remembered: a framework's block is a dozen or two.
+const MAX_TEMPLATE: usize = 64;
 /// Newest lessons kept: enough for the memory note to tell new lessons from known ones.
 const MAX_LESSONS: usize = 10;
 /// Longest lesson.
@@ -64,6 +67,8 @@ pub(crate) struct Draft {
     /// Try-error lessons of every span so far, oldest first (not rendered; see
     /// [`CompactSummary::lessons`]).
     pub lessons: Vec<String>,
+    /// The framework's template sentences known so far (see [`CompactSummary::template`]).
+    pub template: Vec<String>,
 }
 
 impl Draft {
@@ -146,7 +151,29 @@ impl Draft {
         }
 
         *draft.list_mut(Field::Goal) = merge_items(&base.goal, Vec::new());
-        *draft.list_mut(Field::Constraints) = merge_items(&base.constraints, span.constraints.items);
+        // The framework's template is not the user's: left out, here and from before, and
+        // remembered so that a later request repeating it is recognised.
+        let key = |c: &String| sentence_key(c, SENTENCE_CHARS);
+        let earlier = base.constraints.iter().map(key).collect();
+        let mut template = span.templates.keys(earlier);
+        template.extend(base.template.iter().map(key));
+        let (base_template, base_constraints): (Vec<String>, Vec<String>) = base
+            .constraints
+            .iter()
+            .cloned()
+            .partition(|c| template.contains(&key(c)));
+        let (span_template, span_constraints): (Vec<String>, Vec<String>) = span
+            .constraints
+            .items
+            .iter()
+            .cloned()
+            .partition(|c| template.contains(&key(c)));
+        *draft.list_mut(Field::Constraints) = merge_items(&base_constraints, span_constraints);
+        let known = base.template.iter().cloned().chain(base_template).chain(span_template);
+        draft.template = merge_items(&[], known.collect()).into_iter().map(|i| i.text).collect();
+        if draft.template.len() > MAX_TEMPLATE {
+            draft.template.drain(..draft.template.len() - MAX_TEMPLATE);
+        }
         *draft.list_mut(Field::Done) = done;
         *draft.list_mut(Field::InProgress) = in_progress;
         *draft.list_mut(Field::Blocked) = blocked(&base.blocked, &span.outcomes);

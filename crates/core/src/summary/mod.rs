@@ -13,6 +13,7 @@
 //! - [`fields`]: the one table of summary fields.
 //! - [`render`]: the Markdown the model reads; [`memory`]: the daily memory note.
 //! - [`dropped`]: what of a compacted span the summary no longer names.
+//! - `template`: the agent framework's text in the user's messages, which is not theirs.
 
 pub mod budget;
 pub mod dropped;
@@ -27,6 +28,7 @@ pub mod prompts;
 pub mod render;
 pub(crate) mod span;
 mod steer;
+mod template;
 
 #[cfg(test)]
 mod tests;
@@ -48,6 +50,10 @@ pub struct SummaryInput<'a> {
     pub indices: &'a [usize],
     /// Their format.
     pub format: MessageFormat,
+    /// The messages the compaction keeps, after the span (the live tail): what the agent did
+    /// and the user said since, which tells a step already taken from a plan and the
+    /// framework's template from the user's words. Empty when unknown.
+    pub kept: &'a [Value],
     /// A client instruction that steers the summary (`context.compact`), if any.
     pub instruction: Option<&'a str>,
     /// Openings of user messages that are demonstrations, not requests; `None`: the defaults
@@ -68,6 +74,7 @@ impl<'a> SummaryInput<'a> {
             messages,
             indices: &[],
             format,
+            kept: &[],
             instruction: None,
             demonstration_prefixes: None,
             max_tokens,

@@ -536,6 +536,7 @@ mod tests {
             instruction_effect: None,
             requests: vec![],
             lessons: vec![],
+            template: vec![],
         }
     }
 

@@ -15,13 +15,15 @@ use super::extract::prose::{
 use super::extract::text::{collapse_ws, cut_chars, cut_words};
 use super::parse::parse_summary;
 use super::render::{code_span, is_summary_text};
+use super::template::{Templates, sentence_key};
+use crate::compact::is_user_turn;
 use crate::format;
 
 /// Longest request text kept: its opening, which names the task.
 pub const REQUEST_CHARS: usize = 500;
 /// A demonstration is only labelled: its opening says what it is.
 pub const DEMONSTRATION_CHARS: usize = 80;
-const SENTENCE_CHARS: usize = 300;
+pub(crate) const SENTENCE_CHARS: usize = 300;
 const PATH_CHARS: usize = 300;
 const STEP_CHARS: usize = 400;
 /// Done and blocked items only remind what happened; the full command is under "Commands".
@@ -88,6 +90,9 @@ pub(crate) struct SpanFacts {
     pub identifiers: Unique,
     /// Summaries pasted into the conversation (a summary carried over from another session).
     pub pasted: Vec<CompactSummary>,
+    /// The sentences of demonstrations and the directives of each request, to tell the
+    /// framework's template from the user's constraints.
+    pub templates: Templates,
 }
 
 /// The messages of a span and where they come from.
@@ -97,6 +102,8 @@ pub(crate) struct Span<'a> {
     pub indices: &'a [usize],
     pub format: MessageFormat,
     pub demonstration_prefixes: Option<&'a [String]>,
+    /// The messages kept after the span: later requests and calls.
+    pub kept: &'a [Value],
 }
 
 impl SpanFacts {
@@ -152,7 +159,36 @@ impl SpanFacts {
         facts.plan(last_assistant, pending_request);
         facts.report_changes();
         facts.close_taken_step();
+        facts.look_ahead(span.kept, span.format);
         facts
+    }
+
+    /// What came after the span: a later request's directives count for telling template
+    /// from the user's words, and a next step that names what a later call used was taken.
+    fn look_ahead(&mut self, kept: &[Value], format: MessageFormat) {
+        let mut later_calls = String::new();
+        for message in kept {
+            if is_user_turn(message, format) {
+                let text: String = text_blocks(message)
+                    .map(|t| without_harness_notes(t).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let directives = sentences(&text).into_iter().filter(|s| is_constraint(s));
+                self.templates
+                    .request(directives.map(|s| sentence_key(&s, SENTENCE_CHARS)).collect::<Vec<_>>());
+            }
+            for call in format::tool_calls(message, format) {
+                later_calls.push_str(&call.arguments);
+                later_calls.push('\n');
+            }
+        }
+        self.next_steps.retain(|step| {
+            !step
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .any(|named| named.chars().count() >= 3 && later_calls.contains(named))
+        });
     }
 
     /// A step whose calls all have their results in the span was taken: it is the last
@@ -200,6 +236,8 @@ impl SpanFacts {
             None => is_demonstration(text, DEMONSTRATION_PREFIXES),
         };
         if demonstration {
+            self.templates
+                .demonstration(sentences(text).iter().map(|s| sentence_key(s, SENTENCE_CHARS)));
             self.requests.push(UserRequest {
                 text: cut_words(&collapsed, DEMONSTRATION_CHARS),
                 chars,
@@ -214,6 +252,8 @@ impl SpanFacts {
         for sentence in &constraints {
             self.constraints.push(cut_words(sentence, SENTENCE_CHARS));
         }
+        self.templates
+            .request(constraints.iter().map(|s| sentence_key(s, SENTENCE_CHARS)));
         for token in prose_path_tokens(text) {
             self.reference(token, &[]);
         }

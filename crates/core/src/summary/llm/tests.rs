@@ -190,6 +190,7 @@ fn llm_rendered_summaries_parse_back_to_themselves() {
         instruction: None,
         instruction_effect: None,
         lessons: vec![],
+        template: vec![],
     };
     assert_eq!(parse_summary(&render_previous(&previous)).unwrap(), previous);
     // Thinking and code fences around the reply are ignored; Chinese headings are accepted.

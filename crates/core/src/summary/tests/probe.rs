@@ -21,9 +21,11 @@
 //! and, in the summary's own lists, what is not true: a step already executed listed as In
 //! Progress (the intent of an assistant message whose calls all have results) or Next Steps
 //! (a step naming a command or file that a later call used), a failure in Blocked whose
-//! command later succeeded, a file in Files modified that no edit succeeded on.
+//! command later succeeded, a file in Files modified that no edit succeeded on, a constraint
+//! that a demonstration or two requests hold (the framework's template).
 //!
-//! The table goes to stderr. Asserted: the shares at 100 % and the untruths at 0 for what
+//! The table goes to stderr; `SATCHEL_SHOW_MISSES=1` lists what was missed and
+//! `SATCHEL_SHOW_SUMMARY=<window>` prints every summary made at that window. Asserted: the shares at 100 % and the untruths at 0 for what
 //! the memo already achieves (see [`check_floor`]); the rest is printed so each step of the
 //! issue can move its line up.
 
@@ -160,6 +162,9 @@ struct Truth {
     requests: Vec<String>,
     /// The injected facts sent so far.
     facts: Vec<&'static str>,
+    /// Whole texts of the demonstrations and of the requests, whitespace collapsed.
+    demonstrations: Vec<String>,
+    request_texts: Vec<String>,
     /// Files edits or creates succeeded on, as their results name them.
     modified: HashSet<String>,
     /// Files only failed edits touched.
@@ -196,8 +201,11 @@ impl Truth {
                 return;
             }
             let sentence = first_sentence(&text);
-            if !is_demonstration(&text, DEMONSTRATION_PREFIXES) && sentence.split(' ').count() >= 3 {
+            if is_demonstration(&text, DEMONSTRATION_PREFIXES) {
+                self.demonstrations.push(collapse_ws(&text));
+            } else if sentence.split(' ').count() >= 3 {
                 self.requests.push(sentence);
+                self.request_texts.push(collapse_ws(&text));
             }
         }
         let calls = format::tool_calls(message, format);
@@ -280,6 +288,7 @@ struct Report {
     executed_next: usize,
     resolved_blocked: usize,
     failed_modified: usize,
+    template_constraints: usize,
     max_summary_tokens: u64,
     misses: Vec<String>,
 }
@@ -380,6 +389,20 @@ fn probe(report: &mut Report, summary: &CompactSummary, kept: &[Value], truth: &
                 && !failing.iter().any(|c| c.starts_with(command))
         })
         .count();
+    // A constraint that a demonstration or two requests hold is the framework's, not the user's.
+    report.template_constraints += summary
+        .constraints
+        .iter()
+        .filter(|c| {
+            let c = collapse_ws(c.trim_end_matches('…'));
+            let template = truth.demonstrations.iter().any(|d| d.contains(&c))
+                || truth.request_texts.iter().filter(|r| r.contains(&c)).count() >= 2;
+            if template {
+                report.misses.push(format!("template constraint {c:?}"));
+            }
+            template
+        })
+        .count();
     report.failed_modified += summary
         .critical_context
         .files_modified
@@ -412,11 +435,13 @@ fn replay(chain: &Chain, format: MessageFormat, window: u64, counter: &TokenCoun
                 let tokens: Vec<u64> = kept.iter().map(|(_, _, t)| *t).collect();
                 if let Some(plan) = plan_split(&values, &tokens, format, TailBudget::of(&config)) {
                     let compacted: Vec<Value> = plan.compact.iter().map(|&i| kept[i].1.clone()).collect();
+                    let after: Vec<Value> = plan.keep.iter().map(|&i| kept[i].1.clone()).collect();
                     let indices: Vec<usize> = plan.compact.iter().map(|&i| kept[i].0).collect();
                     let mut next = ExtractiveSummarizer
                         .summarize(&SummaryInput {
                             previous: summary.as_ref(),
                             indices: &indices,
+                            kept: &after,
                             ..SummaryInput::new(&compacted, format, budget, counter)
                         })
                         .expect("the extractive summariser never fails");
@@ -437,6 +462,13 @@ fn replay(chain: &Chain, format: MessageFormat, window: u64, counter: &TokenCoun
                     report.compactions += 1;
                     let kept_values: Vec<Value> = kept.iter().map(|(_, m, _)| m.clone()).collect();
                     probe(&mut report, &next, &kept_values, &truth);
+                    if std::env::var("SATCHEL_SHOW_SUMMARY").is_ok_and(|w| w == window.to_string()) {
+                        eprintln!(
+                            "=== {format:?} {window}, compaction {}\n{}",
+                            report.compactions,
+                            summary_message_text(&next)
+                        );
+                    }
                     summary = Some(next);
                 }
             }
@@ -457,7 +489,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
     let labels = labels();
     let counter = TokenCounter::new(satchel_protocol::config::Tokenizer::Estimate, 4.0);
     eprintln!(
-        "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>5} {:>5} {:>5} {:>5} {:>6}",
+        "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",
         "format",
         "window",
         "calls",
@@ -471,6 +503,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         "next",
         "blkd",
         "fmod",
+        "tmpl",
         "summ"
     );
     let mut reports = Vec::new();
@@ -482,7 +515,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         for window in WINDOWS {
             let r = replay(&chain, format, window, &counter);
             eprintln!(
-                "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>5} {:>5} {:>5} {:>5} {:>6}",
+                "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",
                 format!("{format:?}").to_lowercase(),
                 window,
                 r.calls,
@@ -496,6 +529,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
                 r.executed_next,
                 r.resolved_blocked,
                 r.failed_modified,
+                r.template_constraints,
                 r.max_summary_tokens
             );
             if std::env::var_os("SATCHEL_SHOW_MISSES").is_some() {
@@ -506,7 +540,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         }
     }
     eprintln!(
-        "(shares over (compaction, fact) checks; inpr/next/blkd/fmod: executed steps in In Progress and Next Steps, resolved failures in Blocked, failed edits in Files modified; summ: largest summary message, tokens)"
+        "(shares over (compaction, fact) checks; inpr/next/blkd/fmod: executed steps in In Progress and Next Steps, resolved failures in Blocked, failed edits in Files modified; tmpl: constraints a demonstration or two requests hold; summ: largest summary message, tokens)"
     );
     for r in &reports {
         check_floor(r);
@@ -522,4 +556,8 @@ fn check_floor(r: &Report) {
     assert!(r.newest.whole(), "the newest request: {}", r.newest.cell());
     assert_eq!(r.failed_modified, 0, "a failed edit listed as modified");
     assert_eq!(r.executed_in_progress, 0, "an executed step listed as In Progress");
+    assert_eq!(
+        r.template_constraints, 0,
+        "the framework's template taken for the user's constraints"
+    );
 }

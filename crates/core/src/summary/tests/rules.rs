@@ -277,6 +277,39 @@ fn harness_notes_are_not_the_user_s_words() {
     assert!(!render_summary(&summary).contains("credit Claude"));
 }
 
+/// A framework's block of instructions that every request repeats is not the user's: left
+/// out of the constraints once a second request shows it is a block, remembered so that a
+/// later request repeating it is recognised, and a directive the user gives once stays.
+#[test]
+fn a_framework_template_is_not_a_constraint() {
+    let block = "Remember, you can only enter one command at a time. Always start by trying to replicate the bug. \
+                 Always check the code after you issue an edit. You must not run interactive commands.";
+    let request = |task: &str| user(&format!("ISSUE:\n{task}\n\nINSTRUCTIONS:\n{block}"));
+    let first = Case::new(vec![
+        request("The parser drops the last token."),
+        say("ok"),
+        user("Never change the public API of the parser."),
+        say("ok"),
+    ])
+    .summarize();
+    assert!(
+        first.constraints.len() > 1,
+        "one request alone cannot tell: {:?}",
+        first.constraints
+    );
+    let second = Case::new(vec![request("The lexer splits UTF-8 characters."), say("ok")])
+        .after(&first)
+        .summarize();
+    assert_eq!(second.constraints, ["Never change the public API of the parser."]);
+    assert_eq!(second.template.len(), 4, "{:?}", second.template);
+    // A third request, compacted alone, is recognised by the remembered template.
+    let third = Case::new(vec![request("The printer loses comments."), say("ok")])
+        .after(&second)
+        .summarize();
+    assert_eq!(third.constraints, ["Never change the public API of the parser."]);
+    assert_eq!(third.template, second.template);
+}
+
 /// In Progress is only a step not yet taken: an intent the agent stated without a call, or
 /// whose call has no result in the span.
 #[test]
