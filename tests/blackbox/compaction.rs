@@ -519,7 +519,7 @@ fn initialize_lists_the_compaction_methods() {
             config["summary_max_tokens"].as_u64(),
             config["summary_window_share"].as_f64()
         ),
-        (Some(true), Some(0), Some(0.12))
+        (Some(true), Some(0), Some(0.08))
     );
 }
 

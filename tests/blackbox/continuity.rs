@@ -124,18 +124,33 @@ fn collapse(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The first non-empty line after a line `ISSUE:`, else the first non-empty line;
-/// whitespace-collapsed and cut to [`TASK_LINE_CHARS`] chars.
-fn task_line(text: &str) -> String {
+/// The first non-empty line after a line `ISSUE:`, else the first non-empty line without
+/// the sentences it opens with that another request of the chain (`others`) also opens its
+/// first line with (a framework's template, such as "We're currently solving the following
+/// CTF challenge.", is not the title); whitespace-collapsed and cut to [`TASK_LINE_CHARS`]
+/// chars.
+fn task_line(text: &str, others: &[String]) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let non_empty = |from: usize| lines[from..].iter().find(|l| !l.trim().is_empty()).copied();
-    let line = lines
+    let issue = lines
         .iter()
         .position(|l| l.trim() == "ISSUE:")
-        .and_then(|at| non_empty(at + 1))
-        .or_else(|| non_empty(0))
-        .unwrap_or("");
-    let cut: String = collapse(line).chars().take(TASK_LINE_CHARS).collect();
+        .and_then(|at| non_empty(at + 1));
+    let mut line = collapse(issue.or_else(|| non_empty(0)).unwrap_or(""));
+    if issue.is_none() {
+        let first_lines: Vec<String> = others
+            .iter()
+            .map(|o| collapse(o.lines().find(|l| !l.trim().is_empty()).unwrap_or("")))
+            .filter(|o| *o != line)
+            .collect();
+        while let Some(end) = line.find(". ").map(|i| i + 2) {
+            if !first_lines.iter().any(|o| o.starts_with(&line[..end])) {
+                break;
+            }
+            line = line[end..].to_owned();
+        }
+    }
+    let cut: String = line.chars().take(TASK_LINE_CHARS).collect();
     cut.trim_end().to_owned()
 }
 
@@ -176,6 +191,13 @@ fn chain(trajectories: &[Trajectory], pass: usize) -> Chain {
     let first_pass = pass == 1;
     let follow_up_before = trajectories.len() / 2;
     let mut out = Chain::default();
+    let requests: Vec<String> = trajectories
+        .iter()
+        .flat_map(|t| &t.messages)
+        .filter(|m| role(m) == "user")
+        .map(|m| content_texts(m.get("content")))
+        .filter(|text| !text.trim_start().starts_with(DEMONSTRATION))
+        .collect();
     let push_fact = |out: &mut Chain, kind: Kind, text: String| {
         out.facts.push(Fact {
             kind,
@@ -214,7 +236,7 @@ fn chain(trajectories: &[Trajectory], pass: usize) -> Chain {
                 if text.trim_start().starts_with(DEMONSTRATION) {
                     out.demonstrations += 1;
                 } else {
-                    let line = task_line(&text);
+                    let line = task_line(&text, &requests);
                     if !line.is_empty() {
                         push_fact(&mut out, Kind::Request, line);
                     }
@@ -733,12 +755,17 @@ fn requests_and_constraints_survive_compaction() {
 #[test]
 fn the_chain_and_its_facts_are_built_as_described() {
     assert_eq!(
-        task_line("We're solving this.\nISSUE:\n  Fix   the\tparser  \nmore"),
+        task_line("We're solving this.\nISSUE:\n  Fix   the\tparser  \nmore", &[]),
         "Fix the parser"
     );
-    assert_eq!(task_line("\n\n  first  line \nsecond"), "first line");
-    assert_eq!(task_line(&"é ".repeat(80)).chars().count(), TASK_LINE_CHARS - 1);
-    assert_eq!(task_line("ISSUE:\n\n\nlate"), "late");
+    assert_eq!(task_line("\n\n  first  line \nsecond", &[]), "first line");
+    assert_eq!(task_line(&"é ".repeat(80), &[]).chars().count(), TASK_LINE_CHARS - 1);
+    assert_eq!(task_line("ISSUE:\n\n\nlate", &[]), "late");
+    let ctf = |name: &str| format!("We're solving a CTF challenge. It is named {name}. Good luck.\nmore");
+    assert_eq!(
+        task_line(&ctf("eps"), &[ctf("eps"), ctf("pwn")]),
+        "It is named eps. Good luck."
+    );
 
     let trajectory = |name: &str, request: &str| Trajectory {
         name: name.into(),

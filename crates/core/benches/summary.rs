@@ -1,6 +1,6 @@
 //! What the extractive summariser costs at compaction time, called as the daemon's `summarize`
 //! calls it (`ExtractiveSummarizer.summarize` on a `SummaryInput` with the default config's
-//! summary budget, 15,728 tokens at its 131,072-token window). The span holds full original messages of a coding-agent loop: file
+//! summary budget, 10,485 tokens at its 131,072-token window). The span holds full original messages of a coding-agent loop: file
 //! reads, test runs with panics and error lines, greps, edits, redirections, prose with decision
 //! cues and user constraints, about 1 KB per message (~4 MB at 4,000). `first` has no previous summary;
 //! `incremental` merges into the summary of an earlier 4,000-message span (with archive ranges),

@@ -21,7 +21,7 @@
 //! The number of steps taken is found by bisection over exact renders, so a summary never
 //! exceeds its budget and large drafts are rendered a few times, not once per item.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use satchel_protocol::{CompactSummary, CriticalContext, IdentifierList, ItemGroup, MessageFormat, OmittedItems};
 
@@ -29,6 +29,8 @@ use super::extract::text::cut_words;
 use super::fields::{Field, field_of_list};
 use super::merge::Draft;
 use super::render::{summary_message_text, with_next_range};
+use super::span::SENTENCE_CHARS;
+use super::template::{LEFT_OUT, sentence_key, split_sentences, template_key};
 use crate::render::summary_message_tokens;
 use crate::tokens::TokenCounter;
 
@@ -272,9 +274,18 @@ fn build(draft: &Draft, steps: &[Step]) -> CompactSummary {
 }
 
 /// A request cut to its task line: the opening it shares with another request (boilerplate
-/// such as "We're currently solving the following issue…") is left out, so the words that
-/// tell this request apart survive.
+/// such as "We're currently solving the following issue…"), or that the framework's template
+/// holds, is left out, so the words that tell this request apart survive.
 fn task_line(draft: &Draft, text: &str) -> String {
+    let template: HashSet<String> = draft.template.iter().map(|t| sentence_key(t, SENTENCE_CHARS)).collect();
+    let sentences = split_sentences(text);
+    let opening = sentences
+        .iter()
+        .take_while(|s| **s == LEFT_OUT || template_key(s, SENTENCE_CHARS).is_some_and(|k| template.contains(&k)))
+        .count();
+    if opening > 0 && opening < sentences.len() {
+        return format!("…{}", cut_words(&sentences[opening..].join(" "), BRIEF_CHARS));
+    }
     let shared = draft
         .requests
         .iter()

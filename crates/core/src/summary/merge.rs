@@ -18,7 +18,7 @@ use super::extract::text::{cut_words, normalized};
 use super::fields::Field;
 use super::render::{code_span, leading_code_span};
 use super::span::{Outcome, SENTENCE_CHARS, SHORT_COMMAND_CHARS, SpanFacts};
-use super::template::sentence_key;
+use super::template::{factor, sentence_key, split_sentences, template_candidates, template_key};
 
 /// Cap for items carried over from a previous summary, which another backend may have written.
 const ITEM_CHARS: usize = 600;
@@ -30,7 +30,7 @@ const MAX_DECISIONS: usize = 10;
 /// Newest done items kept.
 const MAX_DONE: usize = 20;
 /// Template sentences remembered: a framework's block is a dozen or two.
-const MAX_TEMPLATE: usize = 64;
+const MAX_TEMPLATE: usize = 128;
 /// Newest lessons kept: enough for the memory note to tell new lessons from known ones.
 const MAX_LESSONS: usize = 10;
 /// Longest lesson.
@@ -154,8 +154,13 @@ impl Draft {
         // The framework's template is not the user's: left out, here and from before, and
         // remembered so that a later request repeating it is recognised.
         let key = |c: &String| sentence_key(c, SENTENCE_CHARS);
-        let earlier = base.constraints.iter().map(key).collect();
-        let mut template = span.templates.keys(earlier);
+        let mut earlier: Vec<HashSet<String>> = base
+            .requests
+            .iter()
+            .map(|r| template_candidates(&r.text, SENTENCE_CHARS).into_iter().collect())
+            .collect();
+        earlier.push(base.constraints.iter().map(key).collect());
+        let mut template = span.templates.keys(&earlier);
         template.extend(base.template.iter().map(key));
         let (base_template, base_constraints): (Vec<String>, Vec<String>) = base
             .constraints
@@ -169,7 +174,23 @@ impl Draft {
             .cloned()
             .partition(|c| template.contains(&key(c)));
         *draft.list_mut(Field::Constraints) = merge_items(&base_constraints, span_constraints);
-        let known = base.template.iter().cloned().chain(base_template).chain(span_template);
+        // The requests' template, shown once: in the newest request that holds it.
+        let from_requests: Vec<String> = draft
+            .requests
+            .iter()
+            .flat_map(|(r, _)| split_sentences(&r.text))
+            .filter(|s| template_key(s, SENTENCE_CHARS).is_some_and(|k| template.contains(&k)))
+            .map(|s| cut_words(s, SENTENCE_CHARS))
+            .collect();
+        let mut texts: Vec<&mut String> = draft.requests.iter_mut().map(|(r, _)| &mut r.text).collect();
+        factor(&mut texts, &template, SENTENCE_CHARS);
+        let known = base
+            .template
+            .iter()
+            .cloned()
+            .chain(base_template)
+            .chain(span_template)
+            .chain(from_requests);
         draft.template = merge_items(&[], known.collect()).into_iter().map(|i| i.text).collect();
         if draft.template.len() > MAX_TEMPLATE {
             draft.template.drain(..draft.template.len() - MAX_TEMPLATE);

@@ -15,12 +15,12 @@ use super::extract::prose::{
 use super::extract::text::{collapse_ws, cut_chars, cut_words};
 use super::parse::parse_summary;
 use super::render::{code_span, is_summary_text};
-use super::template::{Templates, sentence_key};
+use super::template::{Templates, template_candidates};
 use crate::compact::is_user_turn;
 use crate::format;
 
 /// Longest request text kept: its opening, which names the task.
-pub const REQUEST_CHARS: usize = 500;
+pub const REQUEST_CHARS: usize = 2_000;
 /// A demonstration is only labelled: its opening says what it is.
 pub const DEMONSTRATION_CHARS: usize = 80;
 pub(crate) const SENTENCE_CHARS: usize = 300;
@@ -173,9 +173,7 @@ impl SpanFacts {
                     .map(|t| without_harness_notes(t).into_owned())
                     .collect::<Vec<_>>()
                     .join("\n");
-                let directives = sentences(&text).into_iter().filter(|s| is_constraint(s));
-                self.templates
-                    .request(directives.map(|s| sentence_key(&s, SENTENCE_CHARS)).collect::<Vec<_>>());
+                self.templates.request(template_candidates(&text, SENTENCE_CHARS));
             }
             for call in format::tool_calls(message, format) {
                 later_calls.push_str(&call.arguments);
@@ -236,8 +234,7 @@ impl SpanFacts {
             None => is_demonstration(text, DEMONSTRATION_PREFIXES),
         };
         if demonstration {
-            self.templates
-                .demonstration(sentences(text).iter().map(|s| sentence_key(s, SENTENCE_CHARS)));
+            self.templates.demonstration(template_candidates(text, SENTENCE_CHARS));
             self.requests.push(UserRequest {
                 text: cut_words(&collapsed, DEMONSTRATION_CHARS),
                 chars,
@@ -252,8 +249,7 @@ impl SpanFacts {
         for sentence in &constraints {
             self.constraints.push(cut_words(sentence, SENTENCE_CHARS));
         }
-        self.templates
-            .request(constraints.iter().map(|s| sentence_key(s, SENTENCE_CHARS)));
+        self.templates.request(template_candidates(text, SENTENCE_CHARS));
         for token in prose_path_tokens(text) {
             self.reference(token, &[]);
         }

@@ -184,7 +184,7 @@ pub struct SummaryConfig {
 impl Default for SummaryConfig {
     fn default() -> Self {
         SummaryConfig {
-            summary_window_share: 0.12,
+            summary_window_share: 0.08,
             summary_max_tokens: 0,
             demonstration_prefixes: DEFAULT_DEMONSTRATION_PREFIXES.iter().map(|p| (*p).to_owned()).collect(),
             summarizer: SummarizerKind::Extractive,

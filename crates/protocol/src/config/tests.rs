@@ -269,7 +269,7 @@ fn the_summary_budget_scales_with_the_window() {
         (config.effective_window(), config.summary_budget_tokens())
     };
     let (window, at_131k) = budget(131_072, 0);
-    assert_eq!(at_131k, (window as f64 * 0.12) as u64);
+    assert_eq!(at_131k, (window as f64 * 0.08) as u64);
     assert!(at_131k > 10_000, "{at_131k}");
     assert_eq!(
         budget(16_384, 0).1,

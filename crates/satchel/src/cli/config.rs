@@ -303,8 +303,8 @@ mod tests {
             config.window.max_input_length = max_input_length;
             derived(&config).map(|(_, tokens, _)| tokens)
         };
-        // window, compaction at (0.8), reserve (0.1), summary budget (0.12, floor 2500).
-        assert_eq!(at(131_072), [131_072, 104_857, 13_107, 15_728]);
+        // window, compaction at (0.8), reserve (0.1), summary budget (0.08, floor 2500).
+        assert_eq!(at(131_072), [131_072, 104_857, 13_107, 10_485]);
         assert_eq!(at(16_384), [16_384, 13_107, 1_638, 2_500]);
     }
 }

@@ -279,7 +279,8 @@ fn harness_notes_are_not_the_user_s_words() {
 
 /// A framework's block of instructions that every request repeats is not the user's: left
 /// out of the constraints once a second request shows it is a block, remembered so that a
-/// later request repeating it is recognised, and a directive the user gives once stays.
+/// later request repeating it is recognised, shown once in the requests (in the newest), and
+/// a directive the user gives once stays.
 #[test]
 fn a_framework_template_is_not_a_constraint() {
     let block = "Remember, you can only enter one command at a time. Always start by trying to replicate the bug. \
@@ -301,7 +302,19 @@ fn a_framework_template_is_not_a_constraint() {
         .after(&first)
         .summarize();
     assert_eq!(second.constraints, ["Never change the public API of the parser."]);
-    assert_eq!(second.template.len(), 4, "{:?}", second.template);
+    for directive in [
+        "Remember, you can only enter one command at a time.",
+        "You must not run interactive commands.",
+    ] {
+        assert!(second.template.iter().any(|t| t == directive), "{:?}", second.template);
+    }
+    // The block is shown once, in the newest request; the older one keeps its own words.
+    let [older, newest] = [&second.requests[0].text, &second.requests[1].text];
+    assert_eq!(older, "ISSUE: The parser drops the last token. […]");
+    assert!(
+        newest.starts_with("ISSUE: The lexer splits UTF-8 characters. INSTRUCTIONS: Remember"),
+        "{newest}"
+    );
     // A third request, compacted alone, is recognised by the remembered template.
     let third = Case::new(vec![request("The printer loses comments."), say("ok")])
         .after(&second)

@@ -440,7 +440,7 @@ pub(crate) mod fixture {
             "pressure": "low",
             "messages": 14,
             "archived_messages": 20,
-            "summary_budget_tokens": 15728,
+            "summary_budget_tokens": 10485,
             "summary": null,
             "offloaded": [
                 {"id": "r7", "index": 7, "pointer": "/content", "file": "offload/chat/7.txt", "total_bytes": 52000, "total_lines": 900,
