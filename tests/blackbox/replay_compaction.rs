@@ -29,7 +29,8 @@
 //! stubbed. Each replay takes seconds, so all three run in CI.
 //!
 //! It also measures identifier retention on the same replay: for each compaction, the file
-//! paths named in the compacted span's tool-call arguments and user texts, the commands run
+//! paths named in the compacted span's tool-call arguments and user texts (not devices,
+//! URLs, globs, directories, class paths or class literals), the commands run
 //! (first line, at most 200 chars) and the first error line of each failing tool result, and
 //! which of them the summary text in force right after it contains; and the largest summary
 //! (`tokens.summary`). The table goes to stderr and, as JSON, to `target/retention.json` (or
@@ -45,7 +46,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use satchel_core::summary::extract::paths::{is_junk, prose_path_tokens};
+use satchel_core::summary::extract::paths::{is_junk, is_not_a_file, prose_path_tokens};
 use satchel_core::summary::extract::prose::{DEMONSTRATION_PREFIXES, is_demonstration};
 use satchel_core::summary::render::summary_message_text_for;
 use satchel_core::tokens::TokenCounter;
@@ -665,7 +666,8 @@ fn normalise_path(token: &str) -> Option<String> {
     let has_extension = t.rsplit_once('.').is_some_and(|(stem, ext)| {
         !stem.is_empty() && !stem.ends_with('/') && FILE_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str())
     });
-    (t.contains('/') || has_extension).then_some(t)
+    // Devices, globs, directories, class paths and class literals name no file (issue 30).
+    ((t.contains('/') || has_extension) && !is_not_a_file(&t)).then_some(t)
 }
 
 fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {

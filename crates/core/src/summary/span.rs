@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::extract::calls::{CallFacts, area};
 use super::extract::outcome::failure_line;
-use super::extract::paths::{PathKind, path_kind, path_tokens, prose_path_tokens};
+use super::extract::paths::{PathKind, is_not_a_file, path_kind, path_tokens, prose_path_tokens};
 use super::extract::prose::{
     DEMONSTRATION_PREFIXES, is_constraint, is_decision, is_demonstration, is_intent, plan_steps, sentences,
 };
@@ -301,6 +301,7 @@ impl SpanFacts {
             return;
         }
         match kind {
+            PathKind::File if is_not_a_file(&path) => {}
             PathKind::File => self.files_read.push(path),
             PathKind::Identifier => self.identifiers.push(path),
         }

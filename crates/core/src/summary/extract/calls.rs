@@ -215,7 +215,8 @@ fn is_read_command(command: &str) -> bool {
 }
 
 /// Files a shell command changes: SWE-agent's `edit` (the open file) and `create`, `sed -i`,
-/// `touch`/`rm`/`mkdir`/`tee`, the target of `mv`/`cp`, and output redirections.
+/// `touch`/`rm`/`tee`, the target of `mv`/`cp`, and output redirections (`mkdir` makes
+/// directories, which are not files).
 fn shell_modifications(command: &str, current_file: &mut Option<String>) -> Vec<String> {
     let mut out = Vec::new();
     let first: Vec<&str> = command
@@ -252,7 +253,7 @@ fn shell_modifications(command: &str, current_file: &mut Option<String>) -> Vec<
                     let skip = usize::from(!words.contains(&"-e"));
                     out.extend(args.iter().skip(skip).map(|a| (*a).to_owned()));
                 }
-                Some("touch" | "rm" | "mkdir" | "tee") => out.extend(args.iter().map(|a| (*a).to_owned())),
+                Some("touch" | "rm" | "tee") => out.extend(args.iter().map(|a| (*a).to_owned())),
                 Some("mv" | "cp") => out.extend(args.last().map(|a| (*a).to_owned())),
                 _ => {}
             }

@@ -108,6 +108,24 @@ pub fn path_kind(token: &str) -> Option<PathKind> {
     }
 }
 
+/// A path-like token that names no file an agent reads or writes: a device (`/dev/null`), a
+/// URL, a glob (`*.java`), a directory written as one (`src/`), a class path
+/// (`lib/*:target/classes`), or a Java class literal (`Environment.class`).
+pub fn is_not_a_file(token: &str) -> bool {
+    let class_literal = token
+        .strip_suffix(".class")
+        .is_some_and(|stem| !stem.contains(['/', '.']) && stem.starts_with(|c: char| c.is_ascii_uppercase()));
+    let class_path = token
+        .split_once(':')
+        .is_some_and(|(_, rest)| !rest.is_empty() && !rest.starts_with(|c: char| c.is_ascii_digit()));
+    token.starts_with("/dev/")
+        || token.contains("://")
+        || token.contains(['*', '?'])
+        || token.ends_with('/')
+        || class_literal
+        || class_path
+}
+
 /// Tokens that look like paths or identifiers but are not: abbreviations (`e.g`, `n/a`),
 /// sed and tr scripts (`s/foo/bar/g`), a line number run into a sentence (`1475.To`).
 pub fn is_junk(token: &str) -> bool {
@@ -155,6 +173,30 @@ mod tests {
         ];
         for (token, kind) in cases {
             assert_eq!(path_kind(token), kind, "{token}");
+        }
+    }
+
+    #[test]
+    fn devices_urls_globs_directories_class_paths_and_class_literals_are_not_files() {
+        for token in [
+            "/dev/null",
+            "https://github.com/FasterXML/jackson-module-kotlin/issues/124",
+            "*.java",
+            "*test*.java",
+            "lib/",
+            "*:target/classes:target/test-classes",
+            "Environment.class",
+        ] {
+            assert!(is_not_a_file(token), "{token}");
+        }
+        for token in [
+            "src/main.rs",
+            "Foo.java:12:5",
+            "target/classes/Foo.class",
+            "run.sh",
+            "./gradlew",
+        ] {
+            assert!(!is_not_a_file(token), "{token}");
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Each trajectory is summarised in consecutive spans of about 30 messages, each merged into
 //! the previous summary, as the daemon would; after each span, the summary must contain the
-//! span's file paths (tool-call arguments and user requests; demonstrations are examples,
+//! span's file paths (not devices, URLs, globs, directories or class literals) (tool-call arguments and user requests; demonstrations are examples,
 //! not this session's data), its commands (first line, at most 200 chars), and, for every
 //! result labelled a failure in `testdata/outcome_labels.json`, a line of that result. The
 //! outcome judge is also compared with those labels: false positives are successes read as
@@ -20,7 +20,7 @@ use super::*;
 use crate::format;
 use crate::summary::extract::calls::CallFacts;
 use crate::summary::extract::outcome::failure_line;
-use crate::summary::extract::paths::{is_junk, prose_path_tokens};
+use crate::summary::extract::paths::{is_junk, is_not_a_file, prose_path_tokens};
 use crate::summary::extract::prose::{DEMONSTRATION_PREFIXES, is_demonstration};
 use crate::summary::render::summary_message_text;
 
@@ -63,6 +63,7 @@ fn loose_paths(text: &str) -> Vec<String> {
         .filter(|t| {
             !t.starts_with('-')
                 && !is_junk(t)
+                && !is_not_a_file(t)
                 && t.chars().any(|c| c.is_ascii_alphabetic())
                 && t.chars().all(|c| c.is_ascii_alphanumeric() || "_.~/@+-".contains(c))
                 && (t.contains('/')
