@@ -16,6 +16,9 @@ use serde_json::Value;
 
 use crate::format::{MessageFormat, has_tool_result, is_instructions, last_native_compaction, role_of, tool_calls};
 
+/// Most system messages a compaction keeps from the middle of a conversation (the newest).
+pub const MAX_PINNED_INSTRUCTIONS: usize = 16;
+
 /// What the kept tail of a compaction must hold.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TailBudget {
@@ -124,7 +127,9 @@ pub fn fixed_prefix(messages: &[impl Borrow<Value>], format: MessageFormat) -> u
 /// System (and Responses `developer`) messages in `range`: the zones count them as the
 /// system prompt, which is never compacted, and agents put their environment there in the
 /// middle of a conversation (Claude Code's `role: "system"` messages). A message whose content
-/// a later one repeats (a reminder sent again) is not pinned: the later one stands for it.
+/// a later one repeats (a reminder sent again) is not pinned: the later one stands for it;
+/// nor is one past the newest [`MAX_PINNED_INSTRUCTIONS`], so an agent that sends a new one
+/// every turn cannot fill the window with them.
 fn pinned_instructions(
     messages: &[impl Borrow<Value>],
     range: std::ops::Range<usize>,
@@ -139,6 +144,7 @@ fn pinned_instructions(
                 && seen.insert(message.get("content").map(Value::to_string))
                 && i < range.end
         })
+        .take(MAX_PINNED_INSTRUCTIONS)
         .collect();
     pinned.reverse();
     pinned
@@ -367,6 +373,25 @@ mod tests {
         assert_eq!(plan.tail_start, 7);
         assert_eq!(plan.compact, vec![0, 2, 3, 4, 5]);
         assert_eq!(plan.keep, vec![1, 6, 7, 8]);
+    }
+
+    #[test]
+    fn at_most_the_newest_sixteen_system_messages_are_kept() {
+        let f = MessageFormat::Openai;
+        let mut m = vec![user("task")];
+        for i in 0..20 {
+            m.push(json!({"role": "system", "content": format!("note {i}")}));
+            m.push(reply("ok"));
+        }
+        m.push(user("last"));
+        let tokens = vec![1; m.len()];
+        let plan = plan_split(&m, &tokens, f, 1u64).unwrap();
+        let kept_notes: Vec<usize> = plan.keep.iter().copied().filter(|&i| i < plan.tail_start).collect();
+        assert_eq!(kept_notes.len(), MAX_PINNED_INSTRUCTIONS);
+        assert_eq!(
+            kept_notes[0], 9,
+            "the oldest four are compacted: notes 0-3 at 1, 3, 5, 7"
+        );
     }
 
     #[test]
