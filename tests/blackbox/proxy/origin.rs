@@ -139,3 +139,49 @@ fn a_tool_less_side_request_does_not_replace_the_session_it_names() {
         "the title request never replaced the session's history"
     );
 }
+
+/// `satchel inspect --watch` follows a proxied session like any other: it waits for it, and
+/// each proxied request is a `prepare` line.
+#[test]
+fn inspect_watch_follows_a_proxied_session() {
+    use std::io::BufRead as _;
+    let (_dir, ws) = workspace();
+    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 900, "output_tokens": 2}});
+    let upstream = Upstream::start(move |_| Reply::json(200, &answer));
+    let proxy = Proxy::start(&ws, &upstream, &[]);
+    let mut watch = Command::new(satchel_bin())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["inspect", SESSION, "--watch"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(crate::support::REPLY_TIMEOUT)
+            .expect("a line from inspect --watch")
+    };
+    assert!(next().starts_with(&format!("waiting for session {SESSION}")));
+    let mut messages = vec![json!({"role": "user", "content": "list the files"})];
+    messages.extend(round("toolu_1"));
+    send(
+        &proxy,
+        &json!({"model": "claude-test", "max_tokens": 64, "tools": tools(), "messages": messages}),
+    );
+    let line = next();
+    assert!(line.contains("  prepare ") && line.contains(" +3 messages "), "{line}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
