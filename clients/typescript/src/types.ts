@@ -403,6 +403,8 @@ export interface CriticalContext {
   commands: string[];
   errors: string[];
   notes: string[];
+  /** Values found in a tool's output and used afterwards, each with where it was found. */
+  findings?: string[];
   omitted?: OmittedItems[];
 }
 
@@ -1162,7 +1164,7 @@ export const SCHEMA_FIELDS: Record<string, readonly string[]> = {
     'goal', 'constraints', 'done', 'in_progress', 'blocked', 'key_decisions', 'next_steps', 'critical_context', 'archive',
     'instruction?', 'instruction_effect?', 'requests?', 'lessons?', 'template?',
   ]),
-  CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes', 'omitted?']),
+  CriticalContext: fields<CriticalContext>()(['files_read', 'files_modified', 'commands', 'errors', 'notes', 'findings?', 'omitted?']),
   OmittedItems: fields<OmittedItems>()(['list', 'count', 'groups']),
   ItemGroup: fields<ItemGroup>()(['name', 'count']),
   UserRequest: fields<UserRequest>()(['text', 'chars', 'index', 'archived?', 'demonstration?']),

@@ -155,6 +155,10 @@ pub struct CriticalContext {
     pub errors: Vec<String>,
     /// Other facts worth keeping verbatim.
     pub notes: Vec<String>,
+    /// Values the agent found in a tool's output and used afterwards (a seed, a port, an
+    /// offset, a version, a flag, a failing test's name), each with where it was found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
     /// Items left out of the lists above for want of room, counted and grouped (paths by
     /// directory, commands by program), so the lists never push out the goal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -405,6 +405,8 @@ class _CriticalContextRequired(TypedDict):
 
 
 class CriticalContext(_CriticalContextRequired, total=False):
+    #: Values found in a tool's output and used afterwards, each with where it was found.
+    findings: List[str]
     omitted: List[OmittedItems]
 
 

@@ -207,7 +207,7 @@ enum Fate {
 
 /// The summary after `steps`.
 fn build(draft: &Draft, steps: &[Step]) -> CompactSummary {
-    let mut fates: [Vec<Fate>; 12] = Default::default();
+    let mut fates: [Vec<Fate>; 13] = Default::default();
     for field in Field::ALL {
         fates[field as usize] = vec![Fate::Kept; draft.list(field).len()];
     }

@@ -31,11 +31,13 @@ pub enum Field {
     Errors,
     /// Other exact names.
     Notes,
+    /// Values found in a tool's output and used afterwards.
+    Findings,
 }
 
 impl Field {
     /// Every field, in rendering order.
-    pub const ALL: [Field; 12] = [
+    pub const ALL: [Field; 13] = [
         Field::Goal,
         Field::Constraints,
         Field::Done,
@@ -48,15 +50,17 @@ impl Field {
         Field::Commands,
         Field::Errors,
         Field::Notes,
+        Field::Findings,
     ];
 
     /// The order in which the budget serves the fields when nothing steers it: the user's
-    /// words, then the current blocker, decisions, progress, next steps, and the identifier
-    /// lists last (they are compressed, not dropped, when they do not fit).
-    pub const PRIORITY: [Field; 12] = [
+    /// words, then the current blocker and what was found, decisions, progress, next steps,
+    /// and the identifier lists last (they are compressed, not dropped, when they do not fit).
+    pub const PRIORITY: [Field; 13] = [
         Field::Goal,
         Field::Constraints,
         Field::Blocked,
+        Field::Findings,
         Field::Decisions,
         Field::Done,
         Field::InProgress,
@@ -84,6 +88,7 @@ impl Field {
             Field::Commands => &ctx.commands,
             Field::Errors => &ctx.errors,
             Field::Notes => &ctx.notes,
+            Field::Findings => &ctx.findings,
         }
     }
 
@@ -103,6 +108,7 @@ impl Field {
             Field::Commands => &mut ctx.commands,
             Field::Errors => &mut ctx.errors,
             Field::Notes => &mut ctx.notes,
+            Field::Findings => &mut ctx.findings,
         }
     }
 
@@ -152,6 +158,7 @@ impl Field {
             Field::Commands => "commands",
             Field::Errors => "errors",
             Field::Notes => "notes",
+            Field::Findings => "findings",
         }
     }
 }

@@ -29,6 +29,8 @@ const BLOCKED_LAST: usize = 3;
 const MAX_DECISIONS: usize = 10;
 /// Newest done items kept.
 const MAX_DONE: usize = 20;
+/// Newest findings kept: what a long session turns on is a handful of values.
+const MAX_FINDINGS: usize = 24;
 /// Template sentences remembered: a framework's block is a dozen or two.
 const MAX_TEMPLATE: usize = 128;
 /// Newest lessons kept: enough for the memory note to tell new lessons from known ones.
@@ -56,7 +58,7 @@ pub(crate) struct Item {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Draft {
     /// The lists, indexed by `Field as usize`.
-    pub lists: [Vec<Item>; 12],
+    pub lists: [Vec<Item>; 13],
     /// The user's requests and demonstrations, oldest first, and whether they are new.
     pub requests: Vec<(UserRequest, bool)>,
     /// Items that earlier compactions left out of the identifier lists.
@@ -210,6 +212,11 @@ impl Draft {
         *draft.list_mut(Field::Commands) = merge_items(&ctx.commands, span.commands.items);
         *draft.list_mut(Field::Errors) = merge_items(&ctx.errors, span.errors.items);
         *draft.list_mut(Field::Notes) = merge_items(&ctx.notes, notes);
+        let mut findings = merge_items(&ctx.findings, span.findings);
+        if findings.len() > MAX_FINDINGS {
+            findings.drain(..findings.len() - MAX_FINDINGS);
+        }
+        *draft.list_mut(Field::Findings) = findings;
         draft
     }
 }

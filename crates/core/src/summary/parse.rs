@@ -48,6 +48,7 @@ fn label_of(name: &str) -> Option<Field> {
         "commands run" | "commands" | "commands executed" => Field::Commands,
         "errors seen" | "errors" | "error messages" => Field::Errors,
         "notes" => Field::Notes,
+        "findings" | "key findings" => Field::Findings,
         _ => return None,
     })
 }

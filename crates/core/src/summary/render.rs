@@ -69,6 +69,9 @@ pub fn render_summary(summary: &CompactSummary) -> String {
     let ctx = &summary.critical_context;
     let where_archived = archive_span(&summary.archive);
     out.push_str("## Critical Context\n\n");
+    if !ctx.findings.is_empty() {
+        sub_list(&mut out, "Findings", &ctx.findings, false, None, &where_archived);
+    }
     for (label, items, list, code) in [
         (
             "Files modified",
@@ -522,6 +525,7 @@ mod tests {
                 commands: vec!["cargo test -p auth".into(), "echo `date`".into()],
                 errors: vec!["error[E0425]: cannot find value `x` in this scope".into()],
                 notes: vec![],
+                findings: vec![],
                 omitted: vec![],
             },
             archive: vec![ArchiveRange {

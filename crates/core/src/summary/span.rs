@@ -7,6 +7,7 @@ use satchel_protocol::{CompactSummary, MessageFormat, UserRequest};
 use serde_json::Value;
 
 use super::extract::calls::{CallFacts, area};
+use super::extract::findings::{Text, findings};
 use super::extract::outcome::failure_line;
 use super::extract::paths::{PathKind, is_not_a_file, path_kind, path_tokens, prose_path_tokens};
 use super::extract::prose::{
@@ -88,6 +89,9 @@ pub(crate) struct SpanFacts {
     pub errors: Unique,
     /// Dotted names that look like code identifiers rather than files (`this.foo`).
     pub identifiers: Unique,
+    /// Values found in an output and used afterwards, with where: "`0x5eed` (from the output
+    /// of `python3 seed.py`, message 12)".
+    pub findings: Vec<String>,
     /// Summaries pasted into the conversation (a summary carried over from another session).
     pub pasted: Vec<CompactSummary>,
     /// The sentences of demonstrations and the directives of each request, to tell the
@@ -160,6 +164,7 @@ impl SpanFacts {
         facts.report_changes();
         facts.close_taken_step();
         facts.look_ahead(span.kept, span.format);
+        facts.findings = span_findings(span, &calls);
         facts
     }
 
@@ -448,4 +453,64 @@ pub(crate) fn without_harness_notes(text: &str) -> std::borrow::Cow<'_, str> {
     }
     kept.push_str(rest);
     std::borrow::Cow::Owned(kept)
+}
+
+/// A text of a span for the findings: whether it is an output, the text, and, for an output,
+/// the command that wrote it and the message's index.
+type SpanText = (bool, String, Option<(String, usize)>);
+
+/// The findings of a span (its later messages, kept by the compaction, count as use).
+fn span_findings(span: &Span<'_>, calls: &HashMap<String, CallFacts>) -> Vec<String> {
+    let mut texts: Vec<SpanText> = Vec::new();
+    let said = |message: &Value, texts: &mut Vec<SpanText>| {
+        let text: Vec<String> = text_blocks(message)
+            .map(|t| without_harness_notes(t).into_owned())
+            .collect();
+        if !text.is_empty() {
+            texts.push((false, text.join("\n"), None));
+        }
+        for call in format::tool_calls(message, span.format) {
+            texts.push((false, call.arguments, None));
+        }
+    };
+    for (position, message) in span.messages.iter().enumerate() {
+        let index = span.indices.get(position).copied().unwrap_or(position);
+        if !format::has_tool_result(message, span.format) {
+            said(message, &mut texts);
+            continue;
+        }
+        let results = format::result_texts(message, span.format);
+        for id in format::result_ids(message, span.format) {
+            let output: Vec<&str> = results
+                .iter()
+                .filter(|t| t.call_id.as_deref() == Some(id.as_str()))
+                .filter_map(|t| message.pointer(&t.pointer)?.as_str())
+                .collect();
+            let key = calls.get(&id).map(|c| c.key.clone()).unwrap_or_default();
+            texts.push((true, output.join("\n"), Some((key, index))));
+        }
+    }
+    for message in span.kept {
+        if !format::has_tool_result(message, span.format) {
+            said(message, &mut texts);
+        }
+    }
+    let view: Vec<Text<'_>> = texts
+        .iter()
+        .map(|(output, text, _)| if *output { Text::Output(text) } else { Text::Said(text) })
+        .collect();
+    findings(&view)
+        .into_iter()
+        .map(|f| {
+            let value = code_span(&f.value);
+            match &texts[f.output].2 {
+                Some((key, index)) if !key.is_empty() => format!(
+                    "{value} (from the output of {}, message {index})",
+                    code_span(&cut_words(key, SHORT_COMMAND_CHARS))
+                ),
+                Some((_, index)) => format!("{value} (from a tool's output, message {index})"),
+                None => value,
+            }
+        })
+        .collect()
 }

@@ -12,8 +12,10 @@
 //! - [`calls`]: what a tool call is (command key, files it changes, whether it only looks).
 //! - [`outcome`]: whether a tool result is a failure, and its error line.
 //! - [`prose`]: sentences, cue words, constraints, decisions, plans, demonstrations.
+//! - [`findings`]: values found in a tool's output and used afterwards.
 
 pub mod calls;
+pub mod findings;
 pub mod outcome;
 pub mod paths;
 pub mod prose;

@@ -174,6 +174,7 @@ fn llm_rendered_summaries_parse_back_to_themselves() {
             commands: vec!["cargo test -p auth".into(), "echo `date`".into()],
             errors: vec!["error[E0425]: cannot find value `x` in this scope".into()],
             notes: vec!["Port 8080 is taken".into()],
+            findings: vec!["`0x5eed1234` (from the output of `python3 seed.py`, message 12)".into()],
             omitted: vec![],
         },
         requests: vec![satchel_protocol::UserRequest {

@@ -323,6 +323,34 @@ fn a_framework_template_is_not_a_constraint() {
     assert_eq!(third.template, second.template);
 }
 
+/// A value the agent found in an output and then used (the seed that solves the challenge)
+/// is a finding, with where it was found, and it outlives later compactions; a value never
+/// used, or one the user gave, is not.
+#[test]
+fn a_value_found_and_used_is_a_finding_that_survives() {
+    let first = Case::new(vec![
+        user("Recover the key. The service listens on port 31337."),
+        run("c1", "Let's brute-force the seed.", "python3 brute.py"),
+        result("c1", "tried 65536 seeds\nseed = 0x5eed1234 (score 0.98)\nport 31337"),
+        run(
+            "c2",
+            "The seed is 0x5eed1234, decrypt with it.",
+            "python3 decrypt.py --seed 0x5eed1234",
+        ),
+        result("c2", "flag{s33d_f0und}"),
+    ])
+    .summarize();
+    assert_eq!(
+        first.critical_context.findings,
+        ["`0x5eed1234` (from the output of `python3 brute.py`, message 2)"]
+    );
+    let later = Case::new(vec![user("Now write it up in NOTES.md."), say("Done.")])
+        .after(&first)
+        .summarize();
+    assert_eq!(later.critical_context.findings, first.critical_context.findings);
+    assert!(render_summary(&later).contains("- Findings:\n  - `0x5eed1234` (from the output of"));
+}
+
 /// In Progress is only a step not yet taken: an intent the agent stated without a call, or
 /// whose call has no result in the span.
 #[test]
