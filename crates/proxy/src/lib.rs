@@ -53,7 +53,7 @@ use serde_json::value::RawValue;
 
 pub use provider::Provider;
 pub use server::serve;
-pub use upstream::{ModelCall, UpstreamModel};
+pub use upstream::{ModelCall, UpstreamModel, describe_transport_error};
 
 /// What the engine's `context.prepare` returns: the messages as shared JSON texts.
 pub type Prepared = PrepareResult<Vec<Arc<RawValue>>, Arc<RawValue>, Arc<RawValue>>;

@@ -119,7 +119,7 @@ impl UpstreamModel {
             .timeout(call.timeout)
             .body(body.to_string());
         let exchange = self.runtime.block_on(async {
-            let response = request.send().await.map_err(describe)?;
+            let response = request.send().await.map_err(describe_transport_error)?;
             let status = response.status();
             Ok::<_, String>((status, read_capped(response).await?))
         });
@@ -269,7 +269,7 @@ fn reply_text(provider: Provider, body: &[u8]) -> Result<String, String> {
 /// The reply's body, refused past [`MAX_REPLY_BYTES`].
 async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(describe)? {
+    while let Some(chunk) = response.chunk().await.map_err(describe_transport_error)? {
         if body.len() + chunk.len() > MAX_REPLY_BYTES {
             return Err(format!("the reply is larger than {MAX_REPLY_BYTES} bytes"));
         }
@@ -278,8 +278,9 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String>
     Ok(body)
 }
 
-/// A transport error without the URL.
-fn describe(error: reqwest::Error) -> String {
+/// A transport error without the URL (nor any header: no secret can reach a log), for the
+/// summary call here and the binary's model backend alike.
+pub fn describe_transport_error(error: reqwest::Error) -> String {
     if error.is_timeout() {
         "timed out".into()
     } else if error.is_connect() {

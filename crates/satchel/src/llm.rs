@@ -107,7 +107,9 @@ impl OpenAiCompleter {
         for (name, value) in &self.headers {
             request = request.header(name, value);
         }
-        let response = request.send().map_err(|e| self.error(&describe(e)))?;
+        let response = request
+            .send()
+            .map_err(|e| self.error(&satchel_proxy::describe_transport_error(e)))?;
         let status = response.status();
         if status.is_redirection() {
             // Where it points is not said: a `Location` may carry credentials of its own.
@@ -186,17 +188,6 @@ impl Completer for UpstreamCompleter<'_> {
 /// Logs a failed completion; `error` is already redacted (see [`redact`]).
 fn warn_failed(backend: &str, error: &CompletionError) {
     tracing::warn!(backend, reason = %error.0, "the summariser's model call failed");
-}
-
-/// A reqwest error without the URL or any header (no secret can leak into a log).
-fn describe(error: reqwest::Error) -> String {
-    if error.is_timeout() {
-        "timed out".into()
-    } else if error.is_connect() {
-        "could not connect".into()
-    } else {
-        format!("request failed: {}", error.without_url())
-    }
 }
 
 /// The client runs the model: a `summarizer.complete {messages, max_tokens}` request over the

@@ -37,6 +37,14 @@ fn inspect(ws: &std::path::Path, session: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A scripted Anthropic upstream that answers every request with `text`.
+fn answering(text: &str) -> Upstream {
+    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 900, "output_tokens": 9}});
+    Upstream::start(move |_| Reply::json(200, &answer))
+}
+
 fn send(proxy: &Proxy, body: &Value) -> reqwest::blocking::Response {
     let response = client()
         .post(proxy.url("/v1/messages?beta=true"))
@@ -52,10 +60,7 @@ fn send(proxy: &Proxy, body: &Value) -> reqwest::blocking::Response {
 #[test]
 fn inspect_names_the_session_s_source_and_the_agent_s_own_compactions() {
     let (_dir, ws) = workspace();
-    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-        "content": [{"type": "text", "text": "<summary>done so far</summary>"}], "stop_reason": "end_turn",
-        "usage": {"input_tokens": 900, "output_tokens": 9}});
-    let upstream = Upstream::start(move |_| Reply::json(200, &answer));
+    let upstream = answering("<summary>done so far</summary>");
     let proxy = Proxy::start(&ws, &upstream, &[]);
 
     let mut messages = vec![json!({"role": "user", "content": "list the files"})];
@@ -110,10 +115,7 @@ fn inspect_names_the_session_s_source_and_the_agent_s_own_compactions() {
 #[test]
 fn a_tool_less_side_request_does_not_replace_the_session_it_names() {
     let (_dir, ws) = workspace();
-    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-        "usage": {"input_tokens": 900, "output_tokens": 2}});
-    let upstream = Upstream::start(move |_| Reply::json(200, &answer));
+    let upstream = answering("ok");
     let proxy = Proxy::start(&ws, &upstream, &[]);
 
     let mut messages = vec![json!({"role": "user", "content": "list the files"})];
@@ -146,10 +148,7 @@ fn a_tool_less_side_request_does_not_replace_the_session_it_names() {
 fn inspect_watch_follows_a_proxied_session() {
     use std::io::BufRead as _;
     let (_dir, ws) = workspace();
-    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
-        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-        "usage": {"input_tokens": 900, "output_tokens": 2}});
-    let upstream = Upstream::start(move |_| Reply::json(200, &answer));
+    let upstream = answering("ok");
     let proxy = Proxy::start(&ws, &upstream, &[]);
     let mut watch = Command::new(satchel_bin())
         .arg("--workspace")
