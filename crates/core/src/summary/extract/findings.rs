@@ -7,7 +7,7 @@
 //! A value counts where it first appears in an output, when nothing before it (the user's
 //! words, the agent's, earlier calls and outputs) held it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Values of one output looked at, at most: a log of numbers is not a list of findings.
 const CANDIDATES_PER_OUTPUT: usize = 400;
@@ -33,13 +33,14 @@ pub enum Text<'a> {
 
 /// The findings of `texts`, oldest first.
 pub fn findings(texts: &[Text<'_>]) -> Vec<Finding> {
-    // Backwards: which values are used after each point.
-    let mut used_later: HashSet<&str> = HashSet::new();
-    let mut used_after: Vec<HashSet<&str>> = vec![HashSet::new(); texts.len()];
-    for (i, text) in texts.iter().enumerate().rev() {
-        used_after[i] = used_later.clone();
+    // Where each value is said last: used after an output when that is later than it. One
+    // pass, linear in the values: a long span holds thousands.
+    let mut last_said: HashMap<&str, usize> = HashMap::new();
+    for (i, text) in texts.iter().enumerate() {
         if let Text::Said(said) = text {
-            used_later.extend(values(said));
+            for value in values(said) {
+                last_said.insert(value, i);
+            }
         }
     }
     let mut known: HashSet<&str> = HashSet::new();
@@ -50,7 +51,8 @@ pub fn findings(texts: &[Text<'_>]) -> Vec<Finding> {
             Text::Output(output) => {
                 let mut here: Vec<&str> = Vec::new();
                 for value in values(output).take(CANDIDATES_PER_OUTPUT) {
-                    if !known.contains(value) && used_after[i].contains(value) && !here.contains(&value) {
+                    let used_after = last_said.get(value).is_some_and(|&at| at > i);
+                    if !known.contains(value) && used_after && !here.contains(&value) {
                         here.push(value);
                     }
                 }
