@@ -751,6 +751,66 @@ fn requests_and_constraints_survive_compaction() {
     }
 }
 
+/// Issue 30's long sessions at 131,072: 12 and 20 chained runs (the 20 repeat the first six
+/// trajectories after the fourteen), every request's title, the constraint and the follow-up
+/// in every summary after they left the session.
+#[test]
+fn long_chains_at_131k_keep_every_title_constraint_and_follow_up() {
+    let Some((_, [(_, trajectories), _])) = load_shared_data() else {
+        return;
+    };
+    if trajectories.len() < 12 {
+        eprintln!(
+            "SKIPPED: the long chains need 12 trajectories, {} found",
+            trajectories.len()
+        );
+        return;
+    }
+    let twenty: Vec<Trajectory> = trajectories
+        .iter()
+        .chain(trajectories.iter())
+        .take(20)
+        .cloned()
+        .collect();
+    let runs: [&[Trajectory]; 2] = [&trajectories[..12], &twenty];
+    let reports: Vec<(usize, Report)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = runs
+            .iter()
+            .map(|runs| {
+                scope.spawn(move || {
+                    let (first, second) = (chain(runs, 1), chain(runs, 2));
+                    (runs.len(), replay_window(131_072, &first, &second, false))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("replay job panicked"))
+            .collect()
+    });
+    for (runs, r) in &reports {
+        let cells: Vec<String> = Kind::ALL
+            .iter()
+            .map(|&kind| format!("{} {}", kind.name(), r.tally(kind).cell()))
+            .collect();
+        eprintln!(
+            "{runs} runs at 131072: {} calls, {} compactions, {}; summary at most {}/{} tokens",
+            r.calls,
+            r.compactions,
+            cells.join(", "),
+            r.max_summary_tokens,
+            r.budget
+        );
+        assert!(r.uncovered.is_empty(), "{runs} runs: a fact never left the session");
+        for kind in Kind::ALL {
+            let tally = r.tally(kind);
+            assert!(tally.checked > 0, "{runs} runs: no {} checked", kind.name());
+            assert_eq!(tally.present, tally.checked, "{runs} runs: {}", kind.name());
+        }
+        assert_eq!(r.over_budget, 0, "{runs} runs: a summary over its budget");
+    }
+}
+
 /// The chain and its facts on synthetic trajectories, so a wrong builder cannot pass silently.
 #[test]
 fn the_chain_and_its_facts_are_built_as_described() {

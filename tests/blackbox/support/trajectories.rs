@@ -38,6 +38,7 @@ impl Format {
     }
 }
 
+#[derive(Clone)]
 pub struct Trajectory {
     pub name: String,
     pub session_id: String,
