@@ -10,7 +10,9 @@
 //! 2. the opening of every request but the newest is cut to its first lines;
 //! 3. field by field, lowest priority first: the newest span's identifiers move into groups
 //!    (oldest first), together with the files modified kept in step 1, prose items are
-//!    dropped (oldest first);
+//!    dropped (oldest first); unless an instruction set the order, the artifact trail (files
+//!    modified, errors, commands that run checks) moves into groups only once the prose
+//!    (done, in progress, decisions, next steps) is gone;
 //! 4. the newest request and the constraints are cut to their first lines;
 //! 5. requests are cut to their task line (past the opening they share with other requests),
 //!    goal statements dropped, constraints cut short, older requests reduced to references
@@ -25,6 +27,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use satchel_protocol::{CompactSummary, CriticalContext, IdentifierList, ItemGroup, MessageFormat, OmittedItems};
 
+use super::extract::calls::runs_checks;
 use super::extract::text::cut_words;
 use super::fields::{Field, field_of_list};
 use super::merge::Draft;
@@ -135,7 +138,11 @@ fn plan(draft: &Draft, priority: &[Field]) -> Vec<Step> {
     // 3. Field by field, lowest priority first. Identifier lists next to each other in that
     //    order give up their items together, oldest first across the lists (each list is
     //    chronological, so an item's relative position stands in for its time): the last
-    //    command, the files it touched and the error it hit survive together.
+    //    command, the files it touched and the error it hit survive together. Unless an
+    //    instruction set the order, the artifact trail (files modified, errors, commands that
+    //    run checks) gives way only after the prose (done, in progress, decisions, next steps).
+    let defer_trail = priority == Field::PRIORITY;
+    let mut deferred: Vec<Step> = Vec::new();
     let mut run: Vec<Field> = Vec::new();
     for &field in lowest_first.iter().chain([Field::Goal].iter()) {
         let interleaved = field.identifier_list().is_some() && field != Field::Notes;
@@ -143,8 +150,16 @@ fn plan(draft: &Draft, priority: &[Field]) -> Vec<Step> {
             run.push(field);
             continue;
         }
-        steps.extend(interleave(draft, &run, &trail));
+        for step in interleave(draft, &run, &trail) {
+            match step {
+                Step::Omit(list, i) if defer_trail && is_trail(list, &draft.list(list)[i].text) => deferred.push(step),
+                _ => steps.push(step),
+            }
+        }
         run.clear();
+        if !PROSE.contains(&field) {
+            steps.append(&mut deferred);
+        }
         let len = draft.list(field).len();
         match field {
             Field::Notes | Field::Goal | Field::Constraints => {}
@@ -174,6 +189,19 @@ fn plan(draft: &Draft, priority: &[Field]) -> Vec<Step> {
     steps.extend(newest.map(|i| Step::Request(i, 0)));
     steps.extend(constraints.checked_sub(1).map(|i| Step::Omit(Field::Constraints, i)));
     steps
+}
+
+/// The prose a summary gives up before its artifact trail.
+const PROSE: [Field; 4] = [Field::NextSteps, Field::InProgress, Field::Done, Field::Decisions];
+
+/// Whether an identifier is part of the artifact trail: a file modified, an error line, or a
+/// command that runs checks (its outcome matters later).
+fn is_trail(field: Field, text: &str) -> bool {
+    match field {
+        Field::FilesModified | Field::Errors => true,
+        Field::Commands => runs_checks(text),
+        _ => false,
+    }
 }
 
 /// The newest span's items of `fields`, and the earlier files modified of `trail`, oldest

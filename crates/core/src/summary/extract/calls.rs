@@ -142,7 +142,8 @@ fn command_words(key: &str) -> Vec<&str> {
     words
 }
 
-fn runs_checks(key: &str) -> bool {
+/// Whether a command runs checks (tests, builds, compilers): its outcome matters later.
+pub fn runs_checks(key: &str) -> bool {
     key.split(|c: char| c.is_whitespace() || "/:.()=,".contains(c))
         .any(|word| listed(TEST_WORDS, &word.to_ascii_lowercase()))
 }

@@ -553,6 +553,7 @@ fn check_floor(r: &Report) {
     assert!(r.requests.whole(), "the user's requests: {}", r.requests.cell());
     assert!(r.facts.whole(), "the user's constraint and fact: {}", r.facts.cell());
     assert!(r.error.whole(), "the last unresolved error: {}", r.error.cell());
+    assert!(r.modified.whole(), "the files modified: {}", r.modified.cell());
     assert!(r.newest.whole(), "the newest request: {}", r.newest.cell());
     assert_eq!(r.failed_modified, 0, "a failed edit listed as modified");
     assert_eq!(r.executed_in_progress, 0, "an executed step listed as In Progress");
