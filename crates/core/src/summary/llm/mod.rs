@@ -30,6 +30,8 @@ use super::merge::{Item, merge_items};
 use super::parse::parse_summary;
 use super::prompts;
 use super::render::render_summary;
+use super::span::SENTENCE_CHARS;
+use super::template::sentence_key;
 use super::{SummarizeError, Summarizer, SummaryInput};
 
 mod history;
@@ -372,9 +374,14 @@ fn render_previous(summary: &CompactSummary) -> String {
 /// The model's summary merged into the extractive draft of the same input, fitted with the
 /// extractive summariser's priority rules: the user's requests and constraints and the exact
 /// identifiers come from the extraction (a model paraphrases and drops them); goal
-/// statements and the prose sections come from the model where it wrote them.
+/// statements and the prose sections come from the model where it wrote them. What the
+/// extraction knows to be true stands: a failure is blocked only if nothing fixed it since,
+/// a file is modified only if an edit of it succeeded, and the framework's template is no
+/// constraint, whatever the model wrote.
 fn finish(model: CompactSummary, input: &SummaryInput<'_>) -> CompactSummary {
     let (mut draft, steering) = extractive::draft(input);
+    let template: std::collections::HashSet<String> =
+        draft.template.iter().map(|t| sentence_key(t, SENTENCE_CHARS)).collect();
     let from_model = |field: Field| -> Vec<Item> {
         field
             .of(&model)
@@ -394,10 +401,16 @@ fn finish(model: CompactSummary, input: &SummaryInput<'_>) -> CompactSummary {
         match field {
             // The model's goal statements come before the exact requests.
             Field::Goal => *list = written,
+            // Outcomes and edits are the extraction's facts.
+            Field::Blocked | Field::FilesModified => {}
             // The user's exact words stay; the model's wording of them is appended if new.
             Field::Constraints => {
                 let exact: Vec<String> = list.iter().map(|i| i.text.clone()).collect();
-                let model_words: Vec<String> = written.into_iter().map(|i| i.text).collect();
+                let model_words: Vec<String> = written
+                    .into_iter()
+                    .map(|i| i.text)
+                    .filter(|c| !template.contains(&sentence_key(c, SENTENCE_CHARS)))
+                    .collect();
                 let merged = merge_items(&exact, model_words);
                 // `merge_items` marks earlier items stale; restore the extraction's freshness.
                 let fresh: Vec<bool> = list.iter().map(|i| i.fresh).collect();

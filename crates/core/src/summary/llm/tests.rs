@@ -451,6 +451,60 @@ fn llm_identifiers_dropped_by_the_model_are_merged_from_extractive() {
     assert_eq!(summary.key_decisions.len(), 1);
 }
 
+/// What the extraction knows stands against the model: a failure fixed since is not blocked,
+/// a file no edit succeeded on is not modified, and the framework's template is no constraint.
+#[test]
+fn llm_lists_are_checked_against_the_deterministic_trail() {
+    let counter = counter();
+    let call = |id: &str, command: &str| {
+        json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": id, "type": "function", "function": {"name": "bash", "arguments": json!({"command": command}).to_string()}}]})
+    };
+    let result = |id: &str, output: &str| json!({"role": "tool", "tool_call_id": id, "content": output});
+    let block = "Remember, you can only enter one command at a time. Always start by trying to replicate the bug. \
+                 Always check the code after you issue an edit.";
+    let previous = ExtractiveSummarizer
+        .summarize(&SummaryInput::new(
+            &[
+                json!({"role": "user", "content": format!("ISSUE: the parser drops a token.\n{block}")}),
+                json!({"role": "assistant", "content": "ok"}),
+            ],
+            MessageFormat::Openai,
+            4_000,
+            &counter,
+        ))
+        .unwrap();
+    let messages = vec![
+        json!({"role": "user", "content": format!("ISSUE: the lexer splits UTF-8.\n{block}")}),
+        call("c1", BUILD),
+        result("c1", &format!("{BUILD_ERROR}\n")),
+        call("c2", "sed -i 's/a/b/' crates/app/src/lib.rs"),
+        result("c2", ""),
+        call("c3", BUILD),
+        result("c3", "    Finished release [optimized] target(s) in 2.1s"),
+    ];
+    let reply = format!(
+        "## Goal\n- Fix the lexer\n\n## Constraints & Preferences\n- Always start by trying to replicate the bug.\n\n\
+         ## Progress\n### Done\n- [x] Fixed the build\n\n### Blocked\n- `{BUILD}` fails: {BUILD_ERROR}\n\n\
+         ## Critical Context\n- Files modified:\n  - `crates/app/src/lib.rs`\n  - `crates/app/src/imagined.rs`\n"
+    );
+    let script = Script::ok(&[&reply]);
+    let input = SummaryInput {
+        previous: Some(&previous),
+        ..SummaryInput::new(&messages, MessageFormat::Openai, 4_000, &counter)
+    };
+    let (summary, backend) = llm(&script).summarize_reporting(&input);
+    assert_eq!(backend, "fake:model");
+    assert!(
+        summary.blocked.is_empty(),
+        "the build succeeded since: {:?}",
+        summary.blocked
+    );
+    assert_eq!(summary.critical_context.files_modified, ["crates/app/src/lib.rs"]);
+    assert!(summary.constraints.is_empty(), "template: {:?}", summary.constraints);
+    assert_eq!(summary.goal, ["Fix the lexer"], "the model's prose stays");
+}
+
 #[test]
 fn llm_previous_archive_is_kept_and_dropped_sections_restored() {
     let counter = counter();
