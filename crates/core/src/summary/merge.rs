@@ -112,6 +112,24 @@ impl Draft {
             }
             None => true,
         });
+        // A path another one lies under is a directory (`src/test` of `src/test/A.java`),
+        // not a file read. The earlier summary's list counts too, and its omitted groups.
+        let paths: Vec<&str> = read
+            .iter()
+            .chain(&modified)
+            .map(|i| i.text.as_str())
+            .chain(ctx.files_read.iter().map(String::as_str))
+            .collect();
+        let is_directory = |dir: &str| {
+            let prefix = format!("{}/", dir.trim_end_matches('/'));
+            paths.iter().any(|p| p.starts_with(&prefix))
+        };
+        let directories: HashSet<String> = read
+            .iter()
+            .filter(|i| is_directory(&i.text))
+            .map(|i| i.text.clone())
+            .collect();
+        read.retain(|item| !directories.contains(&item.text));
 
         let mut decisions: Vec<String> = span.decisions.items;
         decisions.reverse();

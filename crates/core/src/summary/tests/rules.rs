@@ -351,6 +351,20 @@ fn a_value_found_and_used_is_a_finding_that_survives() {
     assert!(render_summary(&later).contains("- Findings:\n  - `0x5eed1234` (from the output of"));
 }
 
+/// A path another one lies under is a directory, not a file read.
+#[test]
+fn a_directory_is_not_a_file_read() {
+    let summary = Case::new(vec![
+        user("Fix the test in src/test/java/FooTest.java."),
+        run("c1", "Let's look.", "ls src/test"),
+        result("c1", "java"),
+        run("c2", "Open it.", "cat src/test/java/FooTest.java"),
+        result("c2", "class FooTest {}"),
+    ])
+    .summarize();
+    assert_eq!(summary.critical_context.files_read, ["src/test/java/FooTest.java"]);
+}
+
 /// In Progress is only a step not yet taken: an intent the agent stated without a call, or
 /// whose call has no result in the span.
 #[test]
