@@ -137,7 +137,13 @@ impl Draft {
         let mut decisions = merge_items(&[], decisions);
         decisions.truncate(MAX_DECISIONS);
 
-        let mut done = merge_items(&base.done, span.done.items);
+        // A failure the span fixed (often reproduced on purpose before the fix) is progress:
+        // it is done, with its fix, and no longer blocked.
+        let fixed: Vec<String> = lessons(&base.blocked, &span.outcomes)
+            .into_iter()
+            .map(|lesson| format!("Reproduced, then fixed: {lesson}"))
+            .collect();
+        let mut done = merge_items(&base.done, span.done.items.into_iter().chain(fixed).collect());
         if done.len() > MAX_DONE {
             done.drain(..done.len() - MAX_DONE);
         }

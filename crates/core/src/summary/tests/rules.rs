@@ -191,7 +191,9 @@ fn outcomes_not_keywords() {
         [
             "Modified `src/parser.rs`",
             "`cargo test -p parser` succeeded: test result: ok. 4 passed; 0 failed",
-            "Last step: Let's run the tests."
+            "Last step: Let's run the tests.",
+            "Reproduced, then fixed: `cargo test -p parser` failed: test result: FAILED. 3 passed; 1 failed → fixed: \
+             edited `src/parser.rs`, then `cargo test -p parser` succeeded"
         ]
     );
 }
