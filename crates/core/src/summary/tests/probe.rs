@@ -17,6 +17,7 @@
 //!   below the repository's root);
 //! - the last unresolved error (a result labelled a failure in `testdata/outcome_labels.json`
 //!   whose command was not run again with success), by one of its lines;
+//! - every value found in an output and then used: the CTF flags recovered and submitted;
 //!
 //! and, in the summary's own lists, what is not true: a step already executed listed as In
 //! Progress (the intent of an assistant message whose calls all have results) or Next Steps
@@ -162,6 +163,10 @@ struct Truth {
     requests: Vec<String>,
     /// The injected facts sent so far.
     facts: Vec<&'static str>,
+    /// CTF flags (`name{…}`) seen in outputs so far, and the submitted ones among them: a
+    /// value found and then used, which the memo must keep.
+    flags_found: HashSet<String>,
+    flags_used: Vec<String>,
     /// Whole texts of the demonstrations and of the requests, whitespace collapsed.
     demonstrations: Vec<String>,
     request_texts: Vec<String>,
@@ -183,6 +188,23 @@ fn command_of(arguments: &str) -> String {
     let args: Value = serde_json::from_str(arguments).unwrap_or(Value::Null);
     let command = ["command", "cmd"].iter().find_map(|k| args[k].as_str()).unwrap_or("");
     command.lines().next().unwrap_or("").trim().chars().take(200).collect()
+}
+
+/// CTF flags in a text: `name{…}`, a word of letters, digits and `_` before braces that hold
+/// no blank.
+fn flags(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (open, _) in text.match_indices('{') {
+        let name_start = text[..open]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let Some(close) = text[open..].find('}') else { continue };
+        let inner = &text[open + 1..open + close];
+        if open > name_start && inner.len() >= 3 && !inner.contains(char::is_whitespace) {
+            out.push(text[name_start..=open + close].to_owned());
+        }
+    }
+    out
 }
 
 /// The file an edit's or a create's result names: `[File: /repo/path (N lines total)]`.
@@ -213,7 +235,12 @@ impl Truth {
             let text: String = text_blocks(message).collect::<Vec<_>>().join("\n");
             self.assistant_texts.push((position, collapse_ws(&text)));
             for call in &calls {
-                self.commands.insert(call.id.clone(), command_of(&call.arguments));
+                let command = command_of(&call.arguments);
+                if command.starts_with("submit") {
+                    let used = flags(&command).into_iter().filter(|f| self.flags_found.contains(f));
+                    self.flags_used.extend(used);
+                }
+                self.commands.insert(call.id.clone(), command);
                 self.call_texts
                     .push((position, format!("{} {}", call.name, call.arguments)));
             }
@@ -227,6 +254,7 @@ impl Truth {
                 .collect::<Vec<_>>()
                 .join("\n");
             let command = self.commands.get(&id).cloned().unwrap_or_default();
+            self.flags_found.extend(flags(&output));
             let failed = labels.get(&id).copied().unwrap_or(false);
             let edits = ["edit", "create"].iter().any(|c| command.starts_with(c));
             if edits && let Some(file) = named_file(&output) {
@@ -284,6 +312,7 @@ struct Report {
     modified: Share,
     error: Share,
     newest: Share,
+    found_values: Share,
     executed_in_progress: usize,
     executed_next: usize,
     resolved_blocked: usize,
@@ -336,6 +365,10 @@ fn probe(report: &mut Report, summary: &CompactSummary, kept: &[Value], truth: &
     }
     if let Some(newest) = truth.requests.last() {
         report.newest.add(holds(&text, newest));
+    }
+    for flag in &truth.flags_used {
+        let held = miss(format!("found value {flag}"), text.contains(flag.as_str()));
+        report.found_values.add(held);
     }
     for fact in &truth.facts {
         let held = miss(format!("fact {fact:?}"), holds(&text, fact));
@@ -489,7 +522,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
     let labels = labels();
     let counter = TokenCounter::new(satchel_protocol::config::Tokenizer::Estimate, 4.0);
     eprintln!(
-        "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",
+        "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>13} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",
         "format",
         "window",
         "calls",
@@ -499,6 +532,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         "modified",
         "last error",
         "newest",
+        "found",
         "inpr",
         "next",
         "blkd",
@@ -515,7 +549,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         for window in WINDOWS {
             let r = replay(&chain, format, window, &counter);
             eprintln!(
-                "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",
+                "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>13} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",
                 format!("{format:?}").to_lowercase(),
                 window,
                 r.calls,
@@ -525,6 +559,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
                 r.modified.cell(),
                 r.error.cell(),
                 r.newest.cell(),
+                r.found_values.cell(),
                 r.executed_in_progress,
                 r.executed_next,
                 r.resolved_blocked,
@@ -540,7 +575,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         }
     }
     eprintln!(
-        "(shares over (compaction, fact) checks; inpr/next/blkd/fmod: executed steps in In Progress and Next Steps, resolved failures in Blocked, failed edits in Files modified; tmpl: constraints a demonstration or two requests hold; summ: largest summary message, tokens)"
+        "(shares over (compaction, fact) checks; found: flags recovered from an output and submitted; inpr/next/blkd/fmod: executed steps in In Progress and Next Steps, resolved failures in Blocked, failed edits in Files modified; tmpl: constraints a demonstration or two requests hold; summ: largest summary message, tokens)"
     );
     for r in &reports {
         check_floor(r);
@@ -554,6 +589,11 @@ fn check_floor(r: &Report) {
     assert!(r.facts.whole(), "the user's constraint and fact: {}", r.facts.cell());
     assert!(r.error.whole(), "the last unresolved error: {}", r.error.cell());
     assert!(r.modified.whole(), "the files modified: {}", r.modified.cell());
+    assert!(
+        r.found_values.whole(),
+        "the values found and used: {}",
+        r.found_values.cell()
+    );
     assert!(r.newest.whole(), "the newest request: {}", r.newest.cell());
     assert_eq!(r.failed_modified, 0, "a failed edit listed as modified");
     assert_eq!(r.executed_in_progress, 0, "an executed step listed as In Progress");
