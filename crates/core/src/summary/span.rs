@@ -171,27 +171,15 @@ impl SpanFacts {
     /// What came after the span: a later request's directives count for telling template
     /// from the user's words, and a next step that names what a later call used was taken.
     fn look_ahead(&mut self, kept: &[Value], format: MessageFormat) {
-        let mut later_calls = String::new();
-        for message in kept {
-            if is_user_turn(message, format) {
-                let text: String = text_blocks(message)
-                    .map(|t| without_harness_notes(t).into_owned())
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                self.templates.request(template_candidates(&text, SENTENCE_CHARS));
-            }
-            for call in format::tool_calls(message, format) {
-                later_calls.push_str(&call.arguments);
-                later_calls.push('\n');
-            }
+        for message in kept.iter().filter(|m| is_user_turn(m, format)) {
+            let text: String = text_blocks(message)
+                .map(|t| without_harness_notes(t).into_owned())
+                .collect::<Vec<_>>()
+                .join("\n");
+            self.templates.request(template_candidates(&text, SENTENCE_CHARS));
         }
-        self.next_steps.retain(|step| {
-            !step
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .any(|named| named.chars().count() >= 3 && later_calls.contains(named))
-        });
+        let later = later_calls(kept, format);
+        self.next_steps.retain(|step| !taken_later(step, &later));
     }
 
     /// A step whose calls all have their results in the span was taken: it is the last
@@ -513,4 +501,22 @@ fn span_findings(span: &Span<'_>, calls: &HashMap<String, CallFacts>) -> Vec<Str
             }
         })
         .collect()
+}
+
+/// The arguments of every call in `messages`, one per line: what the agent did later.
+pub(crate) fn later_calls(messages: &[Value], format: MessageFormat) -> String {
+    let mut out = String::new();
+    for call in messages.iter().flat_map(|m| format::tool_calls(m, format)) {
+        out.push_str(&call.arguments);
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether a step names (as code) something a later call used: it was taken.
+pub(crate) fn taken_later(step: &str, later_calls: &str) -> bool {
+    step.split('`')
+        .skip(1)
+        .step_by(2)
+        .any(|named| named.chars().count() >= 3 && later_calls.contains(named))
 }

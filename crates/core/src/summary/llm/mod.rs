@@ -30,7 +30,7 @@ use super::merge::{Item, merge_items};
 use super::parse::parse_summary;
 use super::prompts;
 use super::render::render_summary;
-use super::span::SENTENCE_CHARS;
+use super::span::{SENTENCE_CHARS, later_calls, taken_later};
 use super::template::sentence_key;
 use super::{SummarizeError, Summarizer, SummaryInput};
 
@@ -403,6 +403,11 @@ fn finish(model: CompactSummary, input: &SummaryInput<'_>) -> CompactSummary {
             Field::Goal => *list = written,
             // Outcomes and edits are the extraction's facts.
             Field::Blocked | Field::FilesModified => {}
+            // A step a later call took is no next step.
+            Field::NextSteps => {
+                let later = later_calls(input.kept, input.format);
+                *list = written.into_iter().filter(|s| !taken_later(&s.text, &later)).collect();
+            }
             // The user's exact words stay; the model's wording of them is appended if new.
             Field::Constraints => {
                 let exact: Vec<String> = list.iter().map(|i| i.text.clone()).collect();

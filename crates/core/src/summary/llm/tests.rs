@@ -452,7 +452,8 @@ fn llm_identifiers_dropped_by_the_model_are_merged_from_extractive() {
 }
 
 /// What the extraction knows stands against the model: a failure fixed since is not blocked,
-/// a file no edit succeeded on is not modified, and the framework's template is no constraint.
+/// a file no edit succeeded on is not modified, the framework's template is no constraint, and
+/// a next step a later call took is gone.
 #[test]
 fn llm_lists_are_checked_against_the_deterministic_trail() {
     let counter = counter();
@@ -485,12 +486,16 @@ fn llm_lists_are_checked_against_the_deterministic_trail() {
     ];
     let reply = format!(
         "## Goal\n- Fix the lexer\n\n## Constraints & Preferences\n- Always start by trying to replicate the bug.\n\n\
-         ## Progress\n### Done\n- [x] Fixed the build\n\n### Blocked\n- `{BUILD}` fails: {BUILD_ERROR}\n\n\
+         ## Progress\n### Done\n- [x] Fixed the build\n\n### In Progress\n- [ ] Rebuilding the app\n\n\
+         ### Blocked\n- `{BUILD}` fails: {BUILD_ERROR}\n\n## Next Steps\n1. Run `cargo fmt --all`\n2. Open a PR\n\n\
          ## Critical Context\n- Files modified:\n  - `crates/app/src/lib.rs`\n  - `crates/app/src/imagined.rs`\n"
     );
     let script = Script::ok(&[&reply]);
+    // After the span, the agent formatted the code.
+    let kept = [call("c4", "cargo fmt --all"), result("c4", "")];
     let input = SummaryInput {
         previous: Some(&previous),
+        kept: &kept,
         ..SummaryInput::new(&messages, MessageFormat::Openai, 4_000, &counter)
     };
     let (summary, backend) = llm(&script).summarize_reporting(&input);
@@ -502,6 +507,7 @@ fn llm_lists_are_checked_against_the_deterministic_trail() {
     );
     assert_eq!(summary.critical_context.files_modified, ["crates/app/src/lib.rs"]);
     assert!(summary.constraints.is_empty(), "template: {:?}", summary.constraints);
+    assert_eq!(summary.next_steps, ["Open a PR"], "`cargo fmt --all` was run since");
     assert_eq!(summary.goal, ["Fix the lexer"], "the model's prose stays");
 }
 
