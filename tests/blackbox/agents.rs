@@ -228,6 +228,23 @@ impl Recount {
         }
         total
     }
+
+    /// Tokens of request `i` (as [`Recount::request`]), asserted within `window`.
+    pub fn within(
+        &mut self,
+        window: u64,
+        i: usize,
+        system: Option<&Value>,
+        tools: &[Value],
+        messages: &[Value],
+    ) -> u64 {
+        let tokens = self.request(system, tools, messages);
+        assert!(
+            tokens <= window,
+            "request {i} has {tokens} tokens, over the window of {window}"
+        );
+        tokens
+    }
 }
 
 /// satchel's configuration for a run: a small window, small tool-result limits, and with

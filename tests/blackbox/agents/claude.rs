@@ -190,11 +190,7 @@ fn run(bin: &Path, version: &str, variant: Variant) {
         titles += usize::from(is_title_request(&body));
         let messages = body["messages"].as_array().unwrap();
         let tools = body["tools"].as_array().cloned().unwrap_or_default();
-        let tokens = recount.request(body.get("system"), &tools, messages);
-        assert!(
-            tokens <= WINDOW,
-            "request {i} has {tokens} tokens, over the window of {WINDOW}"
-        );
+        let tokens = recount.within(WINDOW, i, body.get("system"), &tools, messages);
         max_tokens = max_tokens.max(tokens);
         assert_pairs(i, messages);
         signed += assert_thinking_untouched(i, messages);

@@ -189,11 +189,7 @@ stream_max_retries = 0
         assert_eq!(body["prompt_cache_key"], session.as_str(), "one session");
         let input = body["input"].as_array().unwrap();
         let tools = body["tools"].as_array().cloned().unwrap_or_default();
-        let tokens = recount.request(body.get("instructions"), &tools, input);
-        assert!(
-            tokens <= WINDOW,
-            "request {i} has {tokens} tokens, over the window of {WINDOW}"
-        );
+        let tokens = recount.within(WINDOW, i, body.get("instructions"), &tools, input);
         max_tokens = max_tokens.max(tokens);
         assert_pairs(i, input);
         signed += assert_reasoning_untouched(i, input);
