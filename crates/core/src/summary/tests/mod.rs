@@ -256,3 +256,27 @@ fn huge_session(messages: usize) -> Vec<Value> {
     }
     out
 }
+
+/// The shared data (`../shared/data`, or `SATCHEL_SHARED_DATA`), which the repository does not
+/// hold: the checks on real trajectories say they skip without it.
+fn shared_data() -> std::path::PathBuf {
+    match std::env::var_os("SATCHEL_SHARED_DATA") {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir),
+        _ => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
+    }
+}
+
+/// Hand-checked outcome labels of the shared trajectories' results, per run, by call id.
+type Labels = std::collections::HashMap<String, std::collections::HashMap<String, String>>;
+
+fn outcome_labels() -> Labels {
+    let mut all: std::collections::HashMap<String, Value> = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/outcome_labels.json"
+    )))
+    .expect("labels parse");
+    all.remove("_doc");
+    all.into_iter()
+        .map(|(run, v)| (run, serde_json::from_value(v).expect("labels are strings")))
+        .collect()
+}

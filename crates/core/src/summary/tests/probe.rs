@@ -42,6 +42,7 @@ use super::super::extractive::ExtractiveSummarizer;
 use super::super::render::summary_message_text;
 use super::super::span::text_blocks;
 use super::super::{Summarizer, SummaryInput};
+use super::{Labels, outcome_labels, shared_data};
 use crate::compact::{TailBudget, is_user_turn, plan_split};
 use crate::format;
 use crate::tokens::TokenCounter;
@@ -52,28 +53,6 @@ const WINDOWS: [u64; 3] = [16_384, 32_768, 131_072];
 const CONSTRAINT: &str = "Never change a public method signature, and keep every existing test passing.";
 /// The user's fact to remember, injected before the middle run.
 const REMEMBER: &str = "Remember for later: the staging database listens on port 54329.";
-
-fn shared_data() -> PathBuf {
-    match std::env::var_os("SATCHEL_SHARED_DATA") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
-    }
-}
-
-/// Outcome labels per run, by call id.
-type Labels = HashMap<String, HashMap<String, String>>;
-
-fn labels() -> Labels {
-    let mut all: HashMap<String, Value> = serde_json::from_str(include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/testdata/outcome_labels.json"
-    )))
-    .expect("labels parse");
-    all.remove("_doc");
-    all.into_iter()
-        .map(|(run, v)| (run, serde_json::from_value(v).expect("labels are strings")))
-        .collect()
-}
 
 /// One long session of every run of a format, with the label of each (prefixed) call id.
 struct Chain {
@@ -519,7 +498,7 @@ fn the_work_memo_probe_on_shared_trajectories() {
         eprintln!("SKIPPED: no shared data at {} (set SATCHEL_SHARED_DATA)", dir.display());
         return;
     }
-    let labels = labels();
+    let labels = outcome_labels();
     let counter = TokenCounter::new(satchel_protocol::config::Tokenizer::Estimate, 4.0);
     eprintln!(
         "{:<10} {:>7} {:>5} {:>4} {:>19} {:>13} {:>17} {:>15} {:>15} {:>13} {:>5} {:>5} {:>5} {:>5} {:>5} {:>6}",

@@ -27,13 +27,6 @@ use crate::summary::render::summary_message_text;
 const SPAN: usize = 30;
 const MAX_TOKENS: u64 = 2500;
 
-fn shared_data() -> PathBuf {
-    match std::env::var_os("SATCHEL_SHARED_DATA") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
-    }
-}
-
 #[derive(Default)]
 struct Tally {
     paths: (usize, usize),
@@ -198,17 +191,7 @@ fn retention_and_outcomes_on_shared_trajectories() {
         eprintln!("SKIPPED: no shared data at {} (set SATCHEL_SHARED_DATA)", dir.display());
         return;
     }
-    let labels: HashMap<String, HashMap<String, String>> = serde_json::from_str(include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/testdata/outcome_labels.json"
-    )))
-    .map(|mut all: HashMap<String, Value>| {
-        all.remove("_doc");
-        all.into_iter()
-            .map(|(k, v)| (k, serde_json::from_value(v).expect("labels are strings")))
-            .collect()
-    })
-    .expect("labels parse");
+    let labels = outcome_labels();
     let counter = counter();
     let mut total = Tally::default();
     for (sub, format) in [
